@@ -1,0 +1,50 @@
+# fluxon_video: `make demo` and `make test` work on a fresh Debian machine;
+# each installs what it needs first (system packages via apt, then .venv).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_PACKAGES := libavformat-dev libavcodec-dev libavutil-dev libswscale-dev \
+                ffmpeg pkg-config redis-server gcc
+NATIVE_SOURCES := $(wildcard fluxon_video/*.pyx fluxon_video/*.pxd fluxon_video/*.c \
+                  fluxon_video/*.h fluxon_video/libav/*.pxd) setup.py pyproject.toml
+STAMP  := $(VENV)/.fluxon-installed
+PYTEST_ARGS ?=
+
+.PHONY: build system-deps test demo bench clean
+
+build: $(STAMP)
+
+system-deps:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	$(PYTHON) -c "import venv, ensurepip" 2>/dev/null || missing="$$missing python3-venv"; \
+	if [ -n "$$missing" ]; then \
+	  echo "make: installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+$(STAMP): $(NATIVE_SOURCES)
+	@$(MAKE) --no-print-directory system-deps
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel "Cython>=3.0" "pkgconfig>=1.5"
+	$(PY) -m pip install -q --no-build-isolation -e ".[test]"
+	$(PY) setup.py -q build_ext --inplace
+	@touch $(STAMP)
+
+test: build
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: build
+	$(PY) -m fluxon_video demo
+
+bench: build
+	$(PY) bench/run.py
+
+clean:
+	rm -rf build dist *.egg-info fluxon_video/*.so fluxon_video/_avio.c \
+	       fluxon_video/_decode.c fluxon_video/_errors.c .pytest_cache

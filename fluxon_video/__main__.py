@@ -1,0 +1,3 @@
+from fluxon_video.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,35 @@
+from libc.stdint cimport int64_t
+
+from fluxon_video._pagecache cimport fx_cache_stats, fx_cursor, fx_pagecache
+from fluxon_video.libav.avformat cimport AVIOContext
+
+
+# What an AVIOContext's opaque points at: the shared cache and this stream's cursor.
+cdef struct fx_avio_opaque:
+    fx_pagecache *pc
+    fx_cursor cursor
+
+
+cdef class _FetchCore:
+    cdef fx_pagecache *pc
+    cdef object read_range
+    cdef dict fetch_errors
+    cdef str name
+
+
+cdef class ByteSource:
+    cdef _FetchCore core
+    cdef readonly int64_t size
+    cdef readonly int64_t page_size
+    cdef readonly str name
+    cdef readonly int pid
+    cdef list workers
+    cdef bint closed
+    cdef object __weakref__
+    cdef fx_pagecache *pagecache(self) except NULL
+    cdef object fetch_error(self, fx_cursor *cursor)
+
+
+cdef AVIOContext *fx_avio_open(ByteSource source, int buffer_size) except NULL
+cdef fx_cursor *fx_avio_cursor(AVIOContext *pb) noexcept nogil
+cdef void fx_avio_close(AVIOContext **pb) noexcept nogil

@@ -1,0 +1,317 @@
+#include "_pagecache.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- LRU list of READY pages (caller holds mu) ---- */
+
+static void lru_unlink(fx_page *e) {
+    e->lru_prev->lru_next = e->lru_next;
+    e->lru_next->lru_prev = e->lru_prev;
+    e->lru_prev = e->lru_next = NULL;
+}
+
+static void lru_push_front(fx_pagecache *pc, fx_page *e) {
+    e->lru_prev = &pc->lru;
+    e->lru_next = pc->lru.lru_next;
+    pc->lru.lru_next->lru_prev = e;
+    pc->lru.lru_next = e;
+}
+
+static void page_free(fx_page *e) {
+    if (e) {
+        free(e->data);
+        free(e);
+    }
+}
+
+static void evict_over_capacity(fx_pagecache *pc) {
+    while (pc->ready_pages > pc->capacity_pages) {
+        fx_page *victim = pc->lru.lru_prev;
+        if (victim == &pc->lru) break;
+        lru_unlink(victim);
+        pc->slots[victim->index] = NULL;
+        pc->ready_pages--;
+        pc->stats.evictions++;
+        page_free(victim);
+    }
+}
+
+/* ---- job queue (caller holds mu) ---- */
+
+static void job_push(fx_pagecache *pc, fx_page *e, int urgent) {
+    e->job_next = NULL;
+    if (!pc->job_head) {
+        pc->job_head = pc->job_tail = e;
+    } else if (urgent) {
+        e->job_next = pc->job_head;
+        pc->job_head = e;
+    } else {
+        pc->job_tail->job_next = e;
+        pc->job_tail = e;
+    }
+    pthread_cond_signal(&pc->job_queued);
+}
+
+static void job_promote(fx_pagecache *pc, fx_page *e) {
+    /* A reader now waits for a speculative job: move it to the front. */
+    fx_page *prev = NULL, *it = pc->job_head;
+    while (it && it != e) {
+        prev = it;
+        it = it->job_next;
+    }
+    if (!it || it == pc->job_head) return;
+    prev->job_next = e->job_next;
+    if (pc->job_tail == e) pc->job_tail = prev;
+    e->job_next = pc->job_head;
+    pc->job_head = e;
+}
+
+static fx_page *queue_page(fx_pagecache *pc, int64_t index, int speculative) {
+    fx_page *e = calloc(1, sizeof(fx_page));
+    if (!e) return NULL;
+    e->index = index;
+    e->state = FX_PAGE_QUEUED;
+    e->from_readahead = speculative;
+    pc->slots[index] = e;
+    job_push(pc, e, !speculative);
+    if (speculative) pc->stats.readahead_pages++;
+    return e;
+}
+
+/* ---- life cycle ---- */
+
+fx_pagecache *fx_pagecache_new(int64_t file_size, int64_t page_size, int64_t capacity_bytes,
+                               int readahead_pages, int64_t wait_timeout_ms) {
+    if (file_size < 0 || page_size <= 0 || capacity_bytes <= 0 || readahead_pages < 0)
+        return NULL;
+    fx_pagecache *pc = calloc(1, sizeof(fx_pagecache));
+    if (!pc) return NULL;
+    pc->file_size = file_size;
+    pc->page_size = page_size;
+    pc->num_pages = (file_size + page_size - 1) / page_size;
+    pc->capacity_pages = capacity_bytes / page_size;
+    /* Readahead must never evict the page being read. */
+    if (pc->capacity_pages < readahead_pages + 2) pc->capacity_pages = readahead_pages + 2;
+    pc->readahead_pages = readahead_pages;
+    pc->wait_timeout_ms = wait_timeout_ms;
+    pc->slots = calloc(pc->num_pages ? pc->num_pages : 1, sizeof(fx_page *));
+    if (!pc->slots) {
+        free(pc);
+        return NULL;
+    }
+    pc->lru.lru_next = pc->lru.lru_prev = &pc->lru;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_mutex_init(&pc->mu, NULL);
+    pthread_cond_init(&pc->page_changed, &attr);
+    pthread_cond_init(&pc->job_queued, &attr);
+    pthread_condattr_destroy(&attr);
+    return pc;
+}
+
+void fx_pagecache_shutdown(fx_pagecache *pc) {
+    pthread_mutex_lock(&pc->mu);
+    pc->closed = 1;
+    pthread_cond_broadcast(&pc->page_changed);
+    pthread_cond_broadcast(&pc->job_queued);
+    pthread_mutex_unlock(&pc->mu);
+}
+
+void fx_pagecache_free(fx_pagecache *pc) {
+    if (!pc) return;
+    for (int64_t i = 0; i < pc->num_pages; i++) page_free(pc->slots[i]);
+    free(pc->slots);
+    pthread_cond_destroy(&pc->page_changed);
+    pthread_cond_destroy(&pc->job_queued);
+    pthread_mutex_destroy(&pc->mu);
+    free(pc);
+}
+
+/* ---- fetch worker side ---- */
+
+int fx_pagecache_next_job(fx_pagecache *pc, int64_t *page, int64_t *offset, int64_t *length) {
+    pthread_mutex_lock(&pc->mu);
+    while (!pc->closed && !pc->job_head) pthread_cond_wait(&pc->job_queued, &pc->mu);
+    if (pc->closed) {
+        pthread_mutex_unlock(&pc->mu);
+        return 0;
+    }
+    fx_page *e = pc->job_head;
+    pc->job_head = e->job_next;
+    if (!pc->job_head) pc->job_tail = NULL;
+    e->job_next = NULL;
+    e->state = FX_PAGE_FETCHING;
+    *page = e->index;
+    *offset = e->index * pc->page_size;
+    *length = pc->file_size - *offset < pc->page_size ? pc->file_size - *offset : pc->page_size;
+    pthread_mutex_unlock(&pc->mu);
+    return 1;
+}
+
+void fx_pagecache_complete(fx_pagecache *pc, int64_t page, const uint8_t *data, int64_t len,
+                           int failed) {
+    uint8_t *copy = NULL;
+    if (!failed) {
+        /* Copy outside the lock: readers keep going on other pages meanwhile. */
+        copy = malloc(len ? len : 1);
+        if (!copy) failed = 1;
+        else memcpy(copy, data, len);
+    }
+    pthread_mutex_lock(&pc->mu);
+    fx_page *e = (page >= 0 && page < pc->num_pages) ? pc->slots[page] : NULL;
+    if (!e || e->state != FX_PAGE_FETCHING || pc->closed) {
+        pthread_mutex_unlock(&pc->mu);
+        free(copy);
+        return;
+    }
+    if (failed) {
+        e->state = FX_PAGE_FAILED;
+        pc->stats.fetch_errors++;
+    } else {
+        e->data = copy;
+        e->len = len;
+        e->state = FX_PAGE_READY;
+        lru_push_front(pc, e);
+        pc->ready_pages++;
+        pc->stats.pages_fetched++;
+        pc->stats.bytes_fetched += len;
+        evict_over_capacity(pc);
+    }
+    pthread_cond_broadcast(&pc->page_changed);
+    pthread_mutex_unlock(&pc->mu);
+}
+
+/* ---- reader side (FFmpeg callbacks, GIL released) ---- */
+
+void fx_cursor_init(fx_cursor *c) {
+    memset(c, 0, sizeof(*c));
+    c->last_page = -1;
+    c->err_page = -1;
+}
+
+static void queue_readahead(fx_pagecache *pc, int64_t page) {
+    for (int64_t q = page + 1; q <= page + pc->readahead_pages && q < pc->num_pages; q++) {
+        if (!pc->slots[q] && !queue_page(pc, q, 1)) return;
+    }
+}
+
+static int wait_for_change(fx_pagecache *pc, const struct timespec *deadline) {
+    if (pc->wait_timeout_ms <= 0) return pthread_cond_wait(&pc->page_changed, &pc->mu);
+    return pthread_cond_timedwait(&pc->page_changed, &pc->mu, deadline);
+}
+
+/* Waits until page is READY; returns it, or NULL with c->error set. */
+static fx_page *acquire_page(fx_pagecache *pc, fx_cursor *c, int64_t page) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += pc->wait_timeout_ms / 1000;
+    deadline.tv_nsec += (pc->wait_timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    int counted = 0;
+    for (;;) {
+        if (pc->closed) {
+            c->error = FX_ERR_CLOSED;
+            return NULL;
+        }
+        fx_page *e = pc->slots[page];
+        if (!e) {
+            e = queue_page(pc, page, 0);
+            if (!e) {
+                c->error = FX_ERR_NOMEM;
+                return NULL;
+            }
+        }
+        if (e->state == FX_PAGE_READY) {
+            if (!counted) pc->stats.page_hits++;
+            return e;
+        }
+        if (!counted) {
+            pc->stats.page_misses++;
+            counted = 1;
+        }
+        if (e->state == FX_PAGE_FAILED) {
+            if (e->from_readahead && !e->retried) {
+                /* Nobody asked for it when it failed; give the demand one try. */
+                e->state = FX_PAGE_QUEUED;
+                e->from_readahead = 0;
+                e->retried = 1;
+                job_push(pc, e, 1);
+                continue;
+            }
+            pc->slots[page] = NULL; /* the next read call retries */
+            page_free(e);
+            c->error = FX_ERR_FETCH;
+            c->err_page = page;
+            return NULL;
+        }
+        if (e->state == FX_PAGE_QUEUED && e->from_readahead) {
+            e->from_readahead = 0;
+            job_promote(pc, e);
+        }
+        e->from_readahead = 0;
+        if (wait_for_change(pc, &deadline) == ETIMEDOUT && pc->slots[page] &&
+            pc->slots[page]->state != FX_PAGE_READY && pc->slots[page]->state != FX_PAGE_FAILED) {
+            c->error = FX_ERR_TIMEOUT;
+            c->err_page = page;
+            return NULL;
+        }
+    }
+}
+
+int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t n) {
+    if (c->error) return -1;
+    int64_t done = 0;
+    pthread_mutex_lock(&pc->mu);
+    c->read_calls++;
+    while (done < n && c->pos < pc->file_size) {
+        int64_t page = c->pos / pc->page_size;
+        if (page != c->last_page) {
+            /* Entering the next page in order means a forward scan: fetch ahead. */
+            int sequential = page == c->last_page + 1;
+            fx_page *e = acquire_page(pc, c, page);
+            if (!e) break;
+            if (sequential) queue_readahead(pc, page);
+            c->last_page = page;
+        }
+        fx_page *e = pc->slots[page];
+        if (!e || e->state != FX_PAGE_READY) {
+            /* Evicted since last touched (cache smaller than the working set). */
+            c->last_page = -2;
+            continue;
+        }
+        int64_t off = c->pos - page * pc->page_size;
+        int64_t k = e->len - off;
+        if (k > n - done) k = n - done;
+        memcpy(buf + done, e->data + off, (size_t)k);
+        if (e != pc->lru.lru_next) {
+            lru_unlink(e);
+            lru_push_front(pc, e);
+        }
+        done += k;
+        c->pos += k;
+    }
+    pthread_mutex_unlock(&pc->mu);
+    if (c->error) return -1;
+    c->bytes_read += done;
+    return done;
+}
+
+void fx_pagecache_get_stats(fx_pagecache *pc, fx_cache_stats *out) {
+    pthread_mutex_lock(&pc->mu);
+    *out = pc->stats;
+    pthread_mutex_unlock(&pc->mu);
+}
+
+int64_t fx_pagecache_cached_pages(fx_pagecache *pc) {
+    pthread_mutex_lock(&pc->mu);
+    int64_t n = pc->ready_pages;
+    pthread_mutex_unlock(&pc->mu);
+    return n;
+}

@@ -1,0 +1,48 @@
+# Declarations of the C page cache (_pagecache.h); logic lives in _pagecache.c.
+from libc.stdint cimport int64_t, uint8_t
+
+
+cdef extern from "_pagecache.h" nogil:
+    cdef enum fx_read_error:
+        FX_OK
+        FX_ERR_FETCH
+        FX_ERR_TIMEOUT
+        FX_ERR_CLOSED
+        FX_ERR_NOMEM
+
+    ctypedef struct fx_cache_stats:
+        int64_t page_hits
+        int64_t page_misses
+        int64_t pages_fetched
+        int64_t bytes_fetched
+        int64_t readahead_pages
+        int64_t evictions
+        int64_t fetch_errors
+
+    ctypedef struct fx_cursor:
+        int64_t pos
+        int64_t last_page
+        int error
+        int64_t err_page
+        int64_t read_calls
+        int64_t seek_calls
+        int64_t bytes_read
+
+    ctypedef struct fx_pagecache:
+        int64_t file_size
+        int64_t page_size
+        int64_t num_pages
+        int64_t capacity_pages
+        int readahead_pages
+
+    fx_pagecache *fx_pagecache_new(int64_t file_size, int64_t page_size, int64_t capacity_bytes,
+                                   int readahead_pages, int64_t wait_timeout_ms)
+    void fx_pagecache_shutdown(fx_pagecache *pc)
+    void fx_pagecache_free(fx_pagecache *pc)
+    int fx_pagecache_next_job(fx_pagecache *pc, int64_t *page, int64_t *offset, int64_t *length)
+    void fx_pagecache_complete(fx_pagecache *pc, int64_t page, const uint8_t *data, int64_t len,
+                               int failed)
+    void fx_cursor_init(fx_cursor *c)
+    int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t n)
+    void fx_pagecache_get_stats(fx_pagecache *pc, fx_cache_stats *out)
+    int64_t fx_pagecache_cached_pages(fx_pagecache *pc)

@@ -1,0 +1,68 @@
+"""The public exception hierarchy.
+
+Every error fluxon_video raises derives from :class:`FluxonFsError`. Where a
+builtin exception says the same thing, the class derives from it too, so
+``except IndexError`` or ``except FileNotFoundError`` keep working in code
+written against other decoders.
+"""
+
+from __future__ import annotations
+
+
+class FluxonFsError(Exception):
+    """Base class of every fluxon_video error."""
+
+
+class FluxonFsConfigError(FluxonFsError, ValueError):
+    """Bad configuration or argument (unknown key, non-positive size, ...)."""
+
+
+class FluxonFsUnavailableError(FluxonFsError, RuntimeError):
+    """The package was built without FFmpeg support."""
+
+
+class FluxonFsClosedError(FluxonFsError, ValueError):
+    """The reader, pool or byte source was closed."""
+
+
+class FluxonFsFrameIndexError(FluxonFsError, IndexError):
+    """A requested frame index is negative or past the last frame."""
+
+
+class FluxonFsDecodeError(FluxonFsError, ValueError):
+    """FFmpeg could not demux or decode the data."""
+
+
+class FluxonFsNoVideoStreamError(FluxonFsDecodeError):
+    """The container holds no video stream."""
+
+
+class FluxonFsIOError(FluxonFsError, OSError):
+    """Reading bytes from the source failed."""
+
+
+class FluxonFsShortReadError(FluxonFsIOError):
+    """The source returned fewer bytes than the range asked for."""
+
+
+class FluxonFsTimeoutError(FluxonFsIOError, TimeoutError):
+    """A byte range did not arrive in time."""
+
+
+class FluxonFsNotFoundError(FluxonFsIOError, FileNotFoundError):
+    """The export or the file does not exist, or is not a regular file."""
+
+
+class FluxonFsPermissionError(FluxonFsIOError, PermissionError):
+    """The request identity may not read this export or path."""
+
+
+class FluxonFsFileChangedError(FluxonFsIOError):
+    """The file's size or mtime changed since the reader opened it."""
+
+
+class FluxonFsBadRequestError(FluxonFsError, ValueError):
+    """A request the agent refused as malformed (bad path, bad range)."""
+
+
+__all__ = [name for name in dir() if name.startswith("FluxonFs")]

@@ -1,0 +1,77 @@
+# libavcodec: decoder contexts and packets.
+# https://ffmpeg.org/doxygen/5.1/group__libavc.html
+from libc.stdint cimport int64_t, uint8_t
+
+from fluxon_video.libav.avutil cimport AVFrame, AVMediaType, AVRational
+
+
+cdef extern from "libavcodec/codec_id.h" nogil:
+    cdef enum AVCodecID:
+        AV_CODEC_ID_NONE
+
+    const char *avcodec_get_name(AVCodecID id)
+
+
+# https://ffmpeg.org/doxygen/5.1/structAVCodec.html
+cdef extern from "libavcodec/codec.h" nogil:
+    ctypedef struct AVCodec:
+        const char *name
+
+    const AVCodec *avcodec_find_decoder(AVCodecID id)
+
+
+# https://ffmpeg.org/doxygen/5.1/structAVCodecParameters.html
+cdef extern from "libavcodec/codec_par.h" nogil:
+    ctypedef struct AVCodecParameters:
+        AVMediaType codec_type
+        AVCodecID codec_id
+        int width
+        int height
+
+
+# https://ffmpeg.org/doxygen/5.1/group__lavc__packet.html
+cdef extern from "libavcodec/packet.h" nogil:
+    int AV_PKT_FLAG_KEY
+    int AV_PKT_FLAG_DISCARD
+
+    ctypedef struct AVPacket:
+        int64_t pts
+        int64_t dts
+        uint8_t *data
+        int size
+        int stream_index
+        int flags
+        int64_t pos
+
+    AVPacket *av_packet_alloc()
+    void av_packet_free(AVPacket **pkt)
+    void av_packet_unref(AVPacket *pkt)
+
+
+# https://ffmpeg.org/doxygen/5.1/group__lavc__core.html
+cdef extern from "libavcodec/avcodec.h" nogil:
+    cdef enum AVDiscard:
+        AVDISCARD_NONE
+        AVDISCARD_DEFAULT
+        AVDISCARD_NONREF
+        AVDISCARD_BIDIR
+        AVDISCARD_NONINTRA
+        AVDISCARD_NONKEY
+        AVDISCARD_ALL
+
+    int FF_THREAD_FRAME
+    int FF_THREAD_SLICE
+
+    ctypedef struct AVCodecContext:
+        int thread_count
+        int thread_type
+        AVRational pkt_timebase
+
+    unsigned avcodec_version()
+    AVCodecContext *avcodec_alloc_context3(const AVCodec *codec)
+    void avcodec_free_context(AVCodecContext **avctx)
+    int avcodec_parameters_to_context(AVCodecContext *codec, const AVCodecParameters *par)
+    int avcodec_open2(AVCodecContext *avctx, const AVCodec *codec, void *options)
+    int avcodec_send_packet(AVCodecContext *avctx, const AVPacket *avpkt)
+    int avcodec_receive_frame(AVCodecContext *avctx, AVFrame *frame)
+    void avcodec_flush_buffers(AVCodecContext *avctx)

@@ -1,0 +1,58 @@
+# libavformat: demuxing and custom I/O.
+# https://ffmpeg.org/doxygen/5.1/group__libavf.html
+from libc.stdint cimport int64_t, uint8_t
+
+from fluxon_video.libav.avcodec cimport AVCodecParameters, AVDiscard, AVPacket
+from fluxon_video.libav.avutil cimport AVRational
+
+
+# https://ffmpeg.org/doxygen/5.1/structAVIOContext.html
+cdef extern from "libavformat/avio.h" nogil:
+    int AVSEEK_SIZE
+    int AVSEEK_FORCE
+
+    ctypedef struct AVIOContext:
+        unsigned char *buffer
+        void *opaque
+        int seekable
+
+    AVIOContext *avio_alloc_context(
+        unsigned char *buffer,
+        int buffer_size,
+        int write_flag,
+        void *opaque,
+        int (*read_packet)(void *opaque, uint8_t *buf, int buf_size) noexcept nogil,
+        int (*write_packet)(void *opaque, uint8_t *buf, int buf_size) noexcept nogil,
+        int64_t (*seek)(void *opaque, int64_t offset, int whence) noexcept nogil,
+    )
+    void avio_context_free(AVIOContext **s)
+
+
+# https://ffmpeg.org/doxygen/5.1/structAVFormatContext.html
+cdef extern from "libavformat/avformat.h" nogil:
+    int AVFMT_FLAG_CUSTOM_IO
+    int AV_DISPOSITION_ATTACHED_PIC
+
+    ctypedef struct AVStream:
+        int index
+        AVCodecParameters *codecpar
+        AVRational time_base
+        int64_t start_time
+        int64_t duration
+        int64_t nb_frames
+        int disposition
+        AVDiscard discard
+
+    ctypedef struct AVFormatContext:
+        AVIOContext *pb
+        unsigned int nb_streams
+        AVStream **streams
+        int flags
+
+    unsigned avformat_version()
+    AVFormatContext *avformat_alloc_context()
+    void avformat_free_context(AVFormatContext *s)
+    int avformat_open_input(AVFormatContext **ps, const char *url, void *fmt, void *options)
+    void avformat_close_input(AVFormatContext **s)
+    int avformat_find_stream_info(AVFormatContext *ic, void *options)
+    int av_read_frame(AVFormatContext *s, AVPacket *pkt)

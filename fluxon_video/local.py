@@ -1,0 +1,33 @@
+"""Decode frames from a local file through the same byte source and decoder.
+
+Not the product's entry point (that is FluxonFsPatcher.open_video_reader);
+useful to compare against peers on local files and to check a file quickly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fluxon_video.native import require_native
+from fluxon_video.sources import LocalFileRangeSource
+
+
+def decode_local_frames(
+    path: str | os.PathLike[str],
+    indices: Sequence[int],
+    height: int,
+    width: int,
+    num_threads: int = 1,
+    **byte_source_options: Any,
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """Frames at ``indices`` of the file at ``path``, and the decode's stats."""
+    avio, decode = require_native("decoding a local file")
+    decode.check_output_size(height, width, num_threads)
+    with LocalFileRangeSource(path) as source:
+        with avio.ByteSource(source, source.size, name=source.name,
+                             **byte_source_options) as byte_source:
+            return decode.decode_frames(byte_source, indices, height, width, num_threads)

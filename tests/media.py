@@ -1,0 +1,119 @@
+"""Test videos made at test time by the ffmpeg CLI, and reference frames from it.
+
+Each clip is small (a few seconds of a lavfi test source) and made once per
+test session. Reference frames come from the ffmpeg CLI with the same scaler
+(bilinear, rgb24, passthrough timing): it links the same libswscale as our
+extension, so the comparison is bit-exact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SRC = "testsrc2=size={w}x{h}:rate={fps}"
+
+
+@dataclass(frozen=True)
+class Clip:
+    name: str
+    width: int
+    height: int
+    seconds: float
+    args: tuple[str, ...]  # encoder and muxer arguments
+    fps: int = 24
+    audio: bool = False
+    video: bool = True
+    pix_fmt: str = "yuv420p"
+
+
+X264 = ("-c:v", "libx264", "-preset", "veryfast", "-bf", "3", "-g", "24", "-keyint_min", "24",
+        "-sc_threshold", "0")
+
+CLIPS = {c.name: c for c in [
+    # H.264 with B-frames, moov first; also carries an audio track.
+    Clip("h264_faststart.mp4", 256, 144, 3, X264 + ("-movflags", "+faststart"), audio=True),
+    # The same codec with the index at the end of the file.
+    Clip("h264_moov_end.mp4", 256, 144, 3, X264),
+    # HEVC with open GOPs (x265 default), BT.709 tagged.
+    Clip("hevc.mp4", 256, 144, 3, ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
+                                   "-x265-params", "keyint=24:min-keyint=24:bframes=3:log-level=error",
+                                   "-colorspace", "bt709", "-color_primaries", "bt709",
+                                   "-color_trc", "bt709")),
+    Clip("vp9.webm", 256, 144, 3, ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8",
+                                   "-g", "24", "-b:v", "300k")),
+    Clip("av1.mkv", 256, 144, 2, ("-c:v", "libsvtav1", "-preset", "12", "-g", "24")),
+    # MPEG-4 part 2 with B-frames in AVI (packed bitstream, no sample table).
+    Clip("mpeg4.avi", 256, 144, 3, ("-c:v", "mpeg4", "-bf", "2", "-g", "24", "-q:v", "5")),
+    # Odd size, 4:4:4 chroma.
+    Clip("odd_321x241.mp4", 321, 241, 2, X264, pix_fmt="yuv444p"),
+    # Full range (yuvj420p).
+    Clip("fullrange.mp4", 256, 144, 2, X264 + ("-color_range", "pc"), pix_fmt="yuvj420p"),
+    # A longer, larger clip for GIL and throughput checks.
+    Clip("long_640x360.mp4", 640, 360, 12, X264 + ("-movflags", "+faststart")),
+    Clip("audio_only.m4a", 0, 0, 1, ("-c:a", "aac"), audio=True, video=False),
+]}
+
+
+@dataclass
+class MediaLibrary:
+    root: Path
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _refs: dict = field(default_factory=dict)
+
+    def path(self, name: str) -> Path:
+        out = self.root / name
+        with self._lock:
+            if not out.exists():
+                make_clip(CLIPS[name], out)
+        return out
+
+    def reference(self, name: str, height: int, width: int) -> np.ndarray:
+        """Every frame of the clip, scaled like ours, from the ffmpeg CLI."""
+        key = (name, height, width)
+        path = self.path(name)
+        with self._lock:
+            if key not in self._refs:
+                self._refs[key] = reference_frames(path, height, width)
+            return self._refs[key]
+
+
+def make_clip(clip: Clip, out: Path) -> None:
+    cmd = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y"]
+    if clip.video:
+        cmd += ["-f", "lavfi", "-i",
+                SRC.format(w=clip.width, h=clip.height, fps=clip.fps)]
+    if clip.audio:
+        cmd += ["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=16000"]
+    cmd += ["-t", str(clip.seconds)]
+    if clip.video:
+        cmd += ["-pix_fmt", clip.pix_fmt]
+    if clip.audio and clip.video:
+        cmd += ["-c:a", "aac", "-b:a", "32k"]
+    cmd += [*clip.args, str(out) + ".part" + out.suffix]
+    # SVT_LOG=1: the AV1 encoder prints its banner unless told errors only.
+    subprocess.run(cmd, check=True, env={**os.environ, "SVT_LOG": "1"})
+    os.replace(str(out) + ".part" + out.suffix, out)
+
+
+def reference_frames(path: Path, height: int, width: int) -> np.ndarray:
+    raw = subprocess.run(
+        ["ffmpeg", "-nostdin", "-loglevel", "error", "-i", str(path),
+         "-map", "0:v:0", "-vf", f"scale={width}:{height}:flags=bilinear,format=rgb24",
+         "-fps_mode", "passthrough", "-f", "rawvideo", "-"],
+        check=True, capture_output=True).stdout
+    return np.frombuffer(raw, np.uint8).reshape(-1, height, width, 3)
+
+
+def ffprobe_frame_count(path: Path) -> int:
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames",
+         "-show_entries", "stream=nb_read_frames", "-of", "json", str(path)],
+        check=True, capture_output=True, text=True).stdout
+    return int(json.loads(out)["streams"][0]["nb_read_frames"])

@@ -1,0 +1,270 @@
+"""The byte source: the C page cache and the AVIO callbacks, driven through ByteCursor."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from fluxon_video import errors
+from fluxon_video.sources import BytesRangeSource, LocalFileRangeSource
+
+avio = pytest.importorskip("fluxon_video._avio")
+
+SEEK_SET, SEEK_CUR, SEEK_END = os.SEEK_SET, os.SEEK_CUR, os.SEEK_END
+PAGE = 4096
+DATA = os.urandom(PAGE * 5 + 123)  # not a whole number of pages
+
+
+class CountingSource(BytesRangeSource):
+    """Counts calls per offset; optionally slow, to make concurrent misses overlap."""
+
+    def __init__(self, data: bytes, delay: float = 0.0) -> None:
+        super().__init__(data, "counting")
+        self.calls: Counter[int] = Counter()
+        self.delay = delay
+        self._lock = threading.Lock()
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        with self._lock:
+            self.calls[offset] += 1
+        if self.delay:
+            time.sleep(self.delay)
+        return super().read_range(offset, length)
+
+
+class RaisingSource(BytesRangeSource):
+    class Boom(RuntimeError):
+        pass
+
+    def __init__(self, data: bytes, fail_from: int) -> None:
+        super().__init__(data, "raising")
+        self.fail_from = fail_from
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        if offset + length > self.fail_from:
+            raise self.Boom(f"storage exploded at {offset}")
+        return super().read_range(offset, length)
+
+
+class ShortSource(BytesRangeSource):
+    def read_range(self, offset: int, length: int) -> bytes:
+        return super().read_range(offset, length)[:-1]
+
+
+def make(source, **kw):
+    kw.setdefault("page_size", PAGE)
+    kw.setdefault("readahead_pages", 0)
+    return avio.ByteSource(source, source.size, **kw)
+
+
+def test_read_whole_file_in_odd_chunks_across_pages():
+    with make(BytesRangeSource(DATA)) as bs:
+        cur = bs.open_cursor()
+        chunks = []
+        while chunk := cur.read(1000):
+            chunks.append(chunk)
+        assert b"".join(chunks) == DATA
+        assert cur.read(10) == b""  # EOF stays EOF
+        assert cur.tell() == len(DATA)
+
+
+def test_single_read_spanning_pages():
+    with make(BytesRangeSource(DATA)) as bs:
+        cur = bs.open_cursor()
+        cur.seek(PAGE - 10)
+        assert cur.read(PAGE * 2 + 20) == DATA[PAGE - 10:PAGE * 3 + 10]
+
+
+def test_seek_whence_modes_and_size():
+    with make(BytesRangeSource(DATA)) as bs:
+        cur = bs.open_cursor()
+        assert cur.seek(0, avio.AVSEEK_SIZE_FLAG) == len(DATA)
+        assert cur.seek(100, SEEK_SET) == 100
+        assert cur.read(5) == DATA[100:105]
+        assert cur.seek(10, SEEK_CUR) == 115
+        assert cur.read(5) == DATA[115:120]
+        assert cur.seek(-7, SEEK_END) == len(DATA) - 7
+        assert cur.read(100) == DATA[-7:]  # short at EOF: what is left
+        assert cur.read(100) == b""
+        assert cur.seek(len(DATA) + 50) == len(DATA) + 50  # past EOF is allowed...
+        assert cur.read(10) == b""  # ...and reads as EOF
+        with pytest.raises(ValueError):
+            cur.seek(-1, SEEK_SET)
+
+
+def test_repeat_read_is_served_by_the_cache():
+    src = CountingSource(DATA)
+    with make(src) as bs:
+        first = bs.open_cursor().read(len(DATA))
+        after_first = bs.stats()
+        second = bs.open_cursor().read(len(DATA))
+        after_second = bs.stats()
+    assert first == second == DATA
+    assert after_first["page_misses"] == 6 and after_first["bytes_fetched"] == len(DATA)
+    assert after_second["page_hits"] - after_first["page_hits"] == 6
+    assert after_second["page_misses"] == after_first["page_misses"]
+    assert after_second["bytes_fetched"] == after_first["bytes_fetched"]
+    assert all(n == 1 for n in src.calls.values())
+
+
+def test_concurrent_misses_for_one_page_are_fetched_once():
+    src = CountingSource(DATA, delay=0.2)
+    with make(src, fetch_workers=4) as bs:
+        results = []
+        start = threading.Barrier(6)
+
+        def read():
+            cur = bs.open_cursor()
+            cur.seek(PAGE + 7)
+            start.wait()
+            results.append(cur.read(100))
+
+        threads = [threading.Thread(target=read) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert results == [DATA[PAGE + 7:PAGE + 107]] * 6
+    assert src.calls == Counter({PAGE: 1})
+
+
+def test_sequential_reads_trigger_bounded_readahead():
+    src = CountingSource(DATA)
+    with make(src, readahead_pages=2) as bs:
+        cur = bs.open_cursor()
+        cur.read(10)  # page 0: a forward scan from the start
+        deadline = time.time() + 5
+        while bs.stats()["pages_fetched"] < 3 and time.time() < deadline:
+            time.sleep(0.01)
+        stats = bs.stats()
+    assert stats["readahead_pages"] == 2
+    assert set(src.calls) == {0, PAGE, 2 * PAGE}
+
+
+def test_random_access_does_not_read_ahead():
+    with make(BytesRangeSource(DATA), readahead_pages=2) as bs:
+        cur = bs.open_cursor()
+        cur.seek(3 * PAGE)
+        cur.read(10)
+        cur.seek(0)
+        cur.read(10)
+        assert bs.stats()["readahead_pages"] == 0
+
+
+def test_cache_is_bounded_and_evicts_least_recently_used():
+    src = CountingSource(DATA)
+    with make(src, cache_bytes=2 * PAGE) as bs:
+        cur = bs.open_cursor()
+        assert cur.read(len(DATA)) == DATA
+        stats = bs.stats()
+        assert stats["cached_pages"] == 2
+        assert stats["evictions"] == 4
+        # The two most recent pages are still there, the first one is gone.
+        cur = bs.open_cursor()
+        cur.seek(len(DATA) - 10)
+        cur.read(10)
+        assert bs.stats()["page_hits"] == stats["page_hits"] + 1
+        cur.seek(0)
+        cur.read(10)
+        assert src.calls[0] == 2
+
+
+def test_raising_source_surfaces_its_exception():
+    with make(RaisingSource(DATA, fail_from=2 * PAGE)) as bs:
+        cur = bs.open_cursor()
+        assert cur.read(PAGE) == DATA[:PAGE]
+        cur.seek(3 * PAGE)
+        with pytest.raises(RaisingSource.Boom, match="storage exploded at 12288"):
+            cur.read(10)
+        # The error is sticky for this cursor (FFmpeg must not see later bytes)...
+        with pytest.raises(Exception):
+            cur.read(10)
+        # ...but a new cursor retries the page rather than caching the failure.
+        with pytest.raises(RaisingSource.Boom):
+            bs.open_cursor().read(len(DATA))
+        assert bs.stats()["fetch_errors"] >= 2
+
+
+def test_short_source_is_an_error():
+    with make(ShortSource(DATA, "short")) as bs:
+        with pytest.raises(errors.FluxonFsShortReadError, match="4095 bytes for 4096"):
+            bs.open_cursor().read(10)
+
+
+def test_slow_source_times_out_instead_of_hanging():
+    src = CountingSource(DATA, delay=2.0)
+    with make(src, fetch_timeout_s=0.2) as bs:
+        t0 = time.monotonic()
+        with pytest.raises(errors.FluxonFsTimeoutError, match="did not arrive in time"):
+            bs.open_cursor().read(10)
+        assert time.monotonic() - t0 < 1.5
+
+
+def test_close_is_idempotent_and_fails_later_reads():
+    bs = make(BytesRangeSource(DATA))
+    cur = bs.open_cursor()
+    bs.close()
+    bs.close()
+    assert bs.is_closed
+    with pytest.raises(errors.FluxonFsClosedError):
+        bs.open_cursor()
+    with pytest.raises(errors.FluxonFsClosedError):
+        cur.read(10)
+
+
+def test_close_wakes_a_reader_waiting_for_a_page():
+    src = CountingSource(DATA, delay=1.0)
+    bs = make(src)
+    caught = []
+
+    def read():
+        try:
+            bs.open_cursor().read(10)
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            caught.append(exc)
+
+    t = threading.Thread(target=read)
+    t.start()
+    time.sleep(0.1)
+    bs.close()
+    t.join(5)
+    assert not t.is_alive()
+    assert caught and isinstance(caught[0], errors.FluxonFsClosedError)
+
+
+def test_fetch_workers_stop_on_close_and_when_dropped():
+    before = threading.active_count()
+    bs = make(BytesRangeSource(DATA), fetch_workers=3)
+    assert threading.active_count() == before + 3
+    bs.close()
+    assert threading.active_count() == before
+    dropped = make(BytesRangeSource(DATA), fetch_workers=3)
+    del dropped  # no close(): __dealloc__ wakes the workers
+    deadline = time.time() + 5
+    while threading.active_count() > before and time.time() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before
+
+
+def test_local_file_source(tmp_path):
+    path = tmp_path / "blob"
+    path.write_bytes(DATA)
+    with LocalFileRangeSource(path) as src, make(src) as bs:
+        assert src.size == len(DATA)
+        assert bs.open_cursor().read(len(DATA)) == DATA
+
+
+def test_bad_arguments():
+    src = BytesRangeSource(DATA)
+    with pytest.raises(errors.FluxonFsConfigError):
+        avio.ByteSource(src, -1)
+    with pytest.raises(errors.FluxonFsConfigError):
+        avio.ByteSource(src, src.size, page_size=0)
+    with pytest.raises(errors.FluxonFsConfigError):
+        avio.ByteSource(src, src.size, fetch_workers=0)
+    with pytest.raises(TypeError, match="read_range"):
+        avio.ByteSource(object(), 10)

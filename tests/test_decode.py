@@ -1,0 +1,115 @@
+"""Decoding through the byte source: exact frames, index semantics, stats."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fluxon_video import errors
+from fluxon_video.sources import BytesRangeSource, LocalFileRangeSource
+from tests.media import CLIPS, ffprobe_frame_count
+
+avio = pytest.importorskip("fluxon_video._avio")
+decode = pytest.importorskip("fluxon_video._decode")
+
+VIDEO_CLIPS = [name for name, clip in CLIPS.items() if clip.video and not name.startswith("long")]
+
+
+def decode_file(path, indices, height, width, threads=2, **kw):
+    with LocalFileRangeSource(path) as src, avio.ByteSource(src, src.size, **kw) as bs:
+        return decode.decode_frames(bs, indices, height, width, threads)
+
+
+def pick_indices(count: int) -> list[int]:
+    rng = np.random.default_rng(count)
+    return sorted({0, 1, count // 2, count - 2, count - 1, *rng.integers(0, count, 4).tolist()})
+
+
+@pytest.mark.parametrize("name", VIDEO_CLIPS)
+@pytest.mark.parametrize("size", ["native", (77, 101)])
+def test_frames_equal_the_ffmpeg_cli(media, name, size):
+    clip = CLIPS[name]
+    height, width = (clip.height, clip.width) if size == "native" else size
+    ref = media.reference(name, height, width)
+    indices = pick_indices(len(ref))
+    frames, stats = decode_file(media.path(name), indices, height, width)
+    assert frames.dtype == np.uint8 and frames.shape == (len(indices), height, width, 3)
+    assert frames.flags.owndata or frames.base is not None  # a numpy-owned array
+    for k, i in enumerate(indices):
+        np.testing.assert_array_equal(frames[k], ref[i], err_msg=f"{name} frame {i}")
+    assert stats["frames_converted"] == len(indices)
+    assert stats["frames_decoded"] == max(indices) + 1
+
+
+@pytest.mark.parametrize("name", ["h264_faststart.mp4", "mpeg4.avi", "vp9.webm"])
+def test_frame_count_matches_ffprobe(media, name):
+    path = media.path(name)
+    count = ffprobe_frame_count(path)
+    frames, _ = decode_file(path, [count - 1], 32, 32)
+    assert frames.shape[0] == 1
+    with pytest.raises(errors.FluxonFsFrameIndexError, match=f"has {count} frames"):
+        decode_file(path, [count], 32, 32)
+
+
+def test_order_duplicates_and_unsorted(media):
+    name = "h264_faststart.mp4"
+    ref = media.reference(name, 144, 256)
+    indices = [40, 3, 3, 71, 0, 40]
+    frames, stats = decode_file(media.path(name), indices, 144, 256)
+    np.testing.assert_array_equal(frames, ref[indices])
+    assert stats["frames_converted"] == 4  # duplicates converted once
+
+
+def test_numpy_integer_indices(media):
+    ref = media.reference("vp9.webm", 144, 256)
+    frames, _ = decode_file(media.path("vp9.webm"), np.array([5, 2], dtype=np.int32), 144, 256)
+    np.testing.assert_array_equal(frames, ref[[5, 2]])
+
+
+def test_only_targets_are_converted_and_decode_stops_at_the_last(media):
+    _, stats = decode_file(media.path("h264_moov_end.mp4"), [10], 64, 64)
+    assert stats["frames_converted"] == 1
+    assert stats["frames_decoded"] == 11
+
+
+def test_stats_count_callbacks_and_pages(media):
+    path = media.path("h264_faststart.mp4")
+    size = path.stat().st_size
+    _, stats = decode_file(path, [71], 32, 32, page_size=16 << 10, readahead_pages=0)
+    assert stats["read_calls"] > 0
+    assert stats["bytes_read"] >= size * 0.9
+    assert stats["page_misses"] == -(-size // (16 << 10))
+    assert stats["bytes_fetched"] == size
+    assert stats["decode_ms"] > 0 and stats["open_ms"] > 0
+
+
+def test_second_decode_on_the_same_source_hits_the_page_cache(media):
+    path = media.path("hevc.mp4")
+    with LocalFileRangeSource(path) as src, avio.ByteSource(src, src.size) as bs:
+        a, first = decode.decode_frames(bs, [30], 64, 64, 1)
+        b, second = decode.decode_frames(bs, [30], 64, 64, 1)
+    np.testing.assert_array_equal(a, b)
+    assert first["bytes_fetched"] == path.stat().st_size
+    assert second["bytes_fetched"] == 0 and second["page_misses"] == 0
+    assert second["page_hits"] >= 1
+
+
+def test_bytes_source_decodes_like_a_file(media):
+    path = media.path("av1.mkv")
+    ref = media.reference("av1.mkv", 144, 256)
+    src = BytesRangeSource(path.read_bytes(), "av1.mkv")
+    with avio.ByteSource(src, src.size) as bs:
+        frames, _ = decode.decode_frames(bs, [0, 47], 144, 256, 2)
+    np.testing.assert_array_equal(frames, ref[[0, 47]])
+
+
+def test_thread_count_does_not_change_pixels(media):
+    path = media.path("h264_faststart.mp4")
+    one, _ = decode_file(path, [5, 50], 144, 256, threads=1)
+    four, _ = decode_file(path, [5, 50], 144, 256, threads=4)
+    np.testing.assert_array_equal(one, four)
+
+
+def test_library_versions_are_reported():
+    versions = decode.library_versions()
+    assert set(versions) == {"libavutil", "libavcodec", "libavformat", "libswscale"}
