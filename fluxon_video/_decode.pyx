@@ -17,7 +17,7 @@ import numpy as np
 
 from libc.errno cimport EAGAIN, EINVAL, ENOMEM
 from libc.stdint cimport int64_t, uint8_t
-from libc.string cimport memset
+from libc.string cimport memcmp, memset
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
@@ -215,9 +215,10 @@ cdef class VideoDecoder:
 
     cdef int _convert(self, AVFrame *f, uint8_t *dst, int height, int width) noexcept nogil:
         """Scale and convert f to RGB24 rows of stride width*3 at dst."""
-        cdef int cs, src_range, dst_range, brightness, contrast, saturation
+        cdef int cs, src_range, want_range, dst_range, brightness, contrast, saturation
         cdef int *inv_table
         cdef int *table
+        cdef const int *want_table
         cdef uint8_t *dst_planes[4]
         cdef int dst_strides[4]
         if (self.sws == NULL or f.width != self.sws_src_w or f.height != self.sws_src_h
@@ -234,17 +235,21 @@ cdef class VideoDecoder:
             if self.sws == NULL:
                 return AVERROR(EINVAL)
             # The frame's own matrix and range, chosen as the ffmpeg CLI's scale
-            # filter does, so our pixels match its output bit for bit.
+            # filter does, so our pixels match its output bit for bit. Setting
+            # them disables swscale's fast unscaled converters, so only do it
+            # when they differ from what the context already uses.
             cs = <int> f.colorspace
             if cs < 1 or cs > 10 or cs == 8:
                 cs = AVCOL_SPC_BT470BG
             sws_getColorspaceDetails(self.sws, &inv_table, &src_range, &table, &dst_range,
                                      &brightness, &contrast, &saturation)
+            want_table = sws_getCoefficients(cs)
+            want_range = src_range
             if f.color_range != AVCOL_RANGE_UNSPECIFIED:
-                src_range = f.color_range == AVCOL_RANGE_JPEG
-            sws_setColorspaceDetails(self.sws, sws_getCoefficients(cs), src_range,
-                                     sws_getCoefficients(cs), dst_range,
-                                     brightness, contrast, saturation)
+                want_range = f.color_range == AVCOL_RANGE_JPEG
+            if want_range != src_range or memcmp(want_table, inv_table, 4 * sizeof(int)) != 0:
+                sws_setColorspaceDetails(self.sws, want_table, want_range, want_table, dst_range,
+                                         brightness, contrast, saturation)
             self.sws_src_w = f.width
             self.sws_src_h = f.height
             self.sws_src_fmt = f.format
