@@ -1,15 +1,18 @@
-"""fluxon_video: decode frames from FluxonFS videos into uint8 NHWC RGB arrays."""
+"""fluxon_video: decode frames from FluxonFS videos into uint8 NHWC RGB arrays.
 
-from fluxon_video.errors import *  # noqa: F401,F403
-from fluxon_video.errors import __all__ as _error_names
+The public API lives in :mod:`fluxon_video.video` and is re-exported here.
+"""
+
 from fluxon_video.local import decode_local_frames
 from fluxon_video.native import HAVE_FFMPEG
 from fluxon_video.sources import BytesRangeSource, LocalFileRangeSource, RangeSource
+from fluxon_video.video import *  # noqa: F401,F403
+from fluxon_video.video import __all__ as _video_names
 
 __version__ = "0.1.0"
 
 __all__ = [
-    *_error_names,
+    *_video_names,
     "HAVE_FFMPEG",
     "BytesRangeSource",
     "LocalFileRangeSource",

@@ -15,6 +15,7 @@ cdef class _FetchCore:
     cdef object read_range
     cdef dict fetch_errors
     cdef str name
+    cdef int pid
 
 
 cdef class ByteSource:

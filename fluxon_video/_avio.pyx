@@ -66,11 +66,15 @@ cdef class _FetchCore:
         self.read_range = read_range
         self.fetch_errors = {}
         self.name = name
+        self.pid = os.getpid()
 
     def __dealloc__(self):
-        if self.pc != NULL:
+        # After fork the child holds a copy whose mutex and condition variables
+        # may look locked or waited on: destroying them could block, so the
+        # copy is left alone (it is copy-on-write memory of the parent's).
+        if self.pc != NULL and self.pid == os.getpid():
             fx_pagecache_free(self.pc)
-            self.pc = NULL
+        self.pc = NULL
 
     def run_worker(self):
         cdef int64_t page = 0, offset = 0, length = 0
@@ -138,7 +142,7 @@ cdef class ByteSource:
 
     def __dealloc__(self):
         # Never joins here: wake the workers and let them drop the core.
-        if self.core is not None and self.core.pc != NULL:
+        if self.core is not None and self.core.pc != NULL and self.pid == os.getpid():
             fx_pagecache_shutdown(self.core.pc)
 
     def close(self):
@@ -146,8 +150,8 @@ cdef class ByteSource:
         if self.closed:
             return
         self.closed = True
-        fx_pagecache_shutdown(self.core.pc)
-        if os.getpid() == self.pid:
+        if os.getpid() == self.pid:  # a forked child must not touch the parent's state
+            fx_pagecache_shutdown(self.core.pc)
             current = threading.current_thread()
             for worker in self.workers:
                 if worker is not current:

@@ -24,6 +24,19 @@ def build_parser() -> argparse.ArgumentParser:
                       help="clips read per video and pass (default: %(default)s)")
     demo.set_defaults(run=_run_demo)
 
+    agent = sub.add_parser(
+        "agent", help="serve export roots to FluxonFS clients (stat, read_chunk)",
+        description="Run the FluxonFS agent on the storage host: it answers stat and "
+                    "read_chunk over HTTP/1.1 for the exports in --config, checking each "
+                    "request's bearer token against the export's access list.")
+    agent.add_argument("--config", required=True, help="TOML file with [identities] and [[exports]]")
+    agent.add_argument("--listen", default="127.0.0.1:8765",
+                       help="HOST:PORT to listen on (default: %(default)s)")
+    agent.add_argument("--io-threads", type=int, default=32,
+                       help="threads reading files (default: %(default)s)")
+    agent.add_argument("--access-log", action="store_true", help="log every request")
+    agent.set_defaults(run=_run_agent)
+
     info = sub.add_parser("versions", help="print the FFmpeg library versions in use")
     info.set_defaults(run=_run_versions)
     return parser
@@ -33,6 +46,17 @@ def _run_demo(args: argparse.Namespace) -> int:
     from fluxon_video.demo import run_demo
 
     return run_demo(args.data_dir, clips=args.clips)
+
+
+def _run_agent(args: argparse.Namespace) -> int:
+    import logging
+
+    from fluxon_video.fs.agent import run_agent
+    from fluxon_video.fs.config import load_config
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    run_agent(load_config(args.config), args.listen, args.io_threads, args.access_log)
+    return 0
 
 
 def _run_versions(args: argparse.Namespace) -> int:

@@ -1,0 +1,342 @@
+"""The FluxonFS client in the training process.
+
+read_range is the one read path the video reader uses:
+
+    authorised stat (metadata cache, per identity, export TTL)
+      -> KV piece cache (verified; bypassed for files over cache_max_bytes)
+      -> on a miss, the export's miss policy:
+           RemoteRead         read the range from the route; backfill the piece later
+           StageToKvThenRead  fetch the whole piece, store it, serve from it
+      -> route: the agent over HTTP, or the export in-process
+
+Concurrent misses for one piece are fetched once per process (SingleFlight).
+Backfill is bounded and deduplicated and drops work when full; no read waits
+for it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+import cachetools
+
+from fluxon_video import errors
+from fluxon_video.fs.config import FluxonFsConfig, FluxonFsExport, MissPolicy, RequestIdentity
+from fluxon_video.fs.kv import (
+    EmbeddedPieceStore,
+    GuardedPieceStore,
+    PieceStore,
+    RedisPieceStore,
+    decode_piece,
+    encode_piece,
+    piece_key,
+)
+from fluxon_video.fs.routes import AgentRoute, InProcessRoute, Route
+from fluxon_video.fs.storage import ExportStorage, FileStat
+
+T = TypeVar("T")
+
+
+@dataclass
+class ReadCounters:
+    """What a reader's range reads cost, counted as they happen."""
+
+    kv_hits: int = 0
+    kv_misses: int = 0
+    kv_errors: int = 0  # KV unreachable or skipped by the open circuit
+    kv_corrupt: int = 0  # entries that failed verification and were deleted
+    remote_reads: int = 0
+    remote_bytes: int = 0
+    backfills_queued: int = 0
+    backfills_dropped: int = 0
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class SingleFlight:
+    """Runs one call per key at a time; concurrent callers share its result."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[Hashable, concurrent.futures.Future[Any]] = {}
+
+    def do(self, key: Hashable, fn: Callable[[], T]) -> tuple[T, bool]:
+        """(result, ran): ran is False when another caller's result was shared."""
+        with self._lock:
+            future = self._calls.get(key)
+            leader = future is None
+            if leader:
+                future = self._calls[key] = concurrent.futures.Future()
+        if not leader:
+            return future.result(), False
+        try:
+            result = fn()
+        except BaseException as exc:
+            future.set_exception(exc)
+            raise
+        else:
+            future.set_result(result)
+            return result, True
+        finally:
+            with self._lock:
+                del self._calls[key]
+
+
+class Backfiller:
+    """Bounded, deduplicated background work; drops jobs when the queue is full."""
+
+    def __init__(self, workers: int, queue_size: int) -> None:
+        self._queue: queue.Queue[tuple[str, Callable[[], None]] | None] = queue.Queue(queue_size)
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, name=f"fluxon-backfill-{i}", daemon=True)
+                         for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
+        self.done = 0
+        self.failed = 0
+
+    def submit(self, key: str, job: Callable[[], None]) -> bool | None:
+        """True queued, None already pending, False dropped (queue full)."""
+        with self._lock:
+            if key in self._pending:
+                return None
+            try:
+                self._queue.put_nowait((key, job))
+            except queue.Full:
+                return False
+            self._pending.add(key)
+            return True
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            key, job = item
+            try:
+                job()
+                self.done += 1
+            except Exception:  # noqa: BLE001 - a backfill is an optimisation; reads retry
+                self.failed += 1
+            finally:
+                with self._lock:
+                    self._pending.discard(key)
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """For tests and demos: wait until nothing is queued or running."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._pending:
+                    return True
+            time.sleep(0.005)
+        return False
+
+    def close(self) -> None:
+        for _ in self._threads:
+            try:
+                self._queue.put_nowait(None)
+            except queue.Full:
+                break
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+
+def make_piece_store(config: FluxonFsConfig) -> PieceStore:
+    settings = config.client
+    if settings.redis_url:
+        return RedisPieceStore(settings.redis_url, settings.redis_timeout_s,
+                               cluster="cluster=true" in settings.redis_url)
+    return EmbeddedPieceStore(settings.embedded_kv_max_bytes)
+
+
+class FluxonFsClient:
+    """Metadata cache, KV piece cache, miss policies and backfill over the routes."""
+
+    def __init__(self, config: FluxonFsConfig, store: PieceStore | None = None) -> None:
+        self.config = config
+        settings = config.client
+        self.kv = GuardedPieceStore(store if store is not None else make_piece_store(config),
+                                    settings.redis_retry_after_s)
+        storage = ExportStorage(config)
+        self._routes: dict[str, Route] = {}
+        for export in config.exports.values():
+            self._routes[export.name] = (
+                InProcessRoute(storage) if export.in_process else
+                AgentRoute(export.agent_url, settings.agent_timeout_s,
+                           settings.agent_connect_timeout_s, settings.agent_pool_size))
+        self._stats: cachetools.TLRUCache[tuple, tuple[float, FileStat]] = cachetools.TLRUCache(
+            maxsize=65536, ttu=lambda _key, value, now: value[0], timer=time.monotonic)
+        self._stats_lock = threading.Lock()
+        self._flights = SingleFlight()
+        self.backfill = Backfiller(settings.backfill_workers, settings.backfill_queue_size)
+        self.pid = os.getpid()
+
+    # ---- metadata ----
+
+    def stat(self, identity: RequestIdentity, export_name: str, relpath: str) -> FileStat:
+        """The file's version as seen by identity; cached for the export's TTL."""
+        export = self.config.export(export_name)
+        key = (identity, export_name, relpath)
+        with self._stats_lock:
+            cached = self._stats.get(key)
+        if cached is not None:
+            return cached[1]
+        st = self._routes[export_name].stat(export_name, relpath, identity.token)
+        ttl = export.metadata_cache_ttl_ms / 1000
+        if ttl > 0:
+            with self._stats_lock:
+                self._stats[key] = (time.monotonic() + ttl, st)
+        return st
+
+    def check_version(self, identity: RequestIdentity, export_name: str, relpath: str,
+                      version: FileStat) -> None:
+        """Raise FluxonFsFileChangedError if the file is no longer at version."""
+        current = self.stat(identity, export_name, relpath)
+        if current != version:
+            raise errors.FluxonFsFileChangedError(
+                f"{export_name}:{relpath}: the file changed since the reader opened it "
+                f"(size {version.size} -> {current.size}, mtime_ns {version.mtime_ns} -> "
+                f"{current.mtime_ns})")
+
+    # ---- the range read ----
+
+    def read_range(self, identity: RequestIdentity, export_name: str, relpath: str,
+                   version: FileStat, offset: int, length: int, counters: ReadCounters) -> bytes:
+        export = self.config.export(export_name)
+        if offset < 0 or length < 0 or offset + length > version.size:
+            raise errors.FluxonFsBadRequestError(
+                f"{export_name}:{relpath}: range {offset}+{length} outside {version.size} bytes")
+        if length == 0:
+            return b""
+        if version.size > export.cache_max_bytes:
+            # The agent checks identity and version on every remote read.
+            return self._remote(export, relpath, version, offset, length, identity, counters)
+        # KV bytes are only served after a stat authorised for this identity.
+        self.check_version(identity, export_name, relpath, version)
+        ps = export.piece_size
+        parts = []
+        for index in range(offset // ps, (offset + length - 1) // ps + 1):
+            lo, hi = max(offset, index * ps), min(offset + length, (index + 1) * ps)
+            piece = self._piece_from_kv(export, relpath, version, index, counters)
+            if piece is not None:
+                parts.append(piece[lo - index * ps:hi - index * ps])
+            elif export.kv_miss_policy is MissPolicy.StageToKvThenRead:
+                parts.append(self._stage_piece(export, relpath, version, index, identity,
+                                               counters)[lo - index * ps:hi - index * ps])
+            else:
+                parts.append(self._remote_read_with_backfill(export, relpath, version, index,
+                                                             lo, hi, identity, counters))
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _piece_len(self, export: FluxonFsExport, version: FileStat, index: int) -> int:
+        return min(export.piece_size, version.size - index * export.piece_size)
+
+    def _key(self, export: FluxonFsExport, relpath: str, version: FileStat, index: int) -> str:
+        return piece_key(export.cache_kv_key_prefix, export.name, relpath, version,
+                         export.piece_size, index)
+
+    def _piece_from_kv(self, export: FluxonFsExport, relpath: str, version: FileStat,
+                       index: int, counters: ReadCounters) -> bytes | None:
+        key = self._key(export, relpath, version, index)
+        reachable, entry = self.kv.get(key)
+        if not reachable:
+            counters.add(kv_errors=1)
+            return None
+        data = decode_piece(entry, export.cache_bytes_field_key,
+                            self._piece_len(export, version, index))
+        if data is None:
+            if entry:  # present but damaged: drop it so it gets rewritten
+                self.kv.delete(key)
+                counters.add(kv_corrupt=1)
+            counters.add(kv_misses=1)
+            return None
+        counters.add(kv_hits=1)
+        return data
+
+    def _remote(self, export: FluxonFsExport, relpath: str, version: FileStat, offset: int,
+                length: int, identity: RequestIdentity, counters: ReadCounters) -> bytes:
+        data = self._routes[export.name].read_chunk(export.name, relpath, offset, length,
+                                                    version, identity.token)
+        counters.add(remote_reads=1, remote_bytes=len(data))
+        return data
+
+    def _store(self, export: FluxonFsExport, relpath: str, version: FileStat, index: int,
+               data: bytes) -> None:
+        self.kv.put(self._key(export, relpath, version, index),
+                    encode_piece(data, export.cache_bytes_field_key))
+
+    def _stage_piece(self, export: FluxonFsExport, relpath: str, version: FileStat, index: int,
+                     identity: RequestIdentity, counters: ReadCounters) -> bytes:
+        start, length = index * export.piece_size, self._piece_len(export, version, index)
+
+        def fetch_and_store() -> bytes:
+            data = self._remote(export, relpath, version, start, length, identity, counters)
+            self._store(export, relpath, version, index, data)
+            return data
+
+        data, _ = self._flights.do(self._key(export, relpath, version, index), fetch_and_store)
+        return data
+
+    def _remote_read_with_backfill(self, export: FluxonFsExport, relpath: str, version: FileStat,
+                                   index: int, lo: int, hi: int, identity: RequestIdentity,
+                                   counters: ReadCounters) -> bytes:
+        key = self._key(export, relpath, version, index)
+        data, _ = self._flights.do((key, lo, hi), lambda: self._remote(
+            export, relpath, version, lo, hi - lo, identity, counters))
+        if export.async_backfill_enabled:
+            if hi - lo == self._piece_len(export, version, index):
+                # We hold the whole piece already: store it, no second fetch.
+                job = lambda: self._store(export, relpath, version, index, data)  # noqa: E731
+            else:
+                job = lambda: self._stage_piece(export, relpath, version, index, identity,  # noqa: E731
+                                                ReadCounters())
+            queued = self.backfill.submit(key, job)
+            if queued:
+                counters.add(backfills_queued=1)
+            elif queued is False:
+                counters.add(backfills_dropped=1)
+        return data
+
+    def close(self) -> None:
+        self.backfill.close()
+        for route in self._routes.values():
+            route.close()
+        self.kv.close()
+
+
+class FluxonFsRangeSource:
+    """One file version, read for one identity: what a reader's ByteSource fetches from."""
+
+    def __init__(self, client: FluxonFsClient, identity: RequestIdentity, export_name: str,
+                 relpath: str, version: FileStat) -> None:
+        self.client = client
+        self.identity = identity
+        self.export_name = export_name
+        self.relpath = relpath
+        self.version = version
+        self.size = version.size
+        self.name = f"{export_name}:{relpath}"
+        self.counters = ReadCounters()
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        return self.client.read_range(self.identity, self.export_name, self.relpath, self.version,
+                                      offset, length, self.counters)
+
+    def __repr__(self) -> str:
+        return f"FluxonFsRangeSource({self.name!r}, size={self.size})"

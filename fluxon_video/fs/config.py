@@ -1,0 +1,239 @@
+"""Exports, identities and client settings, from TOML or from Python objects.
+
+A config file looks like::
+
+    [client]
+    redis_url = "redis://127.0.0.1:6379/0"   # omit for the in-process piece store
+    agent_timeout_s = 10.0
+
+    [identities]                               # identity name -> bearer token
+    trainer = "s3cret-trainer-token"
+
+    [[exports]]
+    name = "train-videos"
+    root = "/data/videos"                      # on the agent host
+    agent_url = "http://storage-01:8765"       # omit to serve in-process
+    allow = ["trainer"]
+    piece_size = 1048576
+    kv_miss_policy = "RemoteRead"              # or "StageToKvThenRead"
+
+Unknown keys and bad values raise FluxonFsConfigError naming the file and key.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from fluxon_video.errors import FluxonFsConfigError
+
+MiB = 1 << 20
+
+
+class MissPolicy(str, enum.Enum):
+    """What a KV miss does (the export's ``kv_miss_policy``)."""
+
+    RemoteRead = "RemoteRead"
+    """Read the range from the agent; backfill the piece asynchronously if enabled."""
+    StageToKvThenRead = "StageToKvThenRead"
+    """Fetch the whole piece, store it in the KV, serve the range from it."""
+
+
+@dataclass(frozen=True)
+class RequestIdentity:
+    """Who a request is made for: a name and the bearer token that proves it."""
+
+    name: str
+    token: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise FluxonFsConfigError("an identity needs a non-empty name")
+        if not self.token or not isinstance(self.token, str):
+            raise FluxonFsConfigError(f"identity {self.name!r} needs a non-empty token")
+
+
+@dataclass(frozen=True)
+class FluxonFsExport:
+    """A named tree of files on a storage host, with its access list and cache settings."""
+
+    name: str
+    root: str
+    agent_url: str | None = None
+    allow: tuple[str, ...] = ()
+    cache_kv_key_prefix: str = "fluxonfs"
+    cache_bytes_field_key: str = "bytes"
+    cache_max_bytes: int = 64 << 30
+    metadata_cache_ttl_ms: int = 5_000
+    async_backfill_enabled: bool = True
+    piece_size: int = 1 * MiB
+    kv_miss_policy: MissPolicy = MissPolicy.RemoteRead
+
+    def __post_init__(self) -> None:
+        where = f"export {self.name!r}"
+        _require(isinstance(self.name, str) and self.name, f"{where}: name must be a non-empty string")
+        _require(isinstance(self.root, str) and self.root, f"{where}: root must be a path")
+        if self.agent_url is not None:
+            _require(isinstance(self.agent_url, str)
+                     and self.agent_url.startswith(("http://", "https://")),
+                     f"{where}: agent_url must be an http:// or https:// URL, got {self.agent_url!r}")
+        object.__setattr__(self, "allow", tuple(self.allow))
+        _require(all(isinstance(a, str) and a for a in self.allow),
+                 f"{where}: allow must be a list of identity names")
+        for key in ("cache_kv_key_prefix", "cache_bytes_field_key"):
+            _require(isinstance(getattr(self, key), str) and getattr(self, key),
+                     f"{where}: {key} must be a non-empty string")
+        _require(_is_int(self.cache_max_bytes) and self.cache_max_bytes >= 0,
+                 f"{where}: cache_max_bytes must be an int >= 0")
+        _require(_is_int(self.metadata_cache_ttl_ms) and self.metadata_cache_ttl_ms >= 0,
+                 f"{where}: metadata_cache_ttl_ms must be an int >= 0")
+        _require(isinstance(self.async_backfill_enabled, bool),
+                 f"{where}: async_backfill_enabled must be true or false")
+        _require(_is_int(self.piece_size) and 4096 <= self.piece_size <= 256 * MiB,
+                 f"{where}: piece_size must be an int between 4096 and {256 * MiB}")
+        try:
+            object.__setattr__(self, "kv_miss_policy", MissPolicy(self.kv_miss_policy))
+        except ValueError:
+            raise FluxonFsConfigError(
+                f"{where}: kv_miss_policy must be one of "
+                f"{', '.join(p.value for p in MissPolicy)}, got {self.kv_miss_policy!r}") from None
+
+    @property
+    def in_process(self) -> bool:
+        return self.agent_url is None
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """Settings of the FluxonFS client in the training process."""
+
+    redis_url: str | None = None
+    redis_timeout_s: float = 0.25
+    redis_retry_after_s: float = 2.0
+    embedded_kv_max_bytes: int = 512 * MiB
+    agent_timeout_s: float = 10.0
+    agent_connect_timeout_s: float = 2.0
+    agent_pool_size: int = 16
+    backfill_workers: int = 2
+    backfill_queue_size: int = 256
+    fetch_workers: int = 4
+    readahead_pages: int = 2
+    reader_cache_bytes: int = 64 * MiB
+
+    def __post_init__(self) -> None:
+        if self.redis_url is not None:
+            _require(isinstance(self.redis_url, str)
+                     and self.redis_url.startswith(("redis://", "rediss://", "unix://")),
+                     f"client.redis_url must be a redis://, rediss:// or unix:// URL, "
+                     f"got {self.redis_url!r}")
+        for name in ("redis_timeout_s", "redis_retry_after_s", "agent_timeout_s",
+                     "agent_connect_timeout_s"):
+            value = getattr(self, name)
+            _require(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
+                     f"client.{name} must be a positive number, got {value!r}")
+        for name in ("embedded_kv_max_bytes", "agent_pool_size", "backfill_workers",
+                     "backfill_queue_size", "fetch_workers", "reader_cache_bytes"):
+            value = getattr(self, name)
+            _require(_is_int(value) and value > 0, f"client.{name} must be a positive int, got {value!r}")
+        _require(_is_int(self.readahead_pages) and self.readahead_pages >= 0,
+                 f"client.readahead_pages must be an int >= 0, got {self.readahead_pages!r}")
+
+
+@dataclass(frozen=True)
+class FluxonFsConfig:
+    exports: Mapping[str, FluxonFsExport]
+    identities: Mapping[str, str] = field(default_factory=dict)  # name -> token
+    client: ClientSettings = field(default_factory=ClientSettings)
+
+    @classmethod
+    def build(cls, exports: Iterable[FluxonFsExport], identities: Mapping[str, str] | None = None,
+              client: ClientSettings | None = None) -> FluxonFsConfig:
+        by_name: dict[str, FluxonFsExport] = {}
+        for export in exports:
+            if not isinstance(export, FluxonFsExport):
+                raise FluxonFsConfigError(f"exports must be FluxonFsExport objects, got {export!r}")
+            if export.name in by_name:
+                raise FluxonFsConfigError(f"export {export.name!r} is defined twice")
+            by_name[export.name] = export
+        identities = dict(identities or {})
+        tokens = list(identities.values())
+        if len(set(tokens)) != len(tokens):
+            raise FluxonFsConfigError("two identities share one token")
+        for name, token in identities.items():
+            RequestIdentity(name, token)  # validates both
+        return cls(by_name, identities, client or ClientSettings())
+
+    def export(self, name: str) -> FluxonFsExport:
+        from fluxon_video.errors import FluxonFsNotFoundError
+
+        try:
+            return self.exports[name]
+        except KeyError:
+            raise FluxonFsNotFoundError(
+                f"unknown export {name!r} (configured: {', '.join(sorted(self.exports)) or 'none'})"
+            ) from None
+
+    def identity(self, name: str) -> RequestIdentity:
+        try:
+            return RequestIdentity(name, self.identities[name])
+        except KeyError:
+            raise FluxonFsConfigError(f"unknown identity {name!r}") from None
+
+
+def load_config(path: str | os.PathLike[str]) -> FluxonFsConfig:
+    """Read a TOML config file; errors name the file and the offending key."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise FluxonFsConfigError(f"{path}: config file not found") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise FluxonFsConfigError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        return config_from_dict(data)
+    except FluxonFsConfigError as exc:
+        raise FluxonFsConfigError(f"{path}: {exc}") from None
+
+
+def config_from_dict(data: Mapping[str, Any]) -> FluxonFsConfig:
+    _check_keys("top level", data, {"client", "identities", "exports"})
+    client = _build(ClientSettings, "client", data.get("client", {}))
+    identities = data.get("identities", {})
+    if not isinstance(identities, Mapping) or not all(isinstance(v, str) for v in identities.values()):
+        raise FluxonFsConfigError("[identities] must map identity names to token strings")
+    raw_exports = data.get("exports", [])
+    if not isinstance(raw_exports, list):
+        raise FluxonFsConfigError("exports must be an array of tables ([[exports]])")
+    exports = [_build(FluxonFsExport, f"exports[{i}]", raw) for i, raw in enumerate(raw_exports)]
+    return FluxonFsConfig.build(exports, identities, client)
+
+
+def _build(cls: type, where: str, raw: Any) -> Any:
+    if not isinstance(raw, Mapping):
+        raise FluxonFsConfigError(f"{where} must be a table")
+    _check_keys(where, raw, {f.name for f in fields(cls)})
+    try:
+        return cls(**raw)
+    except TypeError as exc:  # a required key is missing
+        raise FluxonFsConfigError(f"{where}: {exc}") from None
+
+
+def _check_keys(where: str, raw: Mapping[str, Any], known: set[str]) -> None:
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise FluxonFsConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
+
+
+def _require(condition: Any, message: str) -> None:
+    if not condition:
+        raise FluxonFsConfigError(message)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,166 @@
+"""KV piece stores: Redis (shared by every node) or an in-process LRU.
+
+A piece is one hash: the bytes under the export's ``cache_bytes_field_key``,
+plus ``len`` and ``crc32``; every hit is verified against both before use.
+Redis trouble never fails a read: GuardedPieceStore turns errors and
+timeouts into misses and opens a circuit for a while, then tries again.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from collections.abc import Mapping
+from typing import Protocol
+
+import cachetools
+import redis
+import redis.exceptions
+
+from fluxon_video.fs.storage import FileStat
+
+Fields = Mapping[str, bytes]
+
+
+def piece_key(prefix: str, export: str, relpath: str, version: FileStat, piece_size: int,
+              index: int) -> str:
+    """The KV key of one piece. Strings are length-prefixed, so no two tuples collide."""
+    return (f"{prefix}:piece:{len(export)}:{export}:{len(relpath.encode())}:{relpath}:"
+            f"{version.size}:{version.mtime_ns}:{piece_size}:{index}")
+
+
+def encode_piece(data: bytes, bytes_field: str) -> dict[str, bytes]:
+    return {bytes_field: data, "len": str(len(data)).encode(),
+            "crc32": str(zlib.crc32(data)).encode()}
+
+
+def decode_piece(fields: Fields | None, bytes_field: str, expected_len: int) -> bytes | None:
+    """The piece's bytes if the entry is whole and intact, else None."""
+    if not fields:
+        return None
+    try:
+        data = fields[bytes_field]
+        if int(fields["len"]) != len(data) or len(data) != expected_len:
+            return None
+        if int(fields["crc32"]) != zlib.crc32(data):
+            return None
+    except (KeyError, ValueError, TypeError):
+        return None
+    return bytes(data)
+
+
+class PieceStore(Protocol):
+    def get(self, key: str) -> Fields | None: ...
+
+    def put(self, key: str, fields: Fields) -> None: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class EmbeddedPieceStore:
+    """A bounded in-process LRU: the default when no Redis URL is configured."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._cache: cachetools.LRUCache[str, dict[str, bytes]] = cachetools.LRUCache(
+            maxsize=max_bytes, getsizeof=lambda fields: sum(len(v) for v in fields.values()) + 64)
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Fields | None:
+        with self._lock:
+            return self._cache.get(key)
+
+    def put(self, key: str, fields: Fields) -> None:
+        with self._lock:
+            try:
+                self._cache[key] = dict(fields)
+            except ValueError:  # a single piece larger than the whole store
+                pass
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._cache.pop(key, None)
+
+    def close(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+
+class RedisPieceStore:
+    """Pieces in Redis or Redis Cluster via redis-py (hiredis parser when installed).
+
+    redis-py's connection pool checks its pid and reconnects after fork.
+    """
+
+    def __init__(self, url: str, timeout_s: float, cluster: bool = False) -> None:
+        options = dict(socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                       retry_on_timeout=False)
+        if cluster:
+            self._redis = redis.RedisCluster.from_url(url, **options)
+        else:
+            self._redis = redis.Redis.from_url(url, **options)
+        self.url = url
+
+    def get(self, key: str) -> Fields | None:
+        raw = self._redis.hgetall(key)
+        return {k.decode(): v for k, v in raw.items()} if raw else None
+
+    def put(self, key: str, fields: Fields) -> None:
+        self._redis.hset(key, mapping=dict(fields))
+
+    def delete(self, key: str) -> None:
+        self._redis.delete(key)
+
+    def close(self) -> None:
+        self._redis.close()
+
+
+class GuardedPieceStore:
+    """Wraps a store so its failures become misses; a circuit skips it for a while.
+
+    After a failure the store is bypassed for ``retry_after_s``; the next call
+    after that tries it again (one probe), closing the circuit on success.
+    """
+
+    KV_ERRORS = (redis.exceptions.RedisError, OSError)
+
+    def __init__(self, store: PieceStore, retry_after_s: float) -> None:
+        self.store = store
+        self.retry_after_s = retry_after_s
+        self._open_until = 0.0
+        self._lock = threading.Lock()
+        self.errors = 0
+        self.bypassed = 0
+
+    @property
+    def circuit_open(self) -> bool:
+        return time.monotonic() < self._open_until
+
+    def _call(self, fn, *args):
+        if self.circuit_open:
+            with self._lock:
+                self.bypassed += 1
+            return False, None
+        try:
+            result = fn(*args)
+        except self.KV_ERRORS:
+            with self._lock:
+                self.errors += 1
+                self._open_until = time.monotonic() + self.retry_after_s
+            return False, None
+        return True, result
+
+    def get(self, key: str) -> tuple[bool, Fields | None]:
+        """(reachable, fields): reachable False means the KV was skipped or failed."""
+        return self._call(self.store.get, key)
+
+    def put(self, key: str, fields: Fields) -> bool:
+        return self._call(self.store.put, key, fields)[0]
+
+    def delete(self, key: str) -> bool:
+        return self._call(self.store.delete, key)[0]
+
+    def close(self) -> None:
+        self.store.close()

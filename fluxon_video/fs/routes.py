@@ -1,0 +1,129 @@
+"""How the client reaches an export's storage: an agent over HTTP, or in-process.
+
+Both routes answer the same two calls with the same exceptions, so the
+client above them has one read path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Protocol
+from urllib.parse import urlencode
+
+import urllib3
+
+from fluxon_video import errors
+from fluxon_video.fs.storage import ExportStorage, FileStat
+
+_ERROR_KINDS: dict[str, type[errors.FluxonFsError]] = {
+    "bad_request": errors.FluxonFsBadRequestError,
+    "permission": errors.FluxonFsPermissionError,
+    "not_found": errors.FluxonFsNotFoundError,
+    "changed": errors.FluxonFsFileChangedError,
+}
+_STATUS_ERRORS: dict[int, type[errors.FluxonFsError]] = {
+    400: errors.FluxonFsBadRequestError,
+    401: errors.FluxonFsPermissionError,
+    403: errors.FluxonFsPermissionError,
+    404: errors.FluxonFsNotFoundError,
+    409: errors.FluxonFsFileChangedError,
+}
+
+
+class Route(Protocol):
+    def stat(self, export: str, relpath: str, token: str) -> FileStat: ...
+
+    def read_chunk(self, export: str, relpath: str, offset: int, length: int,
+                   expected: FileStat, token: str) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class InProcessRoute:
+    """The export served by this process, through the agent's own checks."""
+
+    def __init__(self, storage: ExportStorage) -> None:
+        self.storage = storage
+
+    def stat(self, export: str, relpath: str, token: str) -> FileStat:
+        return self.storage.stat(export, relpath, token)
+
+    def read_chunk(self, export: str, relpath: str, offset: int, length: int,
+                   expected: FileStat, token: str) -> bytes:
+        return self.storage.read_chunk(export, relpath, offset, length, expected, token)
+
+    def close(self) -> None:
+        pass
+
+
+class AgentRoute:
+    """HTTP/1.1 keep-alive connections to one agent (urllib3's thread-safe pool)."""
+
+    def __init__(self, url: str, timeout_s: float, connect_timeout_s: float, pool_size: int) -> None:
+        self.url = url.rstrip("/")
+        self._timeout = urllib3.Timeout(connect=connect_timeout_s, read=timeout_s)
+        # One retry covers a keep-alive connection the agent closed meanwhile.
+        self._retries = urllib3.Retry(total=1, connect=1, read=0, status=0, redirect=0,
+                                      backoff_factor=0.05, raise_on_status=False)
+        self._pool_size = pool_size
+        self._lock = threading.Lock()
+        self._http: urllib3.PoolManager | None = None
+        self._pid = -1
+
+    def _pool(self) -> urllib3.PoolManager:
+        # A pool made before fork shares sockets with the parent: make our own.
+        if self._pid != os.getpid():
+            with self._lock:
+                if self._pid != os.getpid():
+                    self._http = urllib3.PoolManager(num_pools=4, maxsize=self._pool_size,
+                                                     block=False, timeout=self._timeout,
+                                                     retries=self._retries)
+                    self._pid = os.getpid()
+        assert self._http is not None
+        return self._http
+
+    def _get(self, path: str, params: dict[str, object], token: str, what: str) -> bytes:
+        url = f"{self.url}{path}?{urlencode(params)}"
+        try:
+            response = self._pool().request("GET", url, headers={"Authorization": f"Bearer {token}"},
+                                            preload_content=True)
+        except urllib3.exceptions.TimeoutError as exc:
+            raise errors.FluxonFsTimeoutError(f"{what}: agent {self.url} timed out ({exc})") from None
+        except urllib3.exceptions.HTTPError as exc:
+            raise errors.FluxonFsIOError(f"{what}: agent {self.url} unreachable ({exc})") from None
+        if response.status == 200:
+            return response.data
+        try:
+            body = json.loads(response.data)
+            cls = _ERROR_KINDS.get(body.get("error"), None)
+            message = body.get("message", "")
+        except (ValueError, AttributeError):
+            cls, message = None, response.data[:200].decode("utf-8", "replace")
+        cls = cls or _STATUS_ERRORS.get(response.status, errors.FluxonFsIOError)
+        raise cls(f"{what}: agent answered {response.status}: {message}")
+
+    def stat(self, export: str, relpath: str, token: str) -> FileStat:
+        body = self._get("/v1/stat", {"export": export, "path": relpath}, token,
+                         f"{export}:{relpath}")
+        info = json.loads(body)
+        return FileStat(int(info["size"]), int(info["mtime_ns"]))
+
+    def read_chunk(self, export: str, relpath: str, offset: int, length: int,
+                   expected: FileStat, token: str) -> bytes:
+        data = self._get("/v1/read", {"export": export, "path": relpath, "offset": offset,
+                                      "length": length, "size": expected.size,
+                                      "mtime_ns": expected.mtime_ns},
+                         token, f"{export}:{relpath}")
+        if len(data) != length:
+            raise errors.FluxonFsShortReadError(
+                f"{export}:{relpath}: agent returned {len(data)} of {length} bytes at {offset}")
+        return data
+
+    def close(self) -> None:
+        with self._lock:
+            if self._http is not None and self._pid == os.getpid():
+                self._http.clear()
+            self._http = None
+            self._pid = -1

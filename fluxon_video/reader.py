@@ -1,0 +1,130 @@
+"""FluxonFsVideoReader: one file version, one identity, one output size."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fluxon_video.errors import FluxonFsClosedError
+from fluxon_video.fs.client import FluxonFsRangeSource, ReadCounters
+from fluxon_video.fs.config import FluxonFsExport, RequestIdentity
+from fluxon_video.fs.storage import FileStat
+from fluxon_video.native import require_native
+from fluxon_video.stats import FluxonFsVideoReadStats
+
+if TYPE_CHECKING:
+    from fluxon_video.patcher import FluxonFsPatcher
+
+
+class FluxonFsVideoReader:
+    """Reads frames of one video through FluxonFS; use as a context manager.
+
+    Opened by :meth:`FluxonFsPatcher.open_video_reader`. Holds the file
+    version and the request identity captured at open, and a page cache that
+    later reads reuse. One read runs at a time; ``close()`` is idempotent and
+    every read after it fails.
+    """
+
+    def __init__(self, patcher: FluxonFsPatcher, identity: RequestIdentity,
+                 export: FluxonFsExport, relpath: str, version: FileStat,
+                 height: int, width: int, num_threads: int, open_ms: float) -> None:
+        self._avio, self._decode = require_native()
+        self.export_name = export.name
+        self.relpath = relpath
+        self.identity = identity
+        self.version = version
+        self.height = height
+        self.width = width
+        self.num_threads = num_threads
+        self.name = f"{export.name}:{relpath}"
+        self._patcher = patcher
+        self._export = export
+        self._lock = threading.Lock()
+        self._closed = False
+        self._open_ms = open_ms
+        self._byte_source: Any = None
+        self._range_source: FluxonFsRangeSource | None = None
+        self.last_stats: FluxonFsVideoReadStats | None = None
+        self.reads = 0
+        self._make_byte_source()
+
+    def _make_byte_source(self) -> None:
+        settings = self._patcher.config.client
+        self._range_source = FluxonFsRangeSource(self._patcher.client, self.identity,
+                                                 self.export_name, self.relpath, self.version)
+        self._byte_source = self._avio.ByteSource(
+            self._range_source, self.version.size, page_size=self._export.piece_size,
+            cache_bytes=settings.reader_cache_bytes, readahead_pages=settings.readahead_pages,
+            fetch_workers=settings.fetch_workers,
+            fetch_timeout_s=3 * settings.agent_timeout_s + 1, name=self.name)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def read_frames_numpy(self, indices: Sequence[int]) -> np.ndarray:
+        """Frames at ``indices`` as uint8 ``(len(indices), height, width, 3)`` RGB."""
+        with self._lock:
+            if self._closed:
+                raise FluxonFsClosedError(f"{self.name}: the reader is closed")
+            if self._byte_source.pid != os.getpid():
+                # Forked: the parent's fetch workers and page cache are not ours.
+                self._make_byte_source()
+            t0 = time.perf_counter()
+            client = self._patcher.client
+            assert self._range_source is not None
+            self._range_source.client = client
+            before = self._range_source.counters.snapshot()
+            client.check_version(self.identity, self.export_name, self.relpath, self.version)
+            frames, native = self._decode.decode_frames(
+                self._byte_source, indices, self.height, self.width, self.num_threads, self.name)
+            self.last_stats = self._stats(native, before, len(frames), time.perf_counter() - t0)
+            self.reads += 1
+            return frames
+
+    def _stats(self, native: dict[str, Any], before: dict[str, int], returned: int,
+               seconds: float) -> FluxonFsVideoReadStats:
+        assert self._range_source is not None
+        after = self._range_source.counters.snapshot()
+        delta = {k: after[k] - before[k] for k in ReadCounters.__dataclass_fields__}
+        open_ms, self._open_ms = self._open_ms, 0.0
+        return FluxonFsVideoReadStats(
+            open_ms=open_ms,
+            container_open_ms=native.get("open_ms", 0.0),
+            decode_ms=native.get("decode_ms", 0.0),
+            total_ms=seconds * 1e3,
+            range_reads=native.get("read_calls", 0),
+            range_bytes=native.get("bytes_read", 0),
+            seeks=native.get("seek_calls", 0),
+            page_hits=native.get("page_hits", 0),
+            page_misses=native.get("page_misses", 0),
+            frames_decoded=native.get("frames_decoded", 0),
+            frames_returned=returned,
+            **delta,
+        )
+
+    def close(self) -> None:
+        """Release the page cache and fetch workers. Safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._byte_source is not None:
+                self._byte_source.close()
+                self._byte_source = None
+
+    def __enter__(self) -> FluxonFsVideoReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (f"<FluxonFsVideoReader {self.name} {self.height}x{self.width} "
+                f"identity={self.identity.name} {state}>")

@@ -1,0 +1,41 @@
+"""Per-read statistics of a video reader (the metrics the design asks for)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FluxonFsVideoReadStats:
+    """What one read_frames_numpy call cost.
+
+    Byte counters are attributed to the call during which they happened; a
+    readahead fetch that completes after the call is counted in the next one.
+    """
+
+    open_ms: float = 0.0            # opening the reader (stat, set-up); 0 for later reads
+    container_open_ms: float = 0.0  # FFmpeg opening the container in this call
+    decode_ms: float = 0.0          # demux + decode + convert
+    total_ms: float = 0.0           # end to end, this call
+    range_reads: int = 0            # FFmpeg read callbacks
+    range_bytes: int = 0            # bytes those callbacks returned
+    seeks: int = 0                  # FFmpeg seek callbacks
+    page_hits: int = 0              # reader page cache
+    page_misses: int = 0
+    kv_hits: int = 0                # KV piece cache
+    kv_misses: int = 0
+    kv_errors: int = 0              # KV unreachable or skipped (circuit open)
+    kv_corrupt: int = 0             # KV entries that failed verification
+    remote_reads: int = 0           # reads from the agent (or in-process export)
+    remote_bytes: int = 0
+    backfills_queued: int = 0
+    backfills_dropped: int = 0
+    frames_decoded: int = 0
+    frames_returned: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __add__(self, other: FluxonFsVideoReadStats) -> FluxonFsVideoReadStats:
+        return FluxonFsVideoReadStats(**{k: v + getattr(other, k) for k, v in asdict(self).items()})

@@ -1,0 +1,28 @@
+"""The public facade the design names: everything a data loader needs."""
+
+from fluxon_video.errors import *  # noqa: F401,F403
+from fluxon_video.errors import __all__ as _error_names
+from fluxon_video.fs.config import (
+    ClientSettings,
+    FluxonFsConfig,
+    FluxonFsExport,
+    MissPolicy,
+    RequestIdentity,
+    load_config,
+)
+from fluxon_video.patcher import FluxonFsPatcher
+from fluxon_video.reader import FluxonFsVideoReader
+from fluxon_video.stats import FluxonFsVideoReadStats
+
+__all__ = [
+    *_error_names,
+    "ClientSettings",
+    "FluxonFsConfig",
+    "FluxonFsExport",
+    "FluxonFsPatcher",
+    "FluxonFsVideoReader",
+    "FluxonFsVideoReadStats",
+    "MissPolicy",
+    "RequestIdentity",
+    "load_config",
+]

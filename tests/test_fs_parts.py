@@ -1,0 +1,187 @@
+"""The FluxonFS client's parts: config, key encoding, single-flight, backfill, stores."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from fluxon_video import errors
+from fluxon_video.fs.client import Backfiller, FluxonFsClient, ReadCounters, SingleFlight
+from fluxon_video.fs.config import (
+    ClientSettings,
+    FluxonFsConfig,
+    FluxonFsExport,
+    MissPolicy,
+    RequestIdentity,
+    load_config,
+)
+from fluxon_video.fs.kv import EmbeddedPieceStore, decode_piece, encode_piece, piece_key
+from fluxon_video.fs.routes import InProcessRoute
+from fluxon_video.fs.storage import FileStat
+from tests.conftest import agent_config_text
+
+V = FileStat(100, 7)
+
+
+# ---- configuration ----
+
+def test_toml_config_round_trip(tmp_path, export_root):
+    path = tmp_path / "c.toml"
+    path.write_text('[client]\nredis_url = "redis://127.0.0.1:1/0"\nagent_timeout_s = 3\n\n'
+                    + agent_config_text(export_root)
+                    + 'kv_miss_policy = "StageToKvThenRead"\npiece_size = 65536\n')
+    config = load_config(path)
+    assert config.client.redis_url == "redis://127.0.0.1:1/0"
+    assert config.client.agent_timeout_s == 3
+    assert config.export("train").allow == ("alice",)
+    shared = config.export("shared")
+    assert shared.kv_miss_policy is MissPolicy.StageToKvThenRead and shared.piece_size == 65536
+    assert config.identity("bob") == RequestIdentity("bob", "token-bob")
+
+
+@pytest.mark.parametrize("text,message", [
+    ('[client]\nredis_urll = "x"\n', r"client: unknown key\(s\) redis_urll"),
+    ('colour = 1\n', r"top level: unknown key\(s\) colour"),
+    ('[[exports]]\nname = "a"\nroot = "/r"\npiece_sise = 4096\n', r"exports\[0\]: unknown key\(s\) piece_sise"),
+    ('[[exports]]\nname = "a"\nroot = "/r"\npiece_size = 10\n', "piece_size must be an int between"),
+    ('[[exports]]\nname = "a"\nroot = "/r"\nkv_miss_policy = "Sometimes"\n', "kv_miss_policy must be one of"),
+    ('[[exports]]\nname = "a"\nroot = "/r"\nagent_url = "ftp://x"\n', "agent_url must be an http"),
+    ('[[exports]]\nname = "a"\n', "missing 1 required positional argument: 'root'"),
+    ('[client]\nredis_url = "http://x"\n', "redis_url must be a redis://"),
+    ('[client]\nagent_timeout_s = 0\n', "agent_timeout_s must be a positive number"),
+    ('[[exports]]\nname = "a"\nroot = "/r"\n[[exports]]\nname = "a"\nroot = "/s"\n', "defined twice"),
+    ("[client\n", "not valid TOML"),
+])
+def test_config_errors_name_the_file_and_key(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(errors.FluxonFsConfigError, match=message) as info:
+        load_config(path)
+    assert str(path) in str(info.value)
+
+
+def test_config_from_python_objects_is_validated():
+    with pytest.raises(errors.FluxonFsConfigError, match="metadata_cache_ttl_ms"):
+        FluxonFsExport("a", "/r", metadata_cache_ttl_ms=-1)
+    with pytest.raises(errors.FluxonFsConfigError, match="share one token"):
+        FluxonFsConfig.build([], {"a": "t", "b": "t"})
+    with pytest.raises(errors.FluxonFsConfigError, match="reader_cache_bytes"):
+        ClientSettings(reader_cache_bytes=0)
+    with pytest.raises(errors.FluxonFsConfigError):
+        RequestIdentity("x", "")
+    assert "secret" not in repr(RequestIdentity("x", "secret"))
+
+
+# ---- KV entries ----
+
+def test_piece_keys_never_collide():
+    tuples = [("a:b", "c"), ("a", "b:c"), ("a", "b:c:1"), ("a:1", "b")]
+    keys = {piece_key("p", e, r, V, 4096, 1) for e, r in tuples}
+    assert len(keys) == len(tuples)
+    assert piece_key("p", "e", "r", V, 4096, 1) != piece_key("p", "e", "r", V, 4096, 11)
+    assert piece_key("p", "e", "r", V, 4096, 1) != piece_key("p", "e", "r", FileStat(100, 8), 4096, 1)
+    assert piece_key("p", "e", "r", V, 4096, 1) != piece_key("p", "e", "r", V, 8192, 1)
+
+
+def test_piece_entries_are_verified():
+    fields = encode_piece(b"hello world", "bytes")
+    assert decode_piece(fields, "bytes", 11) == b"hello world"
+    assert decode_piece(fields, "bytes", 12) is None  # not the length the file implies
+    assert decode_piece({**fields, "bytes": b"hello worle"}, "bytes", 11) is None  # CRC
+    assert decode_piece({**fields, "crc32": b"zz"}, "bytes", 11) is None
+    assert decode_piece({"bytes": b"x"}, "bytes", 1) is None
+    assert decode_piece(None, "bytes", 1) is None
+
+
+def test_embedded_store_is_bounded():
+    store = EmbeddedPieceStore(max_bytes=10_000)
+    for i in range(10):
+        store.put(f"k{i}", encode_piece(bytes(3000), "bytes"))
+    kept = [i for i in range(10) if store.get(f"k{i}")]
+    assert kept == [7, 8, 9]
+    store.put("huge", encode_piece(bytes(20_000), "bytes"))  # larger than the store: skipped
+    assert store.get("huge") is None
+
+
+# ---- single-flight and backfill ----
+
+def test_single_flight_shares_one_call():
+    calls = []
+    flights = SingleFlight()
+    gate = threading.Event()
+
+    def slow():
+        calls.append(1)
+        gate.wait(5)
+        return b"data"
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(flights.do("k", slow)))
+               for _ in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    gate.set()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    assert sorted(ran for _, ran in results) == [False] * 7 + [True]
+    assert all(data == b"data" for data, _ in results)
+
+
+def test_single_flight_shares_failures_and_forgets_them():
+    flights = SingleFlight()
+    with pytest.raises(KeyError):
+        flights.do("k", lambda: {}["x"])
+    assert flights.do("k", lambda: 5) == (5, True)
+
+
+def test_backfill_is_bounded_deduplicated_and_never_blocks():
+    backfill = Backfiller(workers=1, queue_size=1)
+    gate = threading.Event()
+    try:
+        assert backfill.submit("a", gate.wait) is True  # running
+        time.sleep(0.1)
+        assert backfill.submit("a", gate.wait) is None  # same piece: deduplicated
+        assert backfill.submit("b", lambda: None) is True  # queued
+        t0 = time.monotonic()
+        assert backfill.submit("c", lambda: None) is False  # full: dropped, at once
+        assert time.monotonic() - t0 < 0.1
+        gate.set()
+        assert backfill.wait_idle()
+        assert backfill.done == 2
+    finally:
+        gate.set()
+        backfill.close()
+
+
+def test_concurrent_misses_for_one_piece_are_fetched_once(export_root, monkeypatch):
+    """A slow route (fault injected) makes eight readers miss the same piece at once."""
+    export = FluxonFsExport("train", str(export_root), allow=["alice"],
+                            kv_miss_policy=MissPolicy.StageToKvThenRead, piece_size=65536)
+    config = FluxonFsConfig.build([export], {"alice": "token-alice"})
+    client = FluxonFsClient(config)
+    alice = config.identity("alice")
+    relpath = "bucket/videos/hevc.mp4"
+    version = client.stat(alice, "train", relpath)
+    real = InProcessRoute.read_chunk
+
+    def slow_read(self, *args):
+        time.sleep(0.2)
+        return real(self, *args)
+
+    monkeypatch.setattr(InProcessRoute, "read_chunk", slow_read)
+    counters = ReadCounters()
+    out = []
+    threads = [threading.Thread(target=lambda: out.append(client.read_range(
+        alice, "train", relpath, version, 1000, 5000, counters))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    client.close()
+    expected = (export_root / relpath).read_bytes()[1000:6000]
+    assert out == [expected] * 8
+    assert counters.remote_reads == 1 and counters.remote_bytes == 65536
