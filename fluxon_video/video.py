@@ -11,6 +11,11 @@ from fluxon_video.fs.config import (
     load_config,
 )
 from fluxon_video.patcher import FluxonFsPatcher
+from fluxon_video.pool import (
+    FluxonFsVideoReaderPool,
+    FluxonFsVideoReadRequest,
+    FluxonFsVideoReadResult,
+)
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.stats import FluxonFsVideoReadStats
 
@@ -21,6 +26,9 @@ __all__ = [
     "FluxonFsExport",
     "FluxonFsPatcher",
     "FluxonFsVideoReader",
+    "FluxonFsVideoReaderPool",
+    "FluxonFsVideoReadRequest",
+    "FluxonFsVideoReadResult",
     "FluxonFsVideoReadStats",
     "MissPolicy",
     "RequestIdentity",

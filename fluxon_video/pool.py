@@ -1,0 +1,301 @@
+"""FluxonFsVideoReaderPool: a per-process LRU of readers, and batched reads.
+
+The entry point for data loaders. Readers are keyed by ``(export_name,
+relpath, height, width, num_threads, request_identity)``. A reader is leased
+to one call at a time (concurrent calls for one key open more readers); a
+leased reader is never closed by eviction; idle readers beyond
+``max_readers`` are closed oldest first.
+
+Fork-safe like redis-py's connection pool: the pool remembers its pid, and in
+a forked child it forgets the parent's readers (never closing or using them)
+and starts empty.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fluxon_video.errors import (
+    FluxonFsClosedError,
+    FluxonFsConfigError,
+    FluxonFsError,
+    FluxonFsFrameIndexError,
+)
+from fluxon_video.fs.config import RequestIdentity
+from fluxon_video.fs.storage import check_relpath
+from fluxon_video.reader import FluxonFsVideoReader
+from fluxon_video.stats import FluxonFsVideoReadStats
+
+if TYPE_CHECKING:
+    from fluxon_video.patcher import FluxonFsPatcher
+
+ReaderKey = tuple[str, str, int, int, int, RequestIdentity]
+
+# Errors that say nothing about the reader's health: it goes back to the pool.
+_ARGUMENT_ERRORS = (FluxonFsFrameIndexError, FluxonFsConfigError, TypeError)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise FluxonFsConfigError(f"{name} must be a positive int, got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class FluxonFsVideoReadRequest:
+    """One clip to read: which video, output size, decoder threads and frame indices."""
+
+    export_name: str
+    relpath: str
+    height: int
+    width: int
+    num_threads: int
+    indices: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.export_name, str) or not self.export_name:
+            raise FluxonFsConfigError(f"export_name must be a non-empty string, got {self.export_name!r}")
+        check_relpath(self.relpath)
+        for name in ("height", "width", "num_threads"):
+            object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
+        if isinstance(self.indices, (str, bytes)):
+            raise TypeError("indices must be a sequence of ints")
+        indices = []
+        for position, value in enumerate(self.indices):
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"indices[{position}] is {type(value).__name__}, not an int")
+            if value < 0:
+                raise FluxonFsFrameIndexError(f"indices[{position}] = {value} is negative")
+            indices.append(int(value))
+        object.__setattr__(self, "indices", tuple(indices))
+
+
+@dataclass(frozen=True)
+class FluxonFsVideoReadResult:
+    """Frames of one request and what reading them cost.
+
+    In a batched read, ``stats`` describe the one native call that served the
+    request's group (``group_size`` requests), so they are shared, not split.
+    """
+
+    frames: np.ndarray
+    stats: FluxonFsVideoReadStats
+    reader_reused: bool
+    group_size: int = 1
+
+    @property
+    def open_ms(self) -> float:
+        return self.stats.open_ms
+
+    @property
+    def decode_ms(self) -> float:
+        return self.stats.decode_ms
+
+    @property
+    def total_ms(self) -> float:
+        return self.stats.total_ms
+
+
+@dataclass
+class PoolCounters:
+    readers_opened: int = 0
+    leases_reused: int = 0  # leases served by an idle cached reader
+    readers_evicted: int = 0
+    readers_discarded: int = 0  # closed after a failed read
+    native_calls: int = 0
+
+    def reuse_rate(self) -> float:
+        leases = self.readers_opened + self.leases_reused
+        return self.leases_reused / leases if leases else 0.0
+
+
+@dataclass
+class _State:
+    """Everything that belongs to one process; replaced wholesale after fork."""
+
+    pid: int = field(default_factory=os.getpid)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    idle: OrderedDict[FluxonFsVideoReader, ReaderKey] = field(default_factory=OrderedDict)
+    leased: set[FluxonFsVideoReader] = field(default_factory=set)
+    counters: PoolCounters = field(default_factory=PoolCounters)
+
+
+class FluxonFsVideoReaderPool:
+    """Reads frames through cached readers. Thread-safe and fork-safe; a context manager."""
+
+    def __init__(self, patcher: FluxonFsPatcher, max_readers: int = 32) -> None:
+        self.patcher = patcher
+        self.max_readers = _positive_int("max_readers", max_readers)
+        self._state = _State()
+        self._closed = False
+
+    # ---- process-local state ----
+
+    def _local(self) -> _State:
+        state = self._state
+        if state.pid != os.getpid():
+            # A forked child: the parent's readers (and their threads) are not ours.
+            state = self._state = _State()
+        return state
+
+    def _key(self, request: FluxonFsVideoReadRequest) -> ReaderKey:
+        identity = self.patcher.identity
+        if identity is None:
+            raise FluxonFsConfigError("no request identity is set on the patcher")
+        return (request.export_name, request.relpath, request.height, request.width,
+                request.num_threads, identity)
+
+    @contextmanager
+    def _lease(self, key: ReaderKey) -> Iterator[tuple[FluxonFsVideoReader, bool]]:
+        """The most recently used idle reader for key, or a new one; returned after."""
+        state = self._local()
+        with state.lock:
+            if self._closed:
+                raise FluxonFsClosedError("the reader pool is closed")
+            reader = next((r for r in reversed(state.idle) if state.idle[r] == key), None)
+            if reader is not None:
+                del state.idle[reader]
+                state.leased.add(reader)
+                state.counters.leases_reused += 1
+        reused = reader is not None
+        if reader is None:
+            export_name, relpath, height, width, num_threads, identity = key
+            with self.patcher.using_identity(identity):
+                reader = self.patcher.open_video_reader(export_name, relpath, height, width,
+                                                        num_threads)
+            with state.lock:
+                state.leased.add(reader)
+                state.counters.readers_opened += 1
+        healthy = False
+        try:
+            yield reader, reused
+            healthy = True
+        except _ARGUMENT_ERRORS:
+            healthy = True
+            raise
+        finally:
+            self._give_back(state, key, reader, healthy)
+
+    def _give_back(self, state: _State, key: ReaderKey, reader: FluxonFsVideoReader,
+                   healthy: bool) -> None:
+        to_close = []
+        with state.lock:
+            state.leased.discard(reader)
+            if self._closed or not healthy or reader.closed:
+                to_close.append(reader)
+                if not healthy:
+                    state.counters.readers_discarded += 1
+            else:
+                state.idle[reader] = key
+                # Only idle readers are evicted, least recently used first.
+                while state.idle and len(state.idle) + len(state.leased) > self.max_readers:
+                    victim, _ = state.idle.popitem(last=False)
+                    to_close.append(victim)
+                    state.counters.readers_evicted += 1
+        for victim in to_close:
+            victim.close()
+
+    # ---- reads ----
+
+    def read_frames_numpy(self, *, export_name: str, relpath: str, height: int, width: int,
+                          num_threads: int, indices: Sequence[int]) -> np.ndarray:
+        """Frames at ``indices`` as uint8 ``(len(indices), height, width, 3)`` RGB."""
+        return self.read_frames_numpy_with_stats(
+            export_name=export_name, relpath=relpath, height=height, width=width,
+            num_threads=num_threads, indices=indices).frames
+
+    def read_frames_numpy_with_stats(self, *, export_name: str, relpath: str, height: int,
+                                     width: int, num_threads: int,
+                                     indices: Sequence[int]) -> FluxonFsVideoReadResult:
+        request = FluxonFsVideoReadRequest(export_name, relpath, height, width, num_threads,
+                                           tuple(indices))
+        t0 = time.perf_counter()
+        with self._lease(self._key(request)) as (reader, reused):
+            frames = reader.read_frames_numpy(request.indices)
+            stats = reader.last_stats
+            self._local().counters.native_calls += 1
+        assert stats is not None
+        stats = replace(stats, total_ms=(time.perf_counter() - t0) * 1e3)
+        return FluxonFsVideoReadResult(frames, stats, reused)
+
+    def read_many_numpy_with_stats(
+            self, requests: Sequence[FluxonFsVideoReadRequest]) -> list[FluxonFsVideoReadResult]:
+        """Results in request order; one native decode per reader key over the union of indices."""
+        groups: dict[ReaderKey, list[int]] = {}
+        for position, request in enumerate(requests):
+            if not isinstance(request, FluxonFsVideoReadRequest):
+                raise TypeError(f"requests[{position}] is {type(request).__name__}, "
+                                "not a FluxonFsVideoReadRequest")
+            try:
+                self.patcher.config.export(request.export_name)
+            except FluxonFsError as exc:
+                raise type(exc)(f"requests[{position}]: {exc}") from None
+            groups.setdefault(self._key(request), []).append(position)
+        results: list[FluxonFsVideoReadResult | None] = [None] * len(requests)
+        for key, positions in groups.items():
+            union = np.unique(np.fromiter((i for p in positions for i in requests[p].indices),
+                                          dtype=np.int64))
+            t0 = time.perf_counter()
+            try:
+                with self._lease(key) as (reader, reused):
+                    frames = reader.read_frames_numpy(union)
+                    stats = reader.last_stats
+                    self._local().counters.native_calls += 1
+            except FluxonFsError as exc:
+                raise _name_requests(exc, positions) from exc
+            assert stats is not None
+            stats = replace(stats, total_ms=(time.perf_counter() - t0) * 1e3)
+            for position in positions:
+                rows = np.searchsorted(union, np.asarray(requests[position].indices, dtype=np.int64))
+                results[position] = FluxonFsVideoReadResult(
+                    frames[rows], stats, reused, group_size=len(positions))
+        return results  # type: ignore[return-value]
+
+    # ---- life cycle ----
+
+    def counters(self) -> PoolCounters:
+        return self._local().counters
+
+    def idle_readers(self) -> list[ReaderKey]:
+        """Keys of idle readers, least recently used first (for inspection and tests)."""
+        state = self._local()
+        with state.lock:
+            return list(state.idle.values())
+
+    def close(self) -> None:
+        """Close every idle reader; leased ones close when returned. Safe to call twice."""
+        state = self._local()
+        with state.lock:
+            self._closed = True
+            idle = list(state.idle)
+            state.idle.clear()
+        for reader in idle:
+            reader.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> FluxonFsVideoReaderPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _name_requests(exc: FluxonFsError, positions: list[int]) -> BaseException:
+    """The same error, saying which requests it belongs to."""
+    label = f"requests[{positions[0]}]" if len(positions) == 1 else f"requests{positions}"
+    try:
+        return type(exc)(f"{label}: {exc}")
+    except TypeError:
+        return exc
