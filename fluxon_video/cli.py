@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--io-threads", type=int, default=32,
                        help="threads reading files (default: %(default)s)")
     agent.add_argument("--access-log", action="store_true", help="log every request")
+    agent.add_argument("--inject-latency-ms", type=float, default=0.0, metavar="MS",
+                       help="wait MS milliseconds before answering each stat and read, to "
+                            "model a remote store in benchmarks (default: %(default)s)")
     agent.set_defaults(run=_run_agent)
 
     info = sub.add_parser("versions", help="print the FFmpeg library versions in use")
@@ -55,7 +58,8 @@ def _run_agent(args: argparse.Namespace) -> int:
     from fluxon_video.fs.config import load_config
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    run_agent(load_config(args.config), args.listen, args.io_threads, args.access_log)
+    run_agent(load_config(args.config), args.listen, args.io_threads, args.access_log,
+              args.inject_latency_ms)
     return 0
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -66,10 +67,14 @@ class RedisServer:
 
 
 class AgentProcess:
-    """`python -m fluxon_video agent` as a subprocess on a free loopback port."""
+    """`python -m fluxon_video agent` as a subprocess on a free loopback port.
 
-    def __init__(self, config_path: Path) -> None:
+    ``args`` are extra command-line options, e.g. ``["--inject-latency-ms", "2"]``.
+    """
+
+    def __init__(self, config_path: Path, args: Sequence[str] = ()) -> None:
         self.config_path = config_path
+        self.args = list(args)
         self.port = free_port()
         self.proc: subprocess.Popen | None = None
         self.log = config_path.with_suffix(f".{self.port}.log")
@@ -82,7 +87,7 @@ class AgentProcess:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "fluxon_video", "agent", "--config", str(self.config_path),
-                 "--listen", f"127.0.0.1:{self.port}"],
+                 "--listen", f"127.0.0.1:{self.port}", *self.args],
                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
         def healthy() -> bool:

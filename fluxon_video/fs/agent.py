@@ -107,8 +107,24 @@ async def handle_health(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def make_app(config: FluxonFsConfig, threads: int = 32) -> web.Application:
-    app = web.Application()
+def _latency_middleware(seconds: float) -> Any:
+    """Delay every stat and read answer by ``seconds`` (models a remote store in benchmarks)."""
+
+    @web.middleware
+    async def delay(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+        if request.path in ("/v1/read", "/v1/stat"):
+            await asyncio.sleep(seconds)
+        return await handler(request)
+
+    return delay
+
+
+def make_app(config: FluxonFsConfig, threads: int = 32,
+             inject_latency_ms: float = 0.0) -> web.Application:
+    if inject_latency_ms < 0:
+        raise errors.FluxonFsConfigError(f"inject_latency_ms must be >= 0, got {inject_latency_ms}")
+    app = web.Application(middlewares=[_latency_middleware(inject_latency_ms / 1e3)]
+                          if inject_latency_ms else [])
     app[STORAGE_KEY] = ExportStorage(config)
     app[POOL_KEY] = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="agent-io")
     app.router.add_get("/v1/stat", handle_stat)
@@ -130,10 +146,10 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 def run_agent(config: FluxonFsConfig, listen: str, threads: int = 32,
-              access_log: bool = False) -> None:
+              access_log: bool = False, inject_latency_ms: float = 0.0) -> None:
     """Serve until SIGINT/SIGTERM (aiohttp turns both into a graceful exit)."""
     host, port = parse_listen(listen)
     exports = ", ".join(f"{e.name}={e.root}" for e in config.exports.values()) or "none"
     print(f"fluxon-video agent listening on http://{host}:{port} (exports: {exports})", flush=True)
-    web.run_app(make_app(config, threads), host=host, port=port, print=None,
+    web.run_app(make_app(config, threads, inject_latency_ms), host=host, port=port, print=None,
                 access_log=log if access_log else None, handle_signals=True)
