@@ -49,6 +49,7 @@ def ffmpeg_extensions():
         Extension("fluxon_video._errors", ["fluxon_video/_errors.pyx"], **common),
         Extension("fluxon_video._avio",
                   ["fluxon_video/_avio.pyx", "fluxon_video/_pagecache.c"], **common),
+        Extension("fluxon_video._demux", ["fluxon_video/_demux.pyx"], **common),
         Extension("fluxon_video._decode",
                   ["fluxon_video/_decode.pyx", "fluxon_video/_avlog.c"], **common),
     ]

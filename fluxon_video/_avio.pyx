@@ -23,8 +23,8 @@ from libc.stdlib cimport calloc, free
 from fluxon_video._pagecache cimport (
     FX_ERR_CLOSED, FX_ERR_FETCH, FX_ERR_NOMEM, FX_ERR_TIMEOUT, fx_cache_stats, fx_cursor,
     fx_cursor_init, fx_pagecache, fx_pagecache_cached_pages, fx_pagecache_complete,
-    fx_pagecache_free, fx_pagecache_get_stats, fx_pagecache_new, fx_pagecache_next_job,
-    fx_pagecache_read, fx_pagecache_shutdown,
+    fx_pagecache_cancel_speculative, fx_pagecache_free, fx_pagecache_get_stats, fx_pagecache_new,
+    fx_pagecache_next_job, fx_pagecache_prefetch, fx_pagecache_read, fx_pagecache_shutdown,
 )
 from fluxon_video.libav.avformat cimport (
     AVIOContext, AVSEEK_FORCE, AVSEEK_SIZE, avio_alloc_context, avio_context_free,
@@ -207,10 +207,19 @@ cdef class ByteSource:
             "pages_fetched": s.pages_fetched,
             "bytes_fetched": s.bytes_fetched,
             "readahead_pages": s.readahead_pages,
+            "readahead_cancelled": s.readahead_cancelled,
             "evictions": s.evictions,
             "fetch_errors": s.fetch_errors,
             "cached_pages": fx_pagecache_cached_pages(self.core.pc),
         }
+
+    def prefetch(self, int64_t offset, int64_t length):
+        """Queue the pages of a byte range for the fetch workers; returns how many."""
+        return fx_source_prefetch(self.pagecache(), offset, length)
+
+    def cancel_prefetch(self):
+        """Drop queued prefetch pages no worker has started; returns how many."""
+        return fx_source_cancel_prefetch(self.pagecache())
 
     def open_cursor(self):
         """A read/seek cursor driving the same C callbacks FFmpeg uses."""
@@ -273,6 +282,16 @@ cdef AVIOContext *fx_avio_open(ByteSource source, int buffer_size) except NULL:
         free(o)
         raise MemoryError()
     return pb
+
+
+cdef int64_t fx_source_prefetch(fx_pagecache *pc, int64_t offset, int64_t length) noexcept nogil:
+    """Queue the pages of a byte range the decoder is about to read (speculative)."""
+    return fx_pagecache_prefetch(pc, offset, length, 1 << 30)
+
+
+cdef int64_t fx_source_cancel_prefetch(fx_pagecache *pc) noexcept nogil:
+    """Drop queued speculative pages: the decoder moved elsewhere."""
+    return fx_pagecache_cancel_speculative(pc)
 
 
 cdef fx_cursor *fx_avio_cursor(AVIOContext *pb) noexcept nogil:

@@ -1,53 +1,61 @@
-# cython: language_level=3
-"""Demux, decode and convert frames straight into a caller-owned NHWC buffer.
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Decode frames straight into a caller-owned NHWC buffer.
 
 VideoDecoder owns one FFmpeg pipeline over a ByteSource: the AVIOContext,
-format and codec contexts, a packet, a frame and a cached SwsContext. The
-whole open/demux/decode/scale runs without the GIL; failures are recorded as
-AVERROR codes and turned into exceptions by err_check once the GIL is back.
+format and codec contexts, a packet, a frame and a cached SwsContext. It
+lives as long as its reader, so a later request that lies ahead of where the
+decoder stands continues without seeking. All demux/decode/scale work runs
+without the GIL; failures are AVERROR codes turned into exceptions by
+err_check once the GIL is back.
 
-Frame i is the i-th frame the decoder outputs (presentation order) when the
-first video stream is read from the start: this module decodes sequentially
-from frame 0 to the largest target and converts only the targets.
+Frame i is the i-th frame the decoder outputs when the first video stream
+is read from the start (presentation order). Two paths produce it:
+
+- sequential: decode from frame 0, count output frames, convert the targets.
+  It is the reference, and the path whenever no trusted index exists.
+- indexed: with a trusted FrameIndex, seek to the keyframe each cluster of
+  targets needs, decode forward, and identify every output frame by its pts.
+  Any disagreement with the index (landing after the keyframe, a pts the
+  index lacks, frames out of order, targets that never appear) abandons the
+  call and redoes it sequentially, so the result is always the reference's.
 """
 import operator
-import time
+import os
 
 import numpy as np
 
 from libc.errno cimport EAGAIN, EINVAL, ENOMEM
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport INT64_MAX, int64_t, uint8_t
 from libc.string cimport memcmp, memset
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
-from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
+from fluxon_video._avio cimport (
+    ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open, fx_source_cancel_prefetch,
+    fx_source_prefetch,
+)
+from fluxon_video._demux cimport fx_open_input
 from fluxon_video._errors cimport err_check
-from fluxon_video._pagecache cimport fx_cursor
+from fluxon_video._pagecache cimport fx_cursor, fx_pagecache
 from fluxon_video.libav.avcodec cimport (
-    AVCodec, AVCodecContext, AVDISCARD_ALL, AVPacket, FF_THREAD_FRAME, FF_THREAD_SLICE,
-    av_packet_alloc, av_packet_free, av_packet_unref, avcodec_alloc_context3,
-    avcodec_find_decoder, avcodec_free_context, avcodec_get_name, avcodec_open2,
-    avcodec_parameters_to_context, avcodec_receive_frame, avcodec_send_packet,
+    AVCodec, AVCodecContext, AVDISCARD_DEFAULT, AVDISCARD_NONREF, AVPacket, AV_PKT_FLAG_KEY,
+    FF_THREAD_FRAME, FF_THREAD_SLICE, av_packet_alloc, av_packet_free, av_packet_unref,
+    avcodec_alloc_context3, avcodec_find_decoder, avcodec_flush_buffers, avcodec_free_context,
+    avcodec_get_name, avcodec_open2, avcodec_parameters_to_context, avcodec_receive_frame,
+    avcodec_send_packet, avcodec_version,
 )
 from fluxon_video.libav.avformat cimport (
-    AVFMT_FLAG_CUSTOM_IO, AVFormatContext, AVIOContext, AVStream, AV_DISPOSITION_ATTACHED_PIC,
-    avformat_alloc_context, avformat_close_input, avformat_find_stream_info, avformat_open_input,
-    av_read_frame,
+    AVFormatContext, AVIOContext, AVSEEK_FLAG_BACKWARD, AVStream, av_read_frame, av_seek_frame,
+    avformat_close_input, avformat_version,
 )
 from fluxon_video.libav.avutil cimport (
     AVCOL_RANGE_JPEG, AVCOL_RANGE_UNSPECIFIED, AVCOL_SPC_BT470BG, AVERROR, AVERROR_EOF,
-    AVERROR_INVALIDDATA, AVERROR_STREAM_NOT_FOUND, AVFrame, AVMEDIA_TYPE_VIDEO,
-    AV_PIX_FMT_RGB24, av_frame_alloc, av_frame_free, av_frame_unref,
+    AVERROR_INVALIDDATA, AVERROR_STREAM_NOT_FOUND, AVFrame, AV_NOPTS_VALUE, AV_PIX_FMT_RGB24,
+    av_frame_alloc, av_frame_free, av_frame_unref, avutil_version,
 )
 from fluxon_video.libav.swscale cimport (
     SWS_BILINEAR, SwsContext, sws_freeContext, sws_getCoefficients, sws_getColorspaceDetails,
-    sws_getContext, sws_isSupportedInput, sws_scale, sws_setColorspaceDetails,
+    sws_getContext, sws_isSupportedInput, sws_scale, sws_setColorspaceDetails, swscale_version,
 )
-
-from fluxon_video.libav.avcodec cimport avcodec_version
-from fluxon_video.libav.avformat cimport avformat_version
-from fluxon_video.libav.avutil cimport avutil_version
-from fluxon_video.libav.swscale cimport swscale_version
 
 from fluxon_video import errors
 
@@ -65,6 +73,16 @@ fx_avlog_install()
 # Decoders report a bad packet and carry on; so do we, like the ffmpeg CLI.
 # This many bad packets in a row means the stream is garbage.
 cdef int MAX_CONSECUTIVE_DECODE_ERRORS = 64
+# The indexed path gives up (and decodes sequentially) when this many packets
+# past a cluster's last target did not produce its frames: far more than any
+# decoder's reorder delay plus frame-threading latency.
+cdef int64_t TARGET_SLACK_PACKETS = 48
+# Returned by the indexed path when the stream disagrees with the index.
+cdef int FX_FALLBACK = 1
+# Codecs where skipping non-reference frames that are not targets is exact:
+# nothing references them, and these decoders keep their ordering state
+# (POC, DPB output) from reference pictures only.
+SKIP_NONREF_CODECS = frozenset({"h264", "hevc"})
 
 
 def set_ffmpeg_log_level(int level):
@@ -85,25 +103,65 @@ cdef inline double _now_ms() noexcept nogil:
 cdef struct DecodeProgress:
     int64_t frames_decoded
     int64_t frames_converted
-    int64_t next_target      # position in the sorted target list
+    int64_t targets_left
     int64_t decode_errors
+    int64_t seeks
     double open_ms
     double decode_ms
     const char *failed_call  # the libav call that returned the error, if any
+    const char *fallback_reason
+
+
+# What the indexed path reads: views of FrameIndex arrays and of the plan.
+cdef struct IndexedPlan:
+    const int64_t *frame_pts     # sorted pts of frames in presentation order
+    int64_t n_frames
+    const int64_t *pos_sorted    # packet byte positions, sorted
+    const int64_t *pos_dec       # decode position of each sorted position
+    int64_t n_packets
+    const int64_t *targets       # sorted unique presentation indices
+    const int64_t *slots         # output slot of each target
+    const int64_t *target_dec    # decode position of each target's packet
+    uint8_t *done
+    int64_t n_targets
+    const int64_t *bounds        # cluster c covers targets[bounds[c]:bounds[c+1]]
+    const int64_t *key_dec
+    const int64_t *key_pos
+    const int64_t *seek_ts
+    const int64_t *reach_dec
+    const int64_t *end_byte
+    int64_t *left                # targets still to convert, per cluster
+    int64_t n_clusters
+    bint skip_nonref
+
+
+cdef inline int64_t _find(const int64_t *values, int64_t n, int64_t x) noexcept nogil:
+    """Position of x in sorted values, or -1."""
+    cdef int64_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < n and values[lo] == x else -1
 
 
 def _as_frame_indices(indices):
     """indices as an int64 array; rejects non-integers and negatives."""
-    values = []
-    for position, value in enumerate(indices):
-        if isinstance(value, (bool, np.bool_)):
-            raise TypeError(f"frame index at position {position} is a bool, not an int")
-        try:
-            values.append(operator.index(value))
-        except TypeError:
-            raise TypeError(f"frame index at position {position} is {type(value).__name__}, "
-                            f"not an int") from None
-    array = np.asarray(values, dtype=np.int64)
+    if isinstance(indices, np.ndarray) and indices.dtype.kind in "iu":
+        array = indices.astype(np.int64, copy=False).reshape(-1)
+    else:
+        values = []
+        for position, value in enumerate(indices):
+            if isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"frame index at position {position} is a bool, not an int")
+            try:
+                values.append(operator.index(value))
+            except TypeError:
+                raise TypeError(f"frame index at position {position} is {type(value).__name__}, "
+                                f"not an int") from None
+        array = np.asarray(values, dtype=np.int64)
     if array.size and array.min() < 0:
         bad = int(array[array < 0][0])
         raise errors.FluxonFsFrameIndexError(f"frame index {bad} is negative")
@@ -123,24 +181,39 @@ cdef class VideoDecoder:
     cdef ByteSource source
     cdef readonly str name
     cdef int num_threads
+    cdef int pid
     cdef AVIOContext *pb
     cdef AVFormatContext *fmt
     cdef AVCodecContext *codec
     cdef AVPacket *pkt
     cdef AVFrame *frame
     cdef int stream_index
+    cdef readonly str codec_name
     cdef SwsContext *sws
     # The inputs sws was built for; a change rebuilds it.
     cdef int sws_src_w, sws_src_h, sws_src_fmt, sws_dst_w, sws_dst_h, sws_cs, sws_range
+    # Where the pipeline stands, for the indexed path:
+    cdef bint fresh            # opened, nothing read yet (the sequential path may start here)
+    cdef bint positioned       # fed packets since the last seek and not drained
+    cdef bint packet_pending   # self.pkt holds a packet the decoder refused with EAGAIN
+    cdef int64_t last_skipped_dec  # decode position of the last packet fed with skip_frame=NONREF
+    cdef int64_t last_pkt_dec  # decode position of the last packet fed
+    cdef int64_t last_out_idx  # presentation index of the last frame output
+    cdef public object index   # FrameIndex or None
 
     def __cinit__(self, ByteSource source, int num_threads=1, str name=None):
         self.source = source
         self.name = name or source.name
         self.num_threads = num_threads
         self.stream_index = -1
+        self.pid = os.getpid()
+        self.index = None
 
     def __dealloc__(self):
-        self._release()
+        # In a forked child, FFmpeg's decoder threads do not exist: freeing
+        # the context would wait for them forever. Leave the parent's copy.
+        if self.pid == os.getpid():
+            self._release()
 
     cdef void _release(self) noexcept nogil:
         if self.sws != NULL:
@@ -154,43 +227,33 @@ cdef class VideoDecoder:
             avformat_close_input(&self.fmt)
         fx_avio_close(&self.pb)
         self.stream_index = -1
+        self.fresh = False
+        self.positioned = False
+        self.packet_pending = False
 
     def close(self):
+        """Release every FFmpeg resource. Safe to call twice."""
+        if self.pid != os.getpid():
+            return
         with nogil:
             self._release()
 
+    @property
+    def is_open(self):
+        return self.fmt != NULL
+
     cdef int _open(self, DecodeProgress *p) noexcept nogil:
         """Open the container and decoder; returns 0 or an AVERROR code."""
-        cdef int ret, i
+        cdef int ret
         cdef AVStream *st
         cdef const AVCodec *dec
-        p.failed_call = "avformat_alloc_context"
-        self.fmt = avformat_alloc_context()
+        ret = fx_open_input(self.pb, &self.fmt, True, &self.stream_index, &p.failed_call)
+        if ret < 0:
+            return ret
         self.pkt = av_packet_alloc()
         self.frame = av_frame_alloc()
-        if self.fmt == NULL or self.pkt == NULL or self.frame == NULL:
+        if self.pkt == NULL or self.frame == NULL:
             return AVERROR(ENOMEM)
-        self.fmt.pb = self.pb
-        self.fmt.flags |= AVFMT_FLAG_CUSTOM_IO
-        p.failed_call = "avformat_open_input"
-        ret = avformat_open_input(&self.fmt, "", NULL, NULL)
-        if ret < 0:
-            return ret
-        p.failed_call = "avformat_find_stream_info"
-        ret = avformat_find_stream_info(self.fmt, NULL)
-        if ret < 0:
-            return ret
-        p.failed_call = "finding a video stream"
-        self.stream_index = -1
-        for i in range(<int> self.fmt.nb_streams):
-            st = self.fmt.streams[i]
-            if (self.stream_index < 0 and st.codecpar.codec_type == AVMEDIA_TYPE_VIDEO
-                    and not (st.disposition & AV_DISPOSITION_ATTACHED_PIC)):
-                self.stream_index = i
-            else:
-                st.discard = AVDISCARD_ALL
-        if self.stream_index < 0:
-            return AVERROR_STREAM_NOT_FOUND
         st = self.fmt.streams[self.stream_index]
         p.failed_call = "avcodec_find_decoder"
         dec = avcodec_find_decoder(st.codecpar.codec_id)
@@ -211,6 +274,9 @@ cdef class VideoDecoder:
         if ret < 0:
             return ret
         p.failed_call = NULL
+        self.fresh = True
+        self.positioned = False
+        self.packet_pending = False
         return 0
 
     cdef int _convert(self, AVFrame *f, uint8_t *dst, int height, int width) noexcept nogil:
@@ -266,18 +332,62 @@ cdef class VideoDecoder:
             return AVERROR(EINVAL)
         return 0
 
+    cdef int _send(self, bint draining, int *consecutive_errors, DecodeProgress *p) noexcept nogil:
+        """Send the pending packet (or the drain signal); keeps it on EAGAIN."""
+        cdef int ret
+        p.failed_call = "avcodec_send_packet"
+        ret = avcodec_send_packet(self.codec, self.pkt if self.packet_pending else NULL)
+        if ret == AVERROR(EAGAIN):
+            return 0  # receive first, then send the same packet again
+        if self.packet_pending:
+            av_packet_unref(self.pkt)
+            self.packet_pending = False
+        if ret < 0 and ret != AVERROR_EOF:
+            if ret == AVERROR(ENOMEM):
+                return ret
+            p.decode_errors += 1
+            consecutive_errors[0] += 1
+            if consecutive_errors[0] > MAX_CONSECUTIVE_DECODE_ERRORS:
+                return ret
+        return 0
+
+    cdef int _receive(self, int *consecutive_errors, DecodeProgress *p) noexcept nogil:
+        """Next frame into self.frame: 1, or 0 when the decoder needs input
+        (AVERROR_EOF once drained), or another AVERROR."""
+        cdef int ret
+        while True:
+            p.failed_call = "avcodec_receive_frame"
+            ret = avcodec_receive_frame(self.codec, self.frame)
+            if ret == AVERROR(EAGAIN):
+                return 0
+            if ret == AVERROR_EOF:
+                return ret
+            if ret < 0:
+                if ret == AVERROR(ENOMEM):
+                    return ret
+                p.decode_errors += 1
+                consecutive_errors[0] += 1
+                if consecutive_errors[0] > MAX_CONSECUTIVE_DECODE_ERRORS:
+                    return ret
+                continue
+            consecutive_errors[0] = 0
+            p.frames_decoded += 1
+            return 1
+
     cdef int _decode_sequential(self, const int64_t *targets, const int64_t *slots,
                                 int64_t ntargets, uint8_t *out, int height, int width,
                                 DecodeProgress *p) noexcept nogil:
         """Decode from the start until every target is converted or the stream ends."""
         cdef int ret
         cdef bint draining = False
-        cdef bint packet_pending = False
         cdef int consecutive_errors = 0
+        cdef int64_t frame_no = 0, next_target = 0
         cdef int64_t frame_bytes = <int64_t> height * width * 3
         cdef fx_cursor *cursor = fx_avio_cursor(self.pb)
-        while p.next_target < ntargets:
-            if not draining and not packet_pending:
+        self.fresh = False
+        self.positioned = False  # frames are counted, not matched to the index
+        while next_target < ntargets:
+            if not draining and not self.packet_pending:
                 p.failed_call = "av_read_frame"
                 ret = av_read_frame(self.fmt, self.pkt)
                 if ret < 0:
@@ -290,57 +400,176 @@ cdef class VideoDecoder:
                     av_packet_unref(self.pkt)
                     continue
                 else:
-                    packet_pending = True
-            if packet_pending or draining:
-                p.failed_call = "avcodec_send_packet"
-                ret = avcodec_send_packet(self.codec, self.pkt if packet_pending else NULL)
-                if ret == AVERROR(EAGAIN):
-                    pass  # receive first, then send the same packet again
-                else:
-                    if packet_pending:
-                        av_packet_unref(self.pkt)
-                        packet_pending = False
-                    if ret < 0 and ret != AVERROR_EOF:
-                        if ret == AVERROR(ENOMEM):
-                            return ret
-                        p.decode_errors += 1
-                        consecutive_errors += 1
-                        if consecutive_errors > MAX_CONSECUTIVE_DECODE_ERRORS:
-                            return ret
-            while p.next_target < ntargets:
-                p.failed_call = "avcodec_receive_frame"
-                ret = avcodec_receive_frame(self.codec, self.frame)
-                if ret == AVERROR(EAGAIN):
+                    self.packet_pending = True
+            ret = self._send(draining, &consecutive_errors, p)
+            if ret < 0:
+                return ret
+            while next_target < ntargets:
+                ret = self._receive(&consecutive_errors, p)
+                if ret == 0:
                     if draining:
                         return 0
                     break
                 if ret == AVERROR_EOF:
                     return 0
                 if ret < 0:
-                    if ret == AVERROR(ENOMEM):
-                        return ret
-                    p.decode_errors += 1
-                    consecutive_errors += 1
-                    if consecutive_errors > MAX_CONSECUTIVE_DECODE_ERRORS:
-                        return ret
-                    continue
-                consecutive_errors = 0
-                if p.frames_decoded == targets[p.next_target]:
+                    return ret
+                if frame_no == targets[next_target]:
                     p.failed_call = "sws_scale"
-                    ret = self._convert(self.frame, out + slots[p.next_target] * frame_bytes,
+                    ret = self._convert(self.frame, out + slots[next_target] * frame_bytes,
                                         height, width)
                     if ret < 0:
                         av_frame_unref(self.frame)
                         return ret
                     p.frames_converted += 1
-                    p.next_target += 1
-                p.frames_decoded += 1
+                    next_target += 1
+                    p.targets_left -= 1
+                frame_no += 1
                 av_frame_unref(self.frame)
         p.failed_call = NULL
         return 0
 
+    cdef int _seek(self, IndexedPlan *plan, int64_t c, DecodeProgress *p) noexcept nogil:
+        """Flush and seek the demuxer to cluster c's keyframe; prefetch its bytes."""
+        cdef int ret
+        if self.packet_pending:
+            av_packet_unref(self.pkt)
+            self.packet_pending = False
+        avcodec_flush_buffers(self.codec)
+        p.failed_call = "av_seek_frame"
+        ret = av_seek_frame(self.fmt, self.stream_index, plan.seek_ts[c], AVSEEK_FLAG_BACKWARD)
+        if ret < 0:
+            return ret
+        p.seeks += 1
+        self.fresh = False
+        self.positioned = True
+        self.last_skipped_dec = -1
+        self.last_pkt_dec = -1
+        self.last_out_idx = -1
+        return 0
+
+    cdef int _decode_indexed(self, IndexedPlan *plan, fx_pagecache *pc, uint8_t *out,
+                             int height, int width, DecodeProgress *p) noexcept nogil:
+        """Seek per cluster, decode forward, match output frames by pts.
+
+        Returns 0, an AVERROR, or FX_FALLBACK with p.fallback_reason set.
+        """
+        cdef int ret
+        cdef int64_t c, j, idx, dec, first_left, first_dec, stop_dec
+        cdef int64_t frame_bytes = <int64_t> height * width * 3
+        cdef bint draining, landing
+        cdef int consecutive_errors = 0
+        cdef fx_cursor *cursor = fx_avio_cursor(self.pb)
+        for c in range(plan.n_clusters):
+            if plan.left[c] == 0:
+                continue
+            first_left = -1
+            first_dec = INT64_MAX
+            for j in range(plan.bounds[c], plan.bounds[c + 1]):
+                if not plan.done[j]:
+                    if first_left < 0:
+                        first_left = plan.targets[j]
+                    if plan.target_dec[j] < first_dec:
+                        first_dec = plan.target_dec[j]
+            landing = False
+            # Continue without seeking when no keyframe lies between the decoder
+            # and the cluster, and nothing the cluster needs is behind it (nor
+            # was fed while non-reference frames were being skipped).
+            if not (self.positioned and plan.key_dec[c] <= self.last_pkt_dec + 1
+                    and first_left > self.last_out_idx
+                    and first_dec > self.last_skipped_dec):
+                # A keyframe lies ahead of the decoder, or the target is behind it.
+                fx_source_cancel_prefetch(pc)
+                ret = self._seek(plan, c, p)
+                if ret < 0:
+                    return ret
+                fx_source_prefetch(pc, plan.key_pos[c], plan.end_byte[c] - plan.key_pos[c])
+                landing = True
+            stop_dec = plan.reach_dec[c] + TARGET_SLACK_PACKETS + 2 * self.num_threads
+            draining = False
+            while plan.left[c] > 0:
+                if not draining and not self.packet_pending:
+                    p.failed_call = "av_read_frame"
+                    ret = av_read_frame(self.fmt, self.pkt)
+                    if ret < 0:
+                        if cursor.error:
+                            return ret
+                        draining = True
+                    elif self.pkt.stream_index != self.stream_index:
+                        av_packet_unref(self.pkt)
+                        continue
+                    else:
+                        idx = _find(plan.pos_sorted, plan.n_packets, self.pkt.pos)
+                        if idx < 0:
+                            p.fallback_reason = "a packet's position is not in the index"
+                            return FX_FALLBACK
+                        dec = plan.pos_dec[idx]
+                        if landing:
+                            landing = False
+                            if dec > plan.key_dec[c] or not (self.pkt.flags & AV_PKT_FLAG_KEY):
+                                p.fallback_reason = "the seek landed after the keyframe the index names"
+                                return FX_FALLBACK
+                        if dec > stop_dec:
+                            p.fallback_reason = "target frames did not appear where the index put them"
+                            return FX_FALLBACK
+                        self.last_pkt_dec = dec
+                        if plan.skip_nonref:
+                            # Skip non-reference frames shown before the last target
+                            # that are not targets; decode the rest, so a later call
+                            # can continue from here.
+                            idx = _find(plan.frame_pts, plan.n_frames, self.pkt.pts)
+                            if (idx >= 0 and idx < plan.targets[plan.n_targets - 1]
+                                    and _find(plan.targets, plan.n_targets, idx) < 0):
+                                self.codec.skip_frame = AVDISCARD_NONREF
+                                if dec > self.last_skipped_dec:
+                                    self.last_skipped_dec = dec
+                            else:
+                                self.codec.skip_frame = AVDISCARD_DEFAULT
+                        self.packet_pending = True
+                ret = self._send(draining, &consecutive_errors, p)
+                if ret < 0:
+                    return ret
+                while plan.left[c] > 0:
+                    ret = self._receive(&consecutive_errors, p)
+                    if ret == 0 and not draining:
+                        break
+                    if ret == 0 or ret == AVERROR_EOF:
+                        self.positioned = False  # drained: the next use must seek
+                        p.fallback_reason = "the stream ended before the frames the index lists"
+                        return FX_FALLBACK
+                    if ret < 0:
+                        return ret
+                    idx = _find(plan.frame_pts, plan.n_frames, self.frame.pts)
+                    if idx < 0 or idx <= self.last_out_idx:
+                        av_frame_unref(self.frame)
+                        p.fallback_reason = ("a decoded frame's pts is not in the index" if idx < 0
+                                             else "frames came out of presentation order")
+                        return FX_FALLBACK
+                    self.last_out_idx = idx
+                    j = _find(plan.targets, plan.n_targets, idx)
+                    if j >= 0 and not plan.done[j]:
+                        p.failed_call = "sws_scale"
+                        ret = self._convert(self.frame, out + plan.slots[j] * frame_bytes,
+                                            height, width)
+                        if ret < 0:
+                            av_frame_unref(self.frame)
+                            return ret
+                        plan.done[j] = 1
+                        p.frames_converted += 1
+                        p.targets_left -= 1
+                        _cluster_done(plan, j)
+                    av_frame_unref(self.frame)
+        if plan.skip_nonref:
+            self.codec.skip_frame = AVDISCARD_DEFAULT
+        p.failed_call = NULL
+        return 0
+
     def decode(self, indices, int height, int width):
-        """Frames at indices as uint8 (N, height, width, 3) RGB, plus stats of this call."""
+        """Frames at indices as uint8 (N, height, width, 3) RGB, plus stats of this call.
+
+        Uses self.index when it is trusted, else (and on any disagreement
+        with it) the sequential path.
+        """
         check_output_size(height, width, self.num_threads)
         requested = _as_frame_indices(indices)
         out = np.empty((requested.shape[0], height, width, 3), dtype=np.uint8)
@@ -351,31 +580,33 @@ cdef class VideoDecoder:
                                                  return_inverse=True)
         targets = np.ascontiguousarray(targets, dtype=np.int64)
         first_slot = np.ascontiguousarray(first_slot, dtype=np.int64)
-        cdef const int64_t[::1] targets_view = targets
-        cdef const int64_t[::1] slots_view = first_slot
-        cdef int64_t ntargets = targets.shape[0]
-        cdef uint8_t[:, :, :, ::1] out_view = out
-        cdef uint8_t *out_ptr = &out_view[0, 0, 0, 0]
-        cdef DecodeProgress p
-        cdef int ret = 0
-        cdef double t0
-        memset(&p, 0, sizeof(p))
         cache_before = self.source.stats()
-        if self.pb == NULL:
-            self.pb = fx_avio_open(self.source, 64 << 10)
-        with nogil:
-            fx_avlog_clear()
-            t0 = _now_ms()
-            if self.fmt == NULL:
-                ret = self._open(&p)
-            p.open_ms = _now_ms() - t0
-            if ret == 0:
-                t0 = _now_ms()
-                ret = self._decode_sequential(&targets_view[0], &slots_view[0], ntargets,
-                                              out_ptr, height, width, &p)
-                p.decode_ms = _now_ms() - t0
+        index = self.index
+        p_stats = {"path": "sequential", "fallback": ""}
+        if index is not None and index.trusted and int(targets[-1]) >= index.frame_count:
+            self._raise_out_of_range(int(targets[-1]), index.frame_count)
+        cdef DecodeProgress p
+        memset(&p, 0, sizeof(p))
+        p.targets_left = targets.shape[0]
+        if index is not None and index.trusted:
+            p_stats["path"] = "indexed"
+            ret = self._run(targets, first_slot, out, height, width, index, &p)
+            if ret == FX_FALLBACK:
+                reason = p.fallback_reason.decode()
+                index.untrust(f"decode disagreed with the index: {reason}")
+                p_stats["fallback"] = reason
+                p_stats["path"] = "sequential"
+                self.close()  # the sequential path starts from a fresh pipeline
+                p.targets_left = targets.shape[0]
+                p.frames_converted = 0
+                ret = self._run(targets, first_slot, out, height, width, None, &p)
+        else:
+            if self.fmt != NULL and not self.fresh:
+                self.close()
+            ret = self._run(targets, first_slot, out, height, width, None, &p)
         cdef fx_cursor *cursor = fx_avio_cursor(self.pb)
         stats = self._stats(&p, cursor, cache_before)
+        stats.update(p_stats)
         try:
             if cursor.error:
                 raise self.source.fetch_error(cursor)
@@ -390,11 +621,9 @@ cdef class VideoDecoder:
                         f"{self.name}: not a recognised video container"
                         + (f" ({detail})" if detail else ""))
                 err_check(ret, what, self.name, detail)
-            if p.next_target < ntargets:
-                missing = int(targets[p.next_target])
-                raise errors.FluxonFsFrameIndexError(
-                    f"{self.name}: frame index {missing} is out of range: the video has "
-                    f"{p.frames_decoded} frames")
+            if p.targets_left:
+                missing = int(targets[targets.shape[0] - p.targets_left])
+                self._raise_out_of_range(missing, p.frames_decoded)
         except BaseException:
             # A failed pipeline is not reusable.
             self.close()
@@ -404,28 +633,122 @@ cdef class VideoDecoder:
             out[duplicates] = out[first_slot[inverse[duplicates]]]
         return out, stats
 
+    def _raise_out_of_range(self, int64_t frame, int64_t count):
+        raise errors.FluxonFsFrameIndexError(
+            f"{self.name}: frame index {frame} is out of range: the video has {count} frames")
+
+    cdef int _run(self, targets, first_slot, out, int height, int width, index,
+                  DecodeProgress *p) except? -1:
+        """Open if needed, then run one path with the GIL released."""
+        cdef const int64_t[::1] targets_view = targets
+        cdef const int64_t[::1] slots_view = first_slot
+        cdef uint8_t[:, :, :, ::1] out_view = out
+        cdef uint8_t *out_ptr = &out_view[0, 0, 0, 0]
+        cdef int64_t ntargets = targets.shape[0]
+        cdef int ret = 0
+        cdef double t0
+        cdef IndexedPlan plan
+        cdef fx_pagecache *pc = self.source.pagecache()
+        if self.pb == NULL:
+            self.pb = fx_avio_open(self.source, 64 << 10)
+        if self.fmt == NULL:
+            with nogil:
+                fx_avlog_clear()
+                t0 = _now_ms()
+                ret = self._open(p)
+                p.open_ms += _now_ms() - t0
+            if ret < 0:
+                return ret
+        # The arrays the plan points into stay alive until the call returns.
+        keep = None
+        if index is not None:
+            if self.stream_index != index.stream_index:
+                p.fallback_reason = "the decoder chose another stream than the index"
+                return FX_FALLBACK
+            keep = self._make_plan(&plan, index, targets, first_slot)
+        with nogil:
+            fx_avlog_clear()
+            t0 = _now_ms()
+            if index is None:
+                ret = self._decode_sequential(&targets_view[0], &slots_view[0], ntargets,
+                                              out_ptr, height, width, p)
+            else:
+                ret = self._decode_indexed(&plan, pc, out_ptr, height, width, p)
+            p.decode_ms += _now_ms() - t0
+        del keep
+        return ret
+
+    cdef object _make_plan(self, IndexedPlan *plan, index, targets, first_slot):
+        clusters = index.plan(targets)
+        arrays = {
+            "frame_pts": np.ascontiguousarray(index.frame_pts, np.int64),
+            "pos_sorted": np.ascontiguousarray(index.pos_sorted, np.int64),
+            "pos_dec": np.ascontiguousarray(index.pos_dec, np.int64),
+            "targets": targets, "slots": first_slot,
+            "target_dec": np.ascontiguousarray(index.frame_dec[targets], np.int64),
+            "done": np.zeros(targets.shape[0], np.uint8),
+            "left": np.diff(clusters["bounds"]).astype(np.int64),
+            **{k: np.ascontiguousarray(v, np.int64) for k, v in clusters.items()},
+        }
+        cdef const int64_t[::1] v
+        cdef uint8_t[::1] done = arrays["done"]
+        cdef int64_t[::1] left = arrays["left"]
+        v = arrays["frame_pts"]; plan.frame_pts = &v[0]; plan.n_frames = v.shape[0]
+        v = arrays["pos_sorted"]; plan.pos_sorted = &v[0]; plan.n_packets = v.shape[0]
+        v = arrays["pos_dec"]; plan.pos_dec = &v[0]
+        v = arrays["targets"]; plan.targets = &v[0]; plan.n_targets = v.shape[0]
+        v = arrays["slots"]; plan.slots = &v[0]
+        v = arrays["target_dec"]; plan.target_dec = &v[0]
+        v = arrays["bounds"]; plan.bounds = &v[0]; plan.n_clusters = v.shape[0] - 1
+        v = arrays["key_dec"]; plan.key_dec = &v[0]
+        v = arrays["key_pos"]; plan.key_pos = &v[0]
+        v = arrays["seek_ts"]; plan.seek_ts = &v[0]
+        v = arrays["reach_dec"]; plan.reach_dec = &v[0]
+        v = arrays["end_byte"]; plan.end_byte = &v[0]
+        plan.done = &done[0]
+        plan.left = &left[0]
+        plan.skip_nonref = index.codec_name in SKIP_NONREF_CODECS
+        return arrays
+
     cdef dict _stats(self, DecodeProgress *p, fx_cursor *cursor, dict cache_before):
         cache_after = self.source.stats()
         return {
-            "read_calls": cursor.read_calls,
-            "seek_calls": cursor.seek_calls,
-            "bytes_read": cursor.bytes_read,
+            "read_calls": cursor.read_calls if cursor != NULL else 0,
+            "seek_calls": cursor.seek_calls if cursor != NULL else 0,
+            "bytes_read": cursor.bytes_read if cursor != NULL else 0,
             "page_hits": cache_after["page_hits"] - cache_before["page_hits"],
             "page_misses": cache_after["page_misses"] - cache_before["page_misses"],
             "bytes_fetched": cache_after["bytes_fetched"] - cache_before["bytes_fetched"],
             "frames_decoded": p.frames_decoded,
             "frames_converted": p.frames_converted,
             "decode_errors": p.decode_errors,
+            "decoder_seeks": p.seeks,
             "open_ms": p.open_ms,
             "decode_ms": p.decode_ms,
         }
 
 
+cdef inline void _cluster_done(IndexedPlan *plan, int64_t j) noexcept nogil:
+    """Count target j off its cluster."""
+    cdef int64_t lo = 0, hi = plan.n_clusters, mid
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if plan.bounds[mid] <= j:
+            lo = mid
+        else:
+            hi = mid
+    plan.left[lo] -= 1
+
+
 def decode_frames(ByteSource source, indices, int height, int width, int num_threads=1,
-                  str name=None):
-    """Decode frames at indices from source sequentially; returns (frames, stats)."""
+                  str name=None, index=None):
+    """Decode frames at indices from source; returns (frames, stats).
+
+    With a trusted FrameIndex the indexed path is used, else the sequential one.
+    """
     check_output_size(height, width, num_threads)
     cdef VideoDecoder decoder = VideoDecoder(source, num_threads, name)
+    decoder.index = index
     try:
         return decoder.decode(indices, height, width)
     finally:

@@ -267,6 +267,15 @@ static fx_page *acquire_page(fx_pagecache *pc, fx_cursor *c, int64_t page) {
 
 int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t n) {
     if (c->error) return -1;
+    if (c->zero_fill) {
+        int64_t k = pc->file_size - c->pos;
+        if (k > n) k = n;
+        if (k < 0) k = 0;
+        memset(buf, 0, (size_t)k);
+        c->pos += k;
+        c->read_calls++;
+        return k;
+    }
     int64_t done = 0;
     pthread_mutex_lock(&pc->mu);
     c->read_calls++;
@@ -301,6 +310,47 @@ int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t 
     if (c->error) return -1;
     c->bytes_read += done;
     return done;
+}
+
+int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length, int64_t max_pages) {
+    int64_t queued = 0;
+    if (offset < 0) offset = 0;
+    if (length <= 0 || offset >= pc->file_size) return 0;
+    int64_t last = (offset + length - 1) / pc->page_size;
+    if (last >= pc->num_pages) last = pc->num_pages - 1;
+    /* Never queue more than the cache can hold next to the page being read. */
+    if (max_pages > pc->capacity_pages - 2) max_pages = pc->capacity_pages - 2;
+    pthread_mutex_lock(&pc->mu);
+    for (int64_t q = offset / pc->page_size; q <= last && queued < max_pages && !pc->closed; q++) {
+        if (pc->slots[q]) continue;
+        if (!queue_page(pc, q, 1)) break;
+        queued++;
+    }
+    pthread_mutex_unlock(&pc->mu);
+    return queued;
+}
+
+int64_t fx_pagecache_cancel_speculative(fx_pagecache *pc) {
+    int64_t dropped = 0;
+    pthread_mutex_lock(&pc->mu);
+    fx_page *prev = NULL, *e = pc->job_head;
+    while (e) {
+        fx_page *next = e->job_next;
+        if (e->from_readahead && e->state == FX_PAGE_QUEUED) {
+            if (prev) prev->job_next = next;
+            else pc->job_head = next;
+            if (pc->job_tail == e) pc->job_tail = prev;
+            pc->slots[e->index] = NULL;
+            page_free(e);
+            dropped++;
+        } else {
+            prev = e;
+        }
+        e = next;
+    }
+    pc->stats.readahead_cancelled += dropped;
+    pthread_mutex_unlock(&pc->mu);
+    return dropped;
 }
 
 void fx_pagecache_get_stats(fx_pagecache *pc, fx_cache_stats *out) {

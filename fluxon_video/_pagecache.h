@@ -50,6 +50,7 @@ typedef struct fx_cache_stats {
     int64_t pages_fetched;   /* completed fetch jobs */
     int64_t bytes_fetched;   /* bytes delivered by the range source */
     int64_t readahead_pages; /* jobs queued speculatively */
+    int64_t readahead_cancelled;
     int64_t evictions;
     int64_t fetch_errors;
 } fx_cache_stats;
@@ -63,6 +64,10 @@ typedef struct fx_cursor {
     int64_t read_calls;
     int64_t seek_calls;
     int64_t bytes_read;
+    /* Index scans of containers whose sample table is already parsed read
+     * packets only for their metadata: with zero_fill set, reads return
+     * zeros without touching the cache, so no payload byte is fetched. */
+    int zero_fill;
 } fx_cursor;
 
 typedef struct fx_pagecache {
@@ -101,6 +106,12 @@ void fx_cursor_init(fx_cursor *c);
 /* Copies up to n bytes at c->pos into buf, waiting for pages as needed.
  * Returns the bytes copied (0 at EOF) or -1 with c->error set. */
 int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t n);
+
+/* Queue the absent pages of [offset, offset+length) as speculative jobs, at
+ * most max_pages of them; returns how many were queued. */
+int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length, int64_t max_pages);
+/* Drop speculative jobs no worker has started (a far seek made them moot). */
+int64_t fx_pagecache_cancel_speculative(fx_pagecache *pc);
 
 void fx_pagecache_get_stats(fx_pagecache *pc, fx_cache_stats *out);
 int64_t fx_pagecache_cached_pages(fx_pagecache *pc);

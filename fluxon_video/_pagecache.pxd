@@ -16,6 +16,7 @@ cdef extern from "_pagecache.h" nogil:
         int64_t pages_fetched
         int64_t bytes_fetched
         int64_t readahead_pages
+        int64_t readahead_cancelled
         int64_t evictions
         int64_t fetch_errors
 
@@ -27,6 +28,7 @@ cdef extern from "_pagecache.h" nogil:
         int64_t read_calls
         int64_t seek_calls
         int64_t bytes_read
+        int zero_fill
 
     ctypedef struct fx_pagecache:
         int64_t file_size
@@ -44,5 +46,8 @@ cdef extern from "_pagecache.h" nogil:
                                int failed)
     void fx_cursor_init(fx_cursor *c)
     int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t n)
+    int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length,
+                                  int64_t max_pages)
+    int64_t fx_pagecache_cancel_speculative(fx_pagecache *pc)
     void fx_pagecache_get_stats(fx_pagecache *pc, fx_cache_stats *out)
     int64_t fx_pagecache_cached_pages(fx_pagecache *pc)

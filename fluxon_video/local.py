@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from fluxon_video.indexing import load_or_build_index
 from fluxon_video.native import require_native
 from fluxon_video.sources import LocalFileRangeSource
 
@@ -22,12 +23,20 @@ def decode_local_frames(
     height: int,
     width: int,
     num_threads: int = 1,
+    seek: bool = True,
     **byte_source_options: Any,
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """Frames at ``indices`` of the file at ``path``, and the decode's stats."""
+    """Frames at ``indices`` of the file at ``path``, and the decode's stats.
+
+    ``seek=False`` decodes sequentially from frame 0 (the reference path).
+    """
     avio, decode = require_native("decoding a local file")
     decode.check_output_size(height, width, num_threads)
     with LocalFileRangeSource(path) as source:
         with avio.ByteSource(source, source.size, name=source.name,
                              **byte_source_options) as byte_source:
-            return decode.decode_frames(byte_source, indices, height, width, num_threads)
+            index = None
+            if seek:
+                index, _, _ = load_or_build_index(byte_source, source.name)
+            return decode.decode_frames(byte_source, indices, height, width, num_threads,
+                                        index=index)

@@ -14,6 +14,7 @@ from fluxon_video.errors import FluxonFsClosedError
 from fluxon_video.fs.client import FluxonFsRangeSource, ReadCounters
 from fluxon_video.fs.config import FluxonFsExport, RequestIdentity
 from fluxon_video.fs.storage import FileStat
+from fluxon_video.indexing import load_or_build_index
 from fluxon_video.native import require_native
 from fluxon_video.stats import FluxonFsVideoReadStats
 
@@ -48,6 +49,7 @@ class FluxonFsVideoReader:
         self._closed = False
         self._open_ms = open_ms
         self._byte_source: Any = None
+        self._decoder: Any = None
         self._range_source: FluxonFsRangeSource | None = None
         self.last_stats: FluxonFsVideoReadStats | None = None
         self.reads = 0
@@ -62,6 +64,11 @@ class FluxonFsVideoReader:
             cache_bytes=settings.reader_cache_bytes, readahead_pages=settings.readahead_pages,
             fetch_workers=settings.fetch_workers,
             fetch_timeout_s=3 * settings.agent_timeout_s + 1, name=self.name)
+        # The decoder lives as long as the reader: a request ahead of where it
+        # stands continues without seeking. Its frame index comes on first read.
+        self._decoder = self._decode.VideoDecoder(self._byte_source, self.num_threads, self.name)
+        self._index_source = ""
+        self._index_ms = 0.0
 
     @property
     def closed(self) -> bool:
@@ -81,8 +88,10 @@ class FluxonFsVideoReader:
             self._range_source.client = client
             before = self._range_source.counters.snapshot()
             client.check_version(self.identity, self.export_name, self.relpath, self.version)
-            frames, native = self._decode.decode_frames(
-                self._byte_source, indices, self.height, self.width, self.num_threads, self.name)
+            if not self._index_source:
+                self._decoder.index, self._index_source, self._index_ms = load_or_build_index(
+                    self._byte_source, self.name, self._range_source)
+            frames, native = self._decoder.decode(indices, self.height, self.width)
             self.last_stats = self._stats(native, before, len(frames), time.perf_counter() - t0)
             self.reads += 1
             return frames
@@ -93,8 +102,14 @@ class FluxonFsVideoReader:
         after = self._range_source.counters.snapshot()
         delta = {k: after[k] - before[k] for k in ReadCounters.__dataclass_fields__}
         open_ms, self._open_ms = self._open_ms, 0.0
+        index_ms, self._index_ms = self._index_ms, 0.0
         return FluxonFsVideoReadStats(
             open_ms=open_ms,
+            index_ms=index_ms,
+            index_source=self._index_source,
+            path=native.get("path", ""),
+            fallback=native.get("fallback", ""),
+            decoder_seeks=native.get("decoder_seeks", 0),
             container_open_ms=native.get("open_ms", 0.0),
             decode_ms=native.get("decode_ms", 0.0),
             total_ms=seconds * 1e3,
@@ -114,6 +129,9 @@ class FluxonFsVideoReader:
             if self._closed:
                 return
             self._closed = True
+            if self._decoder is not None:
+                self._decoder.close()
+                self._decoder = None
             if self._byte_source is not None:
                 self._byte_source.close()
                 self._byte_source = None

@@ -15,6 +15,11 @@ class FluxonFsVideoReadStats:
     """
 
     open_ms: float = 0.0            # opening the reader (stat, set-up); 0 for later reads
+    index_ms: float = 0.0           # getting the frame index (first read only)
+    index_source: str = ""          # "kv" (shared by another reader), "scan" or "none"
+    path: str = ""                  # "indexed" (keyframe seeks) or "sequential"
+    fallback: str = ""              # why an indexed read was redone sequentially, if it was
+    decoder_seeks: int = 0
     container_open_ms: float = 0.0  # FFmpeg opening the container in this call
     decode_ms: float = 0.0          # demux + decode + convert
     total_ms: float = 0.0           # end to end, this call
@@ -38,4 +43,7 @@ class FluxonFsVideoReadStats:
         return asdict(self)
 
     def __add__(self, other: FluxonFsVideoReadStats) -> FluxonFsVideoReadStats:
-        return FluxonFsVideoReadStats(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
+        """Counters and times summed; text fields from whichever side has one (other first)."""
+        return FluxonFsVideoReadStats(**{
+            k: (getattr(other, k) or v) if isinstance(v, str) else v + getattr(other, k)
+            for k, v in asdict(self).items()})

@@ -31,6 +31,7 @@ class Clip:
     audio: bool = False
     video: bool = True
     pix_fmt: str = "yuv420p"
+    derive_from: str | None = None  # stream-copy this clip instead of encoding a source
 
 
 X264 = ("-c:v", "libx264", "-preset", "veryfast", "-bf", "3", "-g", "24", "-keyint_min", "24",
@@ -55,6 +56,14 @@ CLIPS = {c.name: c for c in [
     Clip("odd_321x241.mp4", 321, 241, 2, X264, pix_fmt="yuv444p"),
     # Full range (yuvj420p).
     Clip("fullrange.mp4", 256, 144, 2, X264 + ("-color_range", "pc"), pix_fmt="yuvj420p"),
+    # Open GOPs in H.264: non-IDR keyframes whose leading B-frames reference the previous GOP.
+    Clip("h264_open_gop.mp4", 256, 144, 3, ("-c:v", "libx264", "-preset", "veryfast", "-bf", "3",
+                                            "-x264-params",
+                                            "keyint=24:open-gop=1:b-adapt=0:b-pyramid=none")),
+    # H.264 with B-frames in Matroska (block timestamps are pts; no sample table).
+    Clip("h264_bframes.mkv", 256, 144, 3, X264),
+    # An edit list that hides the first frames of a GOP (packets flagged discard).
+    Clip("h264_editlist.mp4", 256, 144, 0, ("-ss", "0.55"), derive_from="h264_moov_end.mp4"),
     # A longer, larger clip for GIL and throughput checks.
     Clip("long_640x360.mp4", 640, 360, 12, X264 + ("-movflags", "+faststart")),
     Clip("audio_only.m4a", 0, 0, 1, ("-c:a", "aac"), audio=True, video=False),
@@ -68,10 +77,12 @@ class MediaLibrary:
     _refs: dict = field(default_factory=dict)
 
     def path(self, name: str) -> Path:
+        clip = CLIPS[name]
+        source = self.path(clip.derive_from) if clip.derive_from else None
         out = self.root / name
         with self._lock:
             if not out.exists():
-                make_clip(CLIPS[name], out)
+                make_clip(clip, out, source)
         return out
 
     def reference(self, name: str, height: int, width: int) -> np.ndarray:
@@ -84,8 +95,13 @@ class MediaLibrary:
             return self._refs[key]
 
 
-def make_clip(clip: Clip, out: Path) -> None:
+def make_clip(clip: Clip, out: Path, source: Path | None = None) -> None:
     cmd = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y"]
+    part = str(out) + ".part" + out.suffix
+    if source is not None:
+        subprocess.run([*cmd, *clip.args, "-i", str(source), "-c", "copy", part], check=True)
+        os.replace(part, out)
+        return
     if clip.video:
         cmd += ["-f", "lavfi", "-i",
                 SRC.format(w=clip.width, h=clip.height, fps=clip.fps)]

@@ -31,6 +31,7 @@ from fluxon_video import errors
 from fluxon_video.fs.config import FluxonFsConfig, FluxonFsExport, MissPolicy, RequestIdentity
 from fluxon_video.fs.kv import (
     EmbeddedPieceStore,
+    blob_key,
     GuardedPieceStore,
     PieceStore,
     RedisPieceStore,
@@ -42,6 +43,7 @@ from fluxon_video.fs.routes import AgentRoute, InProcessRoute, Route
 from fluxon_video.fs.storage import ExportStorage, FileStat
 
 T = TypeVar("T")
+INDEX_BLOB = "frameindex-v1"
 
 
 @dataclass
@@ -313,6 +315,30 @@ class FluxonFsClient:
                 counters.add(backfills_dropped=1)
         return data
 
+    # ---- per-version blobs (the frame index) ----
+
+    def load_blob(self, identity: RequestIdentity, export_name: str, relpath: str,
+                  version: FileStat, kind: str) -> bytes | None:
+        """A blob stored for this file version, after an authorised stat; None if absent."""
+        export = self.config.export(export_name)
+        self.check_version(identity, export_name, relpath, version)
+        if version.size > export.cache_max_bytes:  # the file stays out of the KV entirely
+            return None
+        key = blob_key(export.cache_kv_key_prefix, kind, export_name, relpath, version)
+        reachable, entry = self.kv.get(key)
+        data = decode_piece(entry, export.cache_bytes_field_key, None) if reachable else None
+        if entry and data is None:
+            self.kv.delete(key)
+        return data
+
+    def store_blob(self, export_name: str, relpath: str, version: FileStat, kind: str,
+                   data: bytes) -> None:
+        export = self.config.export(export_name)
+        if version.size > export.cache_max_bytes:
+            return
+        self.kv.put(blob_key(export.cache_kv_key_prefix, kind, export_name, relpath, version),
+                    encode_piece(data, export.cache_bytes_field_key))
+
     def close(self) -> None:
         self.backfill.close()
         for route in self._routes.values():
@@ -337,6 +363,14 @@ class FluxonFsRangeSource:
     def read_range(self, offset: int, length: int) -> bytes:
         return self.client.read_range(self.identity, self.export_name, self.relpath, self.version,
                                       offset, length, self.counters)
+
+    def load_index(self) -> bytes | None:
+        """The frame index another reader or node stored for this version, if any."""
+        return self.client.load_blob(self.identity, self.export_name, self.relpath, self.version,
+                                     INDEX_BLOB)
+
+    def store_index(self, data: bytes) -> None:
+        self.client.store_blob(self.export_name, self.relpath, self.version, INDEX_BLOB, data)
 
     def __repr__(self) -> str:
         return f"FluxonFsRangeSource({self.name!r}, size={self.size})"

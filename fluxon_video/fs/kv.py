@@ -30,18 +30,25 @@ def piece_key(prefix: str, export: str, relpath: str, version: FileStat, piece_s
             f"{version.size}:{version.mtime_ns}:{piece_size}:{index}")
 
 
+def blob_key(prefix: str, kind: str, export: str, relpath: str, version: FileStat) -> str:
+    """The KV key of a per-file-version blob (e.g. the frame index), same encoding."""
+    return (f"{prefix}:{kind}:{len(export)}:{export}:{len(relpath.encode())}:{relpath}:"
+            f"{version.size}:{version.mtime_ns}")
+
+
 def encode_piece(data: bytes, bytes_field: str) -> dict[str, bytes]:
     return {bytes_field: data, "len": str(len(data)).encode(),
             "crc32": str(zlib.crc32(data)).encode()}
 
 
-def decode_piece(fields: Fields | None, bytes_field: str, expected_len: int) -> bytes | None:
-    """The piece's bytes if the entry is whole and intact, else None."""
+def decode_piece(fields: Fields | None, bytes_field: str,
+                 expected_len: int | None) -> bytes | None:
+    """The entry's bytes if it is whole and intact (and expected_len long), else None."""
     if not fields:
         return None
     try:
         data = fields[bytes_field]
-        if int(fields["len"]) != len(data) or len(data) != expected_len:
+        if int(fields["len"]) != len(data) or expected_len not in (None, len(data)):
             return None
         if int(fields["crc32"]) != zlib.crc32(data):
             return None

@@ -66,6 +66,7 @@ cdef extern from "libavcodec/avcodec.h" nogil:
         int thread_count
         int thread_type
         AVRational pkt_timebase
+        AVDiscard skip_frame
 
     unsigned avcodec_version()
     AVCodecContext *avcodec_alloc_context3(const AVCodec *codec)

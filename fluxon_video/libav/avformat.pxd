@@ -32,6 +32,20 @@ cdef extern from "libavformat/avio.h" nogil:
 cdef extern from "libavformat/avformat.h" nogil:
     int AVFMT_FLAG_CUSTOM_IO
     int AV_DISPOSITION_ATTACHED_PIC
+    int AVSEEK_FLAG_BACKWARD
+    int AVINDEX_KEYFRAME
+    int AVINDEX_DISCARD_FRAME
+
+    # https://ffmpeg.org/doxygen/5.1/structAVIndexEntry.html (flags and size are bitfields)
+    ctypedef struct AVIndexEntry:
+        int64_t pos
+        int64_t timestamp
+        int flags
+        int size
+
+    # https://ffmpeg.org/doxygen/5.1/structAVInputFormat.html
+    ctypedef struct AVInputFormat:
+        const char *name
 
     ctypedef struct AVStream:
         int index
@@ -44,6 +58,7 @@ cdef extern from "libavformat/avformat.h" nogil:
         AVDiscard discard
 
     ctypedef struct AVFormatContext:
+        const AVInputFormat *iformat
         AVIOContext *pb
         unsigned int nb_streams
         AVStream **streams
@@ -56,3 +71,6 @@ cdef extern from "libavformat/avformat.h" nogil:
     void avformat_close_input(AVFormatContext **s)
     int avformat_find_stream_info(AVFormatContext *ic, void *options)
     int av_read_frame(AVFormatContext *s, AVPacket *pkt)
+    int av_seek_frame(AVFormatContext *s, int stream_index, int64_t timestamp, int flags)
+    int avformat_index_get_entries_count(const AVStream *st)
+    const AVIndexEntry *avformat_index_get_entry(AVStream *st, int idx)

@@ -1,0 +1,230 @@
+# cython: language_level=3
+"""Container side: open a format context over our AVIO, pick the video stream,
+and scan packets (demux only) to build the frame index.
+
+The scan never decodes. For MP4/MOV, whose sample table FFmpeg has already
+parsed when the container opens, payload reads are zero-filled so no media
+byte is fetched; the packets it yields are checked one by one against the
+demuxer's index entries, and any disagreement repeats the scan on real bytes.
+"""
+from libc.errno cimport ENOMEM
+from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport free, realloc
+from libc.string cimport strncmp
+
+import numpy as np
+
+from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
+from fluxon_video._errors cimport err_check
+from fluxon_video._pagecache cimport fx_cursor
+from fluxon_video.libav.avcodec cimport (
+    AVDISCARD_ALL, AVPacket, AV_PKT_FLAG_DISCARD, AV_PKT_FLAG_KEY, av_packet_alloc,
+    av_packet_free, av_packet_unref, avcodec_get_name,
+)
+from fluxon_video.libav.avformat cimport (
+    AVFMT_FLAG_CUSTOM_IO, AVFormatContext, AVINDEX_KEYFRAME, AVIOContext, AVIndexEntry, AVStream,
+    AV_DISPOSITION_ATTACHED_PIC, av_read_frame, avformat_alloc_context, avformat_close_input,
+    avformat_find_stream_info, avformat_index_get_entries_count, avformat_index_get_entry,
+    avformat_open_input,
+)
+from fluxon_video.libav.avutil cimport AVERROR, AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVMEDIA_TYPE_VIDEO
+
+from fluxon_video import errors
+from fluxon_video.frame_index import AV_NOPTS_VALUE, FrameIndex
+
+
+cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_info,
+                       int *stream_index, const char **failed_call) noexcept nogil:
+    """Open *fmt over pb and choose the first video stream (not cover art).
+
+    Every other stream is discarded so the demuxer skips its packets.
+    Returns 0 or an AVERROR; *fmt is NULL after a failed open.
+    """
+    cdef int ret, i
+    cdef AVStream *st
+    failed_call[0] = "avformat_alloc_context"
+    fmt[0] = avformat_alloc_context()
+    if fmt[0] == NULL:
+        return AVERROR(ENOMEM)
+    fmt[0].pb = pb
+    fmt[0].flags |= AVFMT_FLAG_CUSTOM_IO
+    failed_call[0] = "avformat_open_input"
+    ret = avformat_open_input(fmt, "", NULL, NULL)
+    if ret < 0:
+        return ret
+    if find_stream_info:
+        failed_call[0] = "avformat_find_stream_info"
+        ret = avformat_find_stream_info(fmt[0], NULL)
+        if ret < 0:
+            return ret
+    failed_call[0] = "finding a video stream"
+    stream_index[0] = -1
+    for i in range(<int> fmt[0].nb_streams):
+        st = fmt[0].streams[i]
+        if (stream_index[0] < 0 and st.codecpar.codec_type == AVMEDIA_TYPE_VIDEO
+                and not (st.disposition & AV_DISPOSITION_ATTACHED_PIC)):
+            stream_index[0] = i
+        else:
+            st.discard = AVDISCARD_ALL
+    if stream_index[0] < 0:
+        return AVERROR_STREAM_NOT_FOUND
+    failed_call[0] = NULL
+    return 0
+
+
+cdef struct PacketLog:
+    int64_t n
+    int64_t cap
+    int64_t *pts
+    int64_t *dts
+    int64_t *pos
+    int64_t *size
+    uint8_t *flags
+
+
+cdef int log_append(PacketLog *log, AVPacket *pkt) noexcept nogil:
+    cdef int64_t cap
+    if log.n == log.cap:
+        cap = log.cap * 2 if log.cap else 4096
+        log.pts = <int64_t *> realloc(log.pts, cap * sizeof(int64_t))
+        log.dts = <int64_t *> realloc(log.dts, cap * sizeof(int64_t))
+        log.pos = <int64_t *> realloc(log.pos, cap * sizeof(int64_t))
+        log.size = <int64_t *> realloc(log.size, cap * sizeof(int64_t))
+        log.flags = <uint8_t *> realloc(log.flags, cap * sizeof(uint8_t))
+        if not (log.pts and log.dts and log.pos and log.size and log.flags):
+            return AVERROR(ENOMEM)
+        log.cap = cap
+    log.pts[log.n] = pkt.pts
+    log.dts[log.n] = pkt.dts
+    log.pos[log.n] = pkt.pos
+    log.size[log.n] = pkt.size
+    log.flags[log.n] = ((1 if pkt.flags & AV_PKT_FLAG_KEY else 0)
+                        | (2 if pkt.flags & AV_PKT_FLAG_DISCARD else 0))
+    log.n += 1
+    return 0
+
+
+cdef void log_free(PacketLog *log) noexcept nogil:
+    free(log.pts)
+    free(log.dts)
+    free(log.pos)
+    free(log.size)
+    free(log.flags)
+    log.pts = log.dts = log.pos = log.size = NULL
+    log.flags = NULL
+    log.n = log.cap = 0
+
+
+cdef bint is_mov(AVFormatContext *fmt) noexcept nogil:
+    return strncmp(fmt.iformat.name, "mov,", 4) == 0
+
+
+cdef int scan(AVIOContext *pb, bint zero_fill, PacketLog *log, AVFormatContext **fmt,
+              int *stream_index, const char **failed_call) noexcept nogil:
+    cdef int ret
+    cdef AVPacket *pkt
+    ret = fx_open_input(pb, fmt, False, stream_index, failed_call)
+    if ret < 0:
+        return ret
+    fx_avio_cursor(pb).zero_fill = zero_fill and is_mov(fmt[0])
+    pkt = av_packet_alloc()
+    if pkt == NULL:
+        return AVERROR(ENOMEM)
+    failed_call[0] = "av_read_frame"
+    while True:
+        ret = av_read_frame(fmt[0], pkt)
+        if ret < 0:
+            break
+        if pkt.stream_index == stream_index[0]:
+            ret = log_append(log, pkt)
+        av_packet_unref(pkt)
+        if ret < 0:
+            break
+    av_packet_free(&pkt)
+    fx_avio_cursor(pb).zero_fill = 0
+    if ret == AVERROR_EOF or (ret < 0 and ret != AVERROR(ENOMEM) and not fx_avio_cursor(pb).error):
+        ret = 0  # like the ffmpeg CLI, a demux error ends the stream
+    if ret == 0:
+        failed_call[0] = NULL
+    return ret
+
+
+cdef bint take_sample_table(AVStream *st, PacketLog *log) noexcept nogil:
+    """Whether the zero-filled scan returned exactly the demuxer's samples.
+
+    If so, keyframes are taken from the sample table (sync samples): with
+    zeroed payloads a parser cannot recognise them, and on real bytes the
+    decoder's landing check confirms each one.
+    """
+    cdef int i, n = avformat_index_get_entries_count(st)
+    cdef const AVIndexEntry *e
+    if n != log.n:
+        return False
+    for i in range(n):
+        e = avformat_index_get_entry(st, i)
+        if e.pos != log.pos[i] or e.size != log.size[i]:
+            return False
+    for i in range(n):
+        e = avformat_index_get_entry(st, i)
+        log.flags[i] = (log.flags[i] & ~1) | (1 if e.flags & AVINDEX_KEYFRAME else 0)
+    return True
+
+
+def scan_packets(ByteSource source, str name=None):
+    """Scan the first video stream's packets; returns a FrameIndex."""
+    name = name or source.name
+    cdef AVIOContext *pb = NULL
+    cdef AVFormatContext *fmt = NULL
+    cdef PacketLog log
+    cdef int ret = 0, stream_index = -1, attempt
+    cdef bint zero_fill, retry = False
+    cdef const char *failed_call = NULL
+    cdef const AVIndexEntry *e
+    cdef AVStream *st
+    log.n = log.cap = 0
+    log.pts = log.dts = log.pos = log.size = NULL
+    log.flags = NULL
+    try:
+        for attempt in range(2):
+            zero_fill = attempt == 0
+            pb = fx_avio_open(source, 64 << 10)
+            with nogil:
+                ret = scan(pb, zero_fill, &log, &fmt, &stream_index, &failed_call)
+                retry = (ret == 0 and zero_fill and is_mov(fmt)
+                         and not take_sample_table(fmt.streams[stream_index], &log))
+            if not retry:
+                break
+            avformat_close_input(&fmt)
+            fx_avio_close(&pb)
+            log_free(&log)
+        if fx_avio_cursor(pb).error:
+            raise source.fetch_error(fx_avio_cursor(pb))
+        if ret == AVERROR_STREAM_NOT_FOUND:
+            raise errors.FluxonFsNoVideoStreamError(f"{name}: no video stream")
+        if ret < 0:
+            err_check(ret, (failed_call or b"scan").decode(), name)
+        st = fmt.streams[stream_index]
+        count = log.n
+        pts = np.asarray(<int64_t[:count]> log.pts).copy() if count else np.empty(0, np.int64)
+        dts = np.asarray(<int64_t[:count]> log.dts).copy() if count else np.empty(0, np.int64)
+        pos = np.asarray(<int64_t[:count]> log.pos).copy() if count else np.empty(0, np.int64)
+        size = np.asarray(<int64_t[:count]> log.size).copy() if count else np.empty(0, np.int64)
+        flags = np.asarray(<uint8_t[:count]> log.flags).copy() if count else np.empty(0, np.uint8)
+        # The timestamp the demuxer seeks by: its own index entry for that
+        # position where it has one (MP4: every sample, DTS-based), else the
+        # packet's dts, else its pts (Matroska seeks by block timestamps).
+        entry_ts = {}
+        for i in range(avformat_index_get_entries_count(st)):
+            e = avformat_index_get_entry(st, i)
+            entry_ts[e.pos] = e.timestamp
+        fallback = np.where(dts != AV_NOPTS_VALUE, dts, pts)
+        if "matroska" in fmt.iformat.name.decode():
+            fallback = pts
+        seek_ts = np.asarray([entry_ts.get(int(p), int(f)) for p, f in zip(pos, fallback)],
+                             dtype=np.int64) if count else np.empty(0, np.int64)
+        return FrameIndex(fmt.iformat.name.decode(), avcodec_get_name(st.codecpar.codec_id).decode(),
+                          stream_index, pts, pos, size, (flags & 1) != 0, (flags & 2) != 0, seek_ts)
+    finally:
+        avformat_close_input(&fmt)
+        fx_avio_close(&pb)
+        log_free(&log)

@@ -1,0 +1,179 @@
+"""The frame index of one video: what keyframe seeking needs to stay exact.
+
+Built from a demux-only packet scan of the first video stream (never by
+decoding): for MP4/MOV the scan reads only the sample table FFmpeg already
+parsed (payload reads return zeros), elsewhere (MKV/WebM, AVI) it reads the
+file once. From the packets in decode order it derives:
+
+- the presentation order: frame ``i`` is the packet with the i-th smallest
+  pts among packets the demuxer does not flag for discard (edit lists), which
+  is the order the decoder outputs them in;
+- for each frame, the keyframe to start decoding from: the last keyframe at
+  or before it in decode order whose pts is not after the frame's (so an
+  open-GOP leading picture starts from the previous keyframe);
+- the timestamp to seek the demuxer with to land on that keyframe.
+
+An index is *trusted* only where that derivation is known to hold; the
+decoder still checks every frame it lands on against it and falls back to a
+sequential decode on any disagreement.
+"""
+
+from __future__ import annotations
+
+import io
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+FORMAT_VERSION = 1
+SEEKABLE_FORMATS = ("mov", "mp4", "matroska", "webm", "avi")
+AV_NOPTS_VALUE = -(1 << 63)
+
+
+@dataclass
+class FrameIndex:
+    format_name: str
+    codec_name: str
+    stream_index: int
+    # Per packet of the stream, in decode order.
+    pkt_pts: np.ndarray
+    pkt_pos: np.ndarray
+    pkt_size: np.ndarray
+    pkt_key: np.ndarray  # bool
+    pkt_discard: np.ndarray  # bool
+    pkt_seek_ts: np.ndarray  # demuxer seek timestamp of each keyframe packet
+    trusted: bool = True
+    reason: str = ""
+    # Derived.
+    frame_pts: np.ndarray = field(init=False)  # presentation order, sorted
+    frame_dec: np.ndarray = field(init=False)  # decode position of each frame's packet
+    frame_key: np.ndarray = field(init=False)  # decode position of its start keyframe, -1: none
+    pos_sorted: np.ndarray = field(init=False)
+    pos_dec: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pkt_pts = np.asarray(self.pkt_pts, np.int64)
+        self.pkt_pos = np.asarray(self.pkt_pos, np.int64)
+        self.pkt_size = np.asarray(self.pkt_size, np.int64)
+        self.pkt_key = np.asarray(self.pkt_key, bool)
+        self.pkt_discard = np.asarray(self.pkt_discard, bool)
+        self.pkt_seek_ts = np.asarray(self.pkt_seek_ts, np.int64)
+        shown = np.flatnonzero(~self.pkt_discard)
+        order = np.argsort(self.pkt_pts[shown], kind="stable")
+        self.frame_dec = shown[order]
+        self.frame_pts = self.pkt_pts[self.frame_dec]
+        self.frame_key = self._start_keyframes()
+        pos_order = np.argsort(self.pkt_pos, kind="stable")
+        self.pos_sorted = self.pkt_pos[pos_order]
+        self.pos_dec = pos_order.astype(np.int64)
+        self._check_trust()
+
+    @property
+    def frame_count(self) -> int:
+        return int(self.frame_pts.shape[0])
+
+    def _start_keyframes(self) -> np.ndarray:
+        keys = np.flatnonzero(self.pkt_key)
+        if keys.size == 0 or self.frame_dec.size == 0:
+            return np.full(self.frame_dec.shape, -1, np.int64)
+        # The last keyframe at or before each frame in decode order...
+        j = np.searchsorted(keys, self.frame_dec, side="right") - 1
+        # ...stepping back while that keyframe is shown after the frame
+        # (leading pictures of an open GOP need the previous one).
+        while True:
+            bad = (j >= 0) & (self.pkt_pts[keys[np.maximum(j, 0)]] > self.frame_pts)
+            if not bad.any():
+                break
+            j[bad] -= 1
+        return np.where(j >= 0, keys[np.maximum(j, 0)], -1).astype(np.int64)
+
+    def _check_trust(self) -> None:
+        if not self.trusted:
+            return
+        problems = []
+        if not any(name in self.format_name.split(",") for name in SEEKABLE_FORMATS):
+            problems.append(f"container {self.format_name} is not in the seekable set")
+        if self.codec_name == "mpeg4" and "avi" in self.format_name.split(","):
+            problems.append("MPEG-4 part 2 in AVI may pack B-frames (packets are not frames)")
+        shown_pts = self.frame_pts
+        if shown_pts.size == 0:
+            problems.append("no frames")
+        elif (shown_pts == AV_NOPTS_VALUE).any():
+            problems.append("packets without pts")
+        elif np.unique(shown_pts).size != shown_pts.size:
+            problems.append("duplicate pts")
+        if (self.pkt_pos < 0).any():
+            problems.append("packets without a byte position")
+        elif np.unique(self.pkt_pos).size != self.pkt_pos.size:
+            problems.append("duplicate packet positions")
+        if (self.frame_key < 0).any():
+            problems.append("frames before the first keyframe")
+        if problems:
+            self.trusted = False
+            self.reason = "; ".join(problems)
+
+    def untrust(self, reason: str) -> None:
+        self.trusted = False
+        self.reason = reason
+
+    # ---- planning ----
+
+    def plan(self, targets: np.ndarray) -> dict[str, np.ndarray]:
+        """Clusters for sorted unique presentation indices: one seek and forward pass each.
+
+        A target joins the current cluster unless its start keyframe lies
+        beyond every packet the cluster decodes so far: then seeking to that
+        keyframe skips packets, and decoding through the gap would not.
+        """
+        key = self.frame_key[targets]
+        dec = self.frame_dec[targets]
+        starts = [0]
+        reach = dec[0]
+        for j in range(1, targets.shape[0]):
+            if key[j] > reach:
+                starts.append(j)
+                reach = dec[j]
+            else:
+                reach = max(reach, dec[j])
+        bounds = np.asarray(starts + [targets.shape[0]], np.int64)
+        c_key = key[bounds[:-1]].copy()
+        c_reach = np.maximum.reduceat(dec, bounds[:-1]) if targets.size else dec
+        for c in range(c_key.shape[0]):  # the earliest start keyframe of the cluster
+            c_key[c] = key[bounds[c]:bounds[c + 1]].min()
+        end = self.pkt_pos + self.pkt_size
+        c_end = np.asarray([end[k:r + 1].max() for k, r in zip(c_key, c_reach)], np.int64)
+        return {
+            "bounds": bounds,
+            "key_dec": c_key.astype(np.int64),
+            "key_pos": self.pkt_pos[c_key],
+            "seek_ts": self.pkt_seek_ts[c_key],
+            "reach_dec": c_reach.astype(np.int64),
+            "end_byte": c_end,
+        }
+
+    # ---- storage ----
+
+    def to_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        np.savez(buf, pkt_pts=self.pkt_pts, pkt_pos=self.pkt_pos, pkt_size=self.pkt_size,
+                 pkt_key=self.pkt_key, pkt_discard=self.pkt_discard, pkt_seek_ts=self.pkt_seek_ts,
+                 meta=np.asarray([FORMAT_VERSION, self.stream_index, int(self.trusted)], np.int64),
+                 names=np.asarray([self.format_name, self.codec_name, self.reason]))
+        return zlib.compress(buf.getvalue(), 3)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> FrameIndex | None:
+        """The index, or None if data is not a current-format index."""
+        try:
+            arrays: Any = np.load(io.BytesIO(zlib.decompress(data)), allow_pickle=False)
+            version, stream_index, trusted = (int(x) for x in arrays["meta"])
+            if version != FORMAT_VERSION:
+                return None
+            format_name, codec_name, reason = (str(x) for x in arrays["names"])
+            return cls(format_name, codec_name, stream_index, arrays["pkt_pts"], arrays["pkt_pos"],
+                       arrays["pkt_size"], arrays["pkt_key"], arrays["pkt_discard"],
+                       arrays["pkt_seek_ts"], trusted=bool(trusted), reason=reason)
+        except Exception:  # noqa: BLE001 - a damaged blob is just a miss
+            return None
