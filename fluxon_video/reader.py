@@ -50,6 +50,7 @@ class FluxonFsVideoReader:
         self._open_ms = open_ms
         self._byte_source: Any = None
         self._decoder: Any = None
+        self._index_source = ""
         self._range_source: FluxonFsRangeSource | None = None
         self.last_stats: FluxonFsVideoReadStats | None = None
         self.reads = 0
@@ -65,9 +66,13 @@ class FluxonFsVideoReader:
             fetch_workers=settings.fetch_workers,
             fetch_timeout_s=3 * settings.agent_timeout_s + 1, name=self.name)
         # The decoder lives as long as the reader: a request ahead of where it
-        # stands continues without seeking. Its frame index comes on first read.
+        # stands continues without seeking. Its frame index comes on first read
+        # (and survives a rebuild after fork: it is plain data).
+        index = self._decoder.index if self._decoder is not None else None
         self._decoder = self._decode.VideoDecoder(self._byte_source, self.num_threads, self.name)
-        self._index_source = ""
+        self._decoder.index = index
+        if index is None:
+            self._index_source = ""
         self._index_ms = 0.0
 
     @property
