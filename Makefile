@@ -42,8 +42,15 @@ test: build
 demo: build
 	$(PY) -m fluxon_video demo
 
-bench: build
-	$(PY) bench/run.py
+BENCH_STAMP := $(VENV)/.fluxon-bench-installed
+BENCH_ARGS ?=
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml bench/install_peers.py
+	$(PY) bench/install_peers.py
+	@touch $@
+
+bench: build $(BENCH_STAMP)
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info fluxon_video/*.so fluxon_video/_avio.c \

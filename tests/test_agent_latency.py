@@ -19,7 +19,8 @@ LATENCY_MS = 300
 
 
 def get(url: str) -> tuple[bytes, float]:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {IDENTITIES['alice']}"})
+    token = IDENTITIES["alice"]
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     t0 = time.monotonic()
     with urllib.request.urlopen(request, timeout=10) as response:
         body = response.read()

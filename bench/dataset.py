@@ -1,0 +1,172 @@
+"""The benchmark's test videos: made by the ffmpeg CLI, probed with ffprobe, cached on disk.
+
+Every video is a ``testsrc2`` pattern (it moves, so neighbouring frames
+differ and the frame-identity check can tell them apart). Files are made
+once into ``<data>/videos`` and reused while their spec is unchanged (the
+spec's hash is part of a sidecar file next to each video).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import os
+import subprocess
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+X264 = ("-c:v", "libx264", "-preset", "veryfast", "-bf", "3", "-sc_threshold", "0")
+
+
+@dataclass(frozen=True)
+class VideoSpec:
+    name: str            # file name in the export; also the label in tables
+    width: int
+    height: int
+    seconds: float
+    gop: int
+    codec_args: tuple[str, ...]
+    faststart: bool = False  # MP4 only: moov before mdat
+    fps: int = 30
+    role: str = "clips"      # "clips": every clip workload; "batched": the long video
+
+    def encoder_args(self) -> list[str]:
+        args = list(self.codec_args)
+        if "libx264" in args:
+            args += ["-g", str(self.gop), "-keyint_min", str(self.gop)]
+        if self.faststart:
+            args += ["-movflags", "+faststart"]
+        return args
+
+    def scaled(self, factor: float) -> VideoSpec:
+        return replace(self, seconds=max(3.0, round(self.seconds * factor, 1)))
+
+    def spec_hash(self) -> str:
+        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+
+DATASET = [
+    VideoSpec("h264_720p_gop250_faststart.mp4", 1280, 720, 20, 250, X264, faststart=True),
+    VideoSpec("h264_720p_gop30_moov_end.mp4", 1280, 720, 10, 30, X264),
+    VideoSpec("hevc_480p_gop60.mp4", 854, 480, 10, 60,
+              ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
+               "-x265-params", "keyint=60:min-keyint=60:bframes=3:log-level=error"),
+              faststart=True),
+    VideoSpec("vp9_360p_gop60.webm", 640, 360, 10, 60,
+              ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "60",
+               "-b:v", "800k")),
+    VideoSpec("av1_144p_gop60.mkv", 256, 144, 5, 60,
+              ("-c:v", "libsvtav1", "-preset", "12", "-g", "60")),
+    VideoSpec("h264_720p_gop250_60s.mp4", 1280, 720, 60, 250, X264, faststart=True,
+              role="batched"),
+]
+
+
+@dataclass
+class Video:
+    """A generated video and what ffprobe says about it."""
+
+    spec: VideoSpec
+    path: Path
+    codec: str = ""
+    size: int = 0
+    frames: int = 0
+    time_base: str = ""
+    # Video packets in decode order: presentation index, pts, byte offset, size, keyframe.
+    packets: list[dict] = field(default_factory=list, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def layout(self) -> str:
+        if self.path.suffix != ".mp4":
+            return self.path.suffix.lstrip(".")
+        return "mp4 faststart" if self.spec.faststart else "mp4 moov-at-end"
+
+    def facts(self) -> dict:
+        """The conditions recorded with every figure about this video."""
+        return {"video": self.name, "codec": self.codec, "width": self.spec.width,
+                "height": self.spec.height, "fps": self.spec.fps, "frames": self.frames,
+                "gop": self.spec.gop, "layout": self.layout, "file_bytes": self.size,
+                "container_bytes": self.container_bytes()}
+
+    # ---- byte accounting for the "remote bytes vs what the clips need" target ----
+
+    def container_bytes(self) -> int:
+        """Bytes that are not video packets: the index (moov / Cues), headers, framing."""
+        return self.size - sum(p["size"] for p in self.packets)
+
+    def span_packets(self, indices: list[int]) -> set[int]:
+        """Decode-order positions of the packets a decoder needs for frames ``indices``.
+
+        From the last keyframe (in decode order) at or before the first target
+        in presentation order, through the last packet in decode order that
+        produces a frame up to the last target.
+        """
+        # by_presentation[p]: decode-order position of the p-th frame shown.
+        by_presentation = sorted(range(len(self.packets)), key=lambda i: self.packets[i]["pts"])
+        first, last = min(indices), max(indices)
+        needed_until = max(by_presentation[first:last + 1])
+        start = by_presentation[first]
+        keyframes = [i for i, p in enumerate(self.packets) if p["key"]]
+        k = bisect.bisect_right(keyframes, start) - 1
+        return set(range(keyframes[max(k, 0)], needed_until + 1))
+
+    def span_bytes(self, clips: list[list[int]]) -> int:
+        """Packet bytes of the union of GOP spans the clips touch (no container bytes)."""
+        touched: set[int] = set()
+        for clip in clips:
+            touched |= self.span_packets(clip)
+        return sum(self.packets[i]["size"] for i in touched)
+
+
+def generate(spec: VideoSpec, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(out.stem + ".part" + out.suffix)
+    cmd = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y",
+           "-f", "lavfi", "-i", f"testsrc2=size={spec.width}x{spec.height}:rate={spec.fps}",
+           "-t", str(spec.seconds), "-pix_fmt", "yuv420p", *spec.encoder_args(), str(part)]
+    # SVT_LOG=1: the AV1 encoder prints its banner unless told errors only.
+    subprocess.run(cmd, check=True, env={**os.environ, "SVT_LOG": "1"})
+    os.replace(part, out)
+
+
+def probe(spec: VideoSpec, path: Path) -> Video:
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0",
+         "-show_entries", "stream=codec_name,time_base:format=size:packet=pts,pos,size,flags",
+         "-of", "json", str(path)], check=True, capture_output=True, text=True).stdout
+    info = json.loads(out)
+    packets = [{"pts": int(p["pts"]), "pos": int(p["pos"]), "size": int(p["size"]),
+                "key": p["flags"].startswith("K")} for p in info["packets"]]
+    stream = info["streams"][0]
+    return Video(spec, path, codec=stream["codec_name"], size=int(info["format"]["size"]),
+                 frames=len(packets), time_base=stream["time_base"], packets=packets)
+
+
+def prepare(specs: list[VideoSpec], root: Path) -> list[Video]:
+    """Make (or reuse) every video under ``root`` and probe it."""
+    videos = []
+    for spec in specs:
+        path = root / spec.name
+        sidecar = path.with_name(path.name + ".spec")
+        if not path.exists() or not sidecar.exists() or sidecar.read_text() != spec.spec_hash():
+            generate(spec, path)
+            sidecar.write_text(spec.spec_hash())
+        videos.append(probe(spec, path))
+    return videos
+
+
+def sample_clips(frames: int, count: int, length: int, stride: int,
+                 rng: np.random.Generator) -> list[list[int]]:
+    """``count`` clips of ``length`` frames ``stride`` apart, starting uniformly at random."""
+    span = (length - 1) * stride + 1
+    if span > frames:
+        raise ValueError(f"a clip spans {span} frames, the video has {frames}")
+    starts = rng.integers(0, frames - span + 1, size=count)
+    return [[int(s) + k * stride for k in range(length)] for s in starts]

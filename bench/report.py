@@ -1,0 +1,363 @@
+"""Turn the benchmark's records into latest.json, latest.md and PNG charts.
+
+Every figure is a median over the repeats; ratios are of medians. Nothing
+here judges a timing: a slow contender is a finding, never a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from contenders import PEERS
+
+MiB = 1 << 20
+STAT_KEYS = ("open_ms", "container_open_ms", "decode_ms", "range_reads", "range_bytes",
+             "seeks", "page_hits", "page_misses", "kv_hits", "kv_misses", "kv_errors",
+             "remote_reads", "remote_bytes", "backfills_queued", "backfills_dropped",
+             "frames_decoded", "pyav_fallbacks")
+CACHE_ORDER = ("local", "cold", "warm-kv", "warm-reader")
+CONTENDER_ORDER = (*PEERS, "fluxon-local", "fluxon", "fluxon read_many")
+
+
+def failed_record(task: dict, item: dict, error: str) -> dict:
+    """A record standing for a child process that died (it shows as FAILED)."""
+    contender = task.get("contender") or ("fluxon read_many" if task["kind"] == "batched"
+                                          else "fluxon")
+    cache = {"local": "local", "fluxon-cold": "cold", "fluxon-warm-kv": "warm-kv",
+             "batched": "warm-kv"}.get(task["kind"], "?")
+    return {"contender": contender, "cache": cache, "workload": item["workload"],
+            "video": item["video"], "height": item["height"], "width": item["width"],
+            "clips": len(item["clips"]), "frames_per_clip": len(item["clips"][0]),
+            "repeats": [], "check": None, "error": error, "peak_rss_mib": None,
+            "sweep": task.get("sweep", False),
+            "piece_size": task.get("fluxon", {}).get("piece_size")}
+
+
+def _median(values: Iterable[float]) -> float | None:
+    values = list(values)
+    return statistics.median(values) if values else None
+
+
+def summarize(record: dict) -> dict:
+    """Medians over the repeats of one record."""
+    reps = record["repeats"]
+    clips, per_clip = record["clips"], record["frames_per_clip"]
+    pass_s = [r["pass_ms"] / 1e3 for r in reps if r["pass_ms"] > 0]
+    out: dict[str, Any] = {
+        "clips_per_s": _median(clips / s for s in pass_s),
+        "frames_per_s": _median(clips * per_clip / s for s in pass_s),
+        "pass_ms": _median(r["pass_ms"] for r in reps),
+        "clip_ms": _median(c for r in reps for c in r["clip_ms"]),
+        "handle_open_ms": _median(r["open_ms"] for r in reps),
+    }
+    for key in STAT_KEYS:
+        values = [r["stats"][key] for r in reps if key in r["stats"]]
+        if values:
+            out[key] = statistics.median(values)
+    check = record.get("check") or {}
+    out["ok"] = not record.get("error") and check.get("ok", False)
+    out["verdict"] = (f"FAILED: {record['error']}" if record.get("error")
+                      else check.get("verdict", "not checked"))
+    return out
+
+
+def _sort_key(record: dict) -> tuple:
+    return (CONTENDER_ORDER.index(record["contender"]) if record["contender"] in CONTENDER_ORDER
+            else 99, CACHE_ORDER.index(record["cache"]))
+
+
+def select(records: Sequence[dict], workload: str, sweep: bool = False,
+           video: str | None = None) -> list[dict]:
+    return sorted((r for r in records if r["workload"] == workload and r["sweep"] == sweep
+                   and (video is None or r["video"] == video)), key=_sort_key)
+
+
+def label(record: dict) -> str:
+    name = record["contender"]
+    if name == "fluxon":
+        name = f"fluxon {record['cache']}"
+    return name if record["summary"]["ok"] else f"⚠ {name}"
+
+
+# ---- formatting ----
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+def mib(value: float | None) -> str:
+    return "–" if value is None else f"{value / MiB:.2f}"
+
+
+def ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}×"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def fluxon_only(record: dict, text: str) -> str:
+    return text if record["contender"].startswith("fluxon") and record["contender"] != \
+        "fluxon-local" else "–"
+
+
+def open_ms(record: dict) -> float | None:
+    """Peers: opening the handle. fluxon via FluxonFS: the reader's authorised stat plus
+    every FFmpeg container open of the pass (the decoder opens the container per call)."""
+    s = record["summary"]
+    if "container_open_ms" in s and record["contender"] != "fluxon-local":
+        return s.get("open_ms", 0) + s["container_open_ms"]
+    return s["handle_open_ms"]
+
+
+def floor_of(results: dict, record: dict) -> float | None:
+    for floor in results["floors"]:
+        if floor["workload"] == record["workload"] and floor["video"] == record["video"]:
+            return _median(floor["floor_ms"]) if floor["floor_ms"] else None
+    return None
+
+
+def in_video_order(results: dict, workload: str) -> list[dict]:
+    """The workload's main (not sweep) records, videos in dataset order."""
+    return [record for video in results["videos"]
+            for record in select(results["records"], workload, video=video["video"])]
+
+
+def clip_row(results: dict, record: dict) -> list[str]:
+    s = record["summary"]
+    floor = floor_of(results, record)
+    kv = fluxon_only(record, f"{fmt(s.get('kv_hits'), 0)}/{fmt(s.get('kv_misses'), 0)}")
+    return [record["video"], label(record), fmt(s["clips_per_s"], 2), fmt(s["clip_ms"]),
+            fmt(open_ms(record)), fmt(floor), ratio(s["clip_ms"] / floor if floor else None),
+            fluxon_only(record, fmt(s.get("range_reads"), 0)),
+            fluxon_only(record, mib(s.get("range_bytes"))), kv,
+            fluxon_only(record, mib(s.get("remote_bytes"))),
+            fmt(record.get("peak_rss_mib"), 0), s["verdict"]]
+
+
+def sequential_row(results: dict, record: dict) -> list[str]:
+    s = record["summary"]
+    return [record["video"], label(record), fmt(s["frames_per_s"]), fmt(s["pass_ms"]),
+            fluxon_only(record, mib(s.get("range_bytes"))),
+            fluxon_only(record, mib(s.get("remote_bytes"))),
+            fmt(record.get("peak_rss_mib"), 0), s["verdict"]]
+
+
+def batched_row(results: dict, record: dict) -> list[str]:
+    s = record["summary"]
+    how = "one call" if record["contender"] == "fluxon read_many" else "one by one"
+    return [record["video"], label(record), how, str(record["clips"]), fmt(s["pass_ms"]),
+            fmt(s["clips_per_s"], 2), fluxon_only(record, fmt(s.get("frames_decoded"), 0)),
+            fluxon_only(record, mib(s.get("remote_bytes"))),
+            fmt(record.get("peak_rss_mib"), 0), s["verdict"]]
+
+
+CLIP_HEADER = ["video", "contender", "clips/s", "clip ms", "open ms", "floor ms", "clip/floor",
+               "range reads", "range MiB", "KV hit/miss", "remote MiB", "peak RSS MiB",
+               "frames"]
+
+
+def best_peer(records: Sequence[dict], workload: str, video: str, key: str,
+              lowest: bool = False) -> dict | None:
+    """The fastest peer whose frames passed the check."""
+    valid = [r for r in select(records, workload, video=video)
+             if r["contender"] in PEERS and r["summary"]["ok"] and r["summary"][key]]
+    if not valid:
+        return None
+    pick = min if lowest else max
+    return pick(valid, key=lambda r: r["summary"][key])
+
+
+def find(records: Sequence[dict], workload: str, video: str, contender: str,
+         cache: str) -> dict | None:
+    return next((r for r in select(records, workload, video=video)
+                 if r["contender"] == contender and r["cache"] == cache), None)
+
+
+def targets(results: dict) -> list[dict]:
+    """The figures the next issue aims at, each as fluxon vs the best peer."""
+    records = results["records"]
+    clip_videos = [v for v in results["videos"] if v["video"] in results["ideal_bytes"]
+                   and v["video"] in {r["video"] for r in records if r["workload"] == "clips224"}]
+    out = []
+    if clip_videos:
+        headline = clip_videos[0]["video"]
+        warm = find(records, "clips224", headline, "fluxon", "warm-kv")
+        peer = best_peer(records, "clips224", headline, "clips_per_s")
+        mine = warm["summary"]["clips_per_s"] if warm and warm["summary"]["ok"] else None
+        theirs = peer["summary"]["clips_per_s"] if peer else None
+        out.append({"target": "(a) clips/s, warm KV vs best peer on local files",
+                    "condition": f"{headline}, {results['workloads']['clips224']}",
+                    "fluxon": f"{fmt(mine, 2)} clips/s",
+                    "peer": f"{peer['contender']} {fmt(theirs, 2)} clips/s" if peer else "–",
+                    "ratio": mine / theirs if mine and theirs else None,
+                    "meaning": "fluxon ÷ peer; > 1 is fluxon faster"})
+        floor = floor_of(results, warm) if warm else None
+        out.append({"target": "(c) per-clip time ÷ decode floor",
+                    "condition": f"{headline}, clips224, fluxon warm KV",
+                    "fluxon": f"{fmt(warm['summary']['clip_ms'])} ms/clip" if warm else "–",
+                    "peer": f"floor {fmt(floor)} ms" if floor else "floor n/a (hook)",
+                    "ratio": warm["summary"]["clip_ms"] / floor if warm and floor else None,
+                    "meaning": "1 would be decode-bound"})
+    long_name = next((v["video"] for v in results["videos"]
+                      if any(r["workload"] == "batched" and r["video"] == v["video"]
+                             for r in records)), None)
+    if long_name:
+        many = find(records, "batched", long_name, "fluxon read_many", "warm-kv")
+        peer = best_peer(records, "batched", long_name, "pass_ms", lowest=True)
+        mine = many["summary"]["pass_ms"] if many and many["summary"]["ok"] else None
+        theirs = peer["summary"]["pass_ms"] if peer else None
+        out.append({"target": "(b) N clips of one video: read_many vs best peer one by one",
+                    "condition": f"{long_name}, {many['clips'] if many else '?'} clips, "
+                                 "224x224, warm KV",
+                    "fluxon": f"{fmt(mine)} ms", "peer":
+                        f"{peer['contender']} {fmt(theirs)} ms" if peer else "–",
+                    "ratio": theirs / mine if mine and theirs else None,
+                    "meaning": "peer time ÷ fluxon time; > 1 is fluxon faster"})
+    for video in clip_videos:
+        cold = find(records, "clips224", video["video"], "fluxon", "cold")
+        ideal = results["ideal_bytes"][video["video"]]
+        need = ideal["gop_span_bytes"] + ideal["container_bytes"]
+        remote = cold["summary"].get("remote_bytes") if cold else None
+        out.append({"target": "(d) cold remote bytes ÷ (GOP spans touched + container)",
+                    "condition": f"{video['video']}, clips224, piece "
+                                 f"{results['conditions']['export']['piece_size'] >> 10} KiB",
+                    "fluxon": f"{mib(remote)} MiB", "peer": f"needed {mib(need)} MiB",
+                    "ratio": remote / need if remote is not None and need else None,
+                    "meaning": "1 would fetch only what decoding needs"})
+    return out
+
+
+def markdown(results: dict) -> str:
+    c = results["conditions"]
+    s = results["settings"]
+    lines = [f"# fluxon_video benchmark ({results['generated']})", "",
+             f"Command: `{results['command']}` — took {results['duration_s']:.0f} s.", "",
+             "Conditions: " + "; ".join([
+                 f"{c['machine']['cpu']}, {c['machine']['cores']} cores, "
+                 f"{c['machine']['memory_gib']} GiB", c["machine"]["os"],
+                 f"git {c['machine']['git']}"]) + ".",
+             "Export: " + f"{c['export']['where']}, root on {c['export']['filesystem']}, "
+             f"injected agent latency {c['export']['agent_latency_ms']} ms; KV: "
+             f"{c['export']['kv']}; piece size {c['export']['piece_size'] >> 10} KiB, "
+             f"{c['export']['miss_policy']}.",
+             f"Every figure is the median of {s['repeat']} runs; {s['clips']} clips per video "
+             f"(seed {s['seed']}), {s['threads']} decoder threads for every contender.",
+             "Versions: " + ", ".join(f"{k} {v}" for k, v in c["versions"].items()) + ".", ""]
+    if results["skipped"]:
+        lines += ["Skipped: " + "; ".join(f"**{k}** ({v})" for k, v in
+                                          results["skipped"].items()) + ".", ""]
+    lines += [f"Note: {n}" for n in results["notes"]]
+    lines += ["## Targets", ""]
+    lines += table(["target", "condition", "fluxon", "best peer / bound", "ratio", "reading"],
+                   [[t["target"], t["condition"], t["fluxon"], t["peer"], ratio(t["ratio"]),
+                     t["meaning"]] for t in results["targets"]])
+    lines += ["", "## Dataset", ""]
+    lines += table(["video", "codec", "resolution", "fps", "frames", "GOP", "layout", "MiB",
+                    "container KiB"],
+                   [[v["video"], v["codec"], f"{v['width']}x{v['height']}", str(v["fps"]),
+                     str(v["frames"]), str(v["gop"]), v["layout"], mib(v["file_bytes"]),
+                     f"{v['container_bytes'] / 1024:.1f}"] for v in results["videos"]])
+    for workload in ("clips224", "clips-native"):
+        lines += ["", f"## {results['workloads'][workload]}", ""]
+        lines += table(CLIP_HEADER, [clip_row(results, r)
+                                     for r in in_video_order(results, workload)])
+    lines += ["", f"## {results['workloads']['sequential224']}", ""]
+    lines += table(["video", "contender", "frames/s", "ms", "range MiB", "remote MiB",
+                    "peak RSS MiB", "frames"],
+                   [sequential_row(results, r) for r in in_video_order(results, "sequential224")])
+    lines += ["", f"## Batched: {results['workloads']['batched']}", ""]
+    lines += table(["video", "contender", "how", "clips", "ms for all", "clips/s",
+                    "frames decoded", "remote MiB", "peak RSS MiB", "frames"],
+                   [batched_row(results, r) for r in in_video_order(results, "batched")])
+    if results["sweep"]:
+        lines += ["", "## Piece-size sweep", "",
+                  f"{results['workloads']['clips224']}; agent latency "
+                  f"{c['export']['sweep_agent_latency_ms']} ms. Cold: empty Redis, new process; "
+                  "warm KV: a new process after it.", ""]
+        lines += table(["piece KiB", "video", "cold remote MiB", "cold remote reads",
+                        "cold ms", "warm KV ms", "KV hits (warm)", "needed MiB", "frames"],
+                       [[str(p["piece_size"] >> 10), p["video"], mib(p["cold_remote_bytes"]),
+                         fmt(p["cold_remote_reads"], 0), fmt(p["cold_ms"]), fmt(p["warm_ms"]),
+                         fmt(p["warm_kv_hits"], 0), mib(p["needed_bytes"]), p["verdict"]]
+                        for p in results["sweep"]])
+    lines += ["", "## How to read this", "",
+              "- clips/s: clips of one video read through one handle (a peer's open reader, "
+              "fluxon's reader pool), opening included, ÷ that pass's time.",
+              "- open ms: peers, opening the file; fluxon through FluxonFS, the reader's "
+              "authorised stat plus every FFmpeg container open in the pass (fluxon opens the "
+              "container on every call).",
+              "- range reads/MiB: FFmpeg's read callbacks and the bytes they returned; remote: "
+              "bytes the agent sent; KV hit/miss: Redis pieces.",
+              "- cold: empty Redis and a new patcher; warm KV: Redis warm, a new process; "
+              "warm reader: the same pool again (its page cache holds the file).",
+              "- clip ms: median time of one read call (the first of a pass includes what the "
+              "contender opens lazily).",
+              "- frames: every contender's frames (first run) against the ffmpeg CLI's "
+              "sequential decode. fluxon must be bit-exact; peers (other scalers) must be "
+              "closer to the right frame than to its neighbours and within a mean abs diff of 3 "
+              "(on a subsampled frame). ⚠ flags a contender: WRONG, not the frame asked for "
+              "(or fluxon not bit-exact); OFF, the right frame but pixels further than that "
+              "from the bilinear reference (another resize filter). A flagged time is not a "
+              "result, and a flagged peer is never the \"best peer\".",
+              "- peak RSS: the child process's high-water mark over that row's runs (VmHWM, "
+              "reset before them): Python, the libraries, the check's reference frames and "
+              "what the contender holds. Redis and the agent are other processes.",
+              "- needed bytes (target d): from ffprobe's packet positions and sizes, the packets "
+              "from the keyframe before each clip's first frame through the last packet needed "
+              "for its last frame (decode order), unioned over clips, plus the container bytes "
+              "(file size minus all video packet bytes: moov or Cues, headers, framing).",
+              "- floor ms: libavcodec alone from the keyframe to the last target, no "
+              "conversion (n/a until fluxon_video._decode.decode_floor exists; see "
+              "bench/decode_floor.py)."]
+    return "\n".join(lines) + "\n"
+
+
+def sweep_rows(results: dict) -> list[dict]:
+    rows = []
+    sizes = sorted({r["piece_size"] for r in results["records"] if r["sweep"]})
+    for size in sizes:
+        for video in results["videos"]:
+            by_cache = {r["cache"]: r for r in results["records"]
+                        if r["sweep"] and r["piece_size"] == size and r["video"] == video["video"]}
+            if not by_cache:
+                continue
+            cold, warm = by_cache.get("cold"), by_cache.get("warm-kv")
+            ideal = results["ideal_bytes"][video["video"]]
+            verdicts = {r["summary"]["verdict"] for r in by_cache.values()}
+            rows.append({
+                "piece_size": size, "video": video["video"],
+                "cold_remote_bytes": cold["summary"].get("remote_bytes") if cold else None,
+                "cold_remote_reads": cold["summary"].get("remote_reads") if cold else None,
+                "cold_ms": cold["summary"]["pass_ms"] if cold else None,
+                "warm_ms": warm["summary"]["pass_ms"] if warm else None,
+                "warm_kv_hits": warm["summary"].get("kv_hits") if warm else None,
+                "needed_bytes": ideal["gop_span_bytes"] + ideal["container_bytes"],
+                "verdict": " / ".join(sorted(verdicts))})
+    return rows
+
+
+def write(results: dict, out: Path) -> list[Path]:
+    for record in results["records"]:
+        record["summary"] = summarize(record)
+    results["targets"] = targets(results)
+    results["sweep"] = sweep_rows(results)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "latest.json", out / "latest.md"]
+    paths[0].write_text(json.dumps(results, indent=1, default=str) + "\n")
+    paths[1].write_text(markdown(results))
+    import charts
+
+    paths += charts.draw(results, out)
+    return paths

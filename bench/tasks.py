@@ -1,0 +1,304 @@
+"""What one benchmark child process does (``run.py --phase TASK.json``).
+
+Every measurement runs in a child process of its own, so that its peak RSS
+is its own and a "new process" really starts with nothing cached in it. A
+task is a JSON document written by run.py; the child writes its records to
+``TASK.json.out``.
+
+A *pass* reads every clip of one video through one handle (see
+contenders.py) and times the handle's opening and each read; frames are
+checked right after each read, outside the timed part.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from contenders import LOCAL_HANDLES, FluxonPoolHandle, Handle
+from decode_floor import decode_floor_ms
+from frames import CheckResult, Reference
+
+def reset_peak_rss() -> None:
+    """Start a new high-water mark of this process's RSS (Linux >= 4.0; else a no-op)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def peak_rss_mib() -> float:
+    """This process's RSS high-water mark since the last reset_peak_rss(), MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _add_stats(total: dict[str, float], stats: dict[str, Any] | None) -> None:
+    for key, value in (stats or {}).items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            total[key] = total.get(key, 0) + value
+
+
+def timed_pass(open_handle: Callable[[], Handle], clips: Sequence[Sequence[int]],
+               check: CheckResult | None, ref: Reference | None) -> dict[str, Any]:
+    """Open one handle, read every clip; the pass time is open + reads, checks excluded."""
+    t0 = time.perf_counter()
+    handle = open_handle()
+    open_ms = (time.perf_counter() - t0) * 1e3
+    clip_ms: list[float] = []
+    stats: dict[str, float] = {}
+    try:
+        for clip in clips:
+            t0 = time.perf_counter()
+            frames, clip_stats = handle.read(clip)
+            clip_ms.append((time.perf_counter() - t0) * 1e3)
+            _add_stats(stats, clip_stats)
+            if check is not None and ref is not None:
+                check.add(frames, clip, ref)
+            del frames
+    finally:
+        handle.close()
+    return {"open_ms": open_ms, "clip_ms": clip_ms, "pass_ms": open_ms + sum(clip_ms),
+            "stats": stats}
+
+
+def _record(task: dict, item: dict, cache: str, contender: str) -> dict[str, Any]:
+    return {"contender": contender, "cache": cache, "workload": item["workload"],
+            "video": item["video"], "height": item["height"], "width": item["width"],
+            "clips": len(item["clips"]), "frames_per_clip": len(item["clips"][0]),
+            "threads": task["threads"], "piece_size": task.get("fluxon", {}).get("piece_size"),
+            "repeats": [], "check": None, "error": None}
+
+
+def _run_repeats(record: dict, repeat: int, one_pass: Callable[[int, CheckResult | None], dict],
+                 exact: bool) -> None:
+    """``repeat`` passes (frames checked on the first); peak RSS is measured over them."""
+    check = CheckResult(exact_required=exact)
+    reset_peak_rss()
+    try:
+        for r in range(repeat):
+            record["repeats"].append(one_pass(r, check if r == 0 else None))
+    except Exception as exc:  # noqa: BLE001 - a failing contender is a finding, not a crash
+        message = str(exc).splitlines()[0][:200] if str(exc) else ""
+        record["error"] = f"{type(exc).__name__}: {message}"
+    record["peak_rss_mib"] = peak_rss_mib()
+    record["check"] = check.as_dict()
+
+
+# ---- peers and fluxon on local files ----
+
+def run_local(task: dict) -> list[dict]:
+    contender = task["contender"]
+    make = LOCAL_HANDLES[contender]
+    # Load the library and let it initialise (torchcodec takes seconds on first
+    # use), untimed: a training process pays that once, not per video.
+    first = task["items"][0]
+    make(Path(first["path"]), first["height"], first["width"], first["native"],
+         task["threads"]).close()
+    records = []
+    for item in task["items"]:
+        path = Path(item["path"])
+        ref = Reference.load(Path(item["ref"]))
+        record = _record(task, item, "local", contender)
+        prepare = getattr(make, "prepare", None)
+        if prepare is not None:
+            record["index_ms"] = prepare(path)
+
+        def one_pass(r: int, check: CheckResult | None, item: dict = item, path: Path = path,
+                     ref: Reference = ref) -> dict:
+            return timed_pass(lambda: make(path, item["height"], item["width"], item["native"],
+                                           task["threads"]), item["clips"], check, ref)
+
+        _run_repeats(record, task["repeat"], one_pass, exact=contender.startswith("fluxon"))
+        records.append(record)
+    return records
+
+
+# ---- fluxon through FluxonFS ----
+
+def make_patcher(fx: dict) -> Any:
+    import fluxon_video as fv
+    from fluxon_video.fs.config import ClientSettings, FluxonFsExport
+
+    export = FluxonFsExport(fx["export"], fx["root"], agent_url=fx["agent_url"],
+                            allow=[fx["identity"]], piece_size=fx["piece_size"])
+    return fv.FluxonFsPatcher(exports=[export], identities={fx["identity"]: fx["token"]},
+                              client=ClientSettings(redis_url=fx["redis_url"]),
+                              identity=fx["identity"])
+
+
+def evict(fx: dict, relpath: str) -> None:
+    """Drop every KV piece of one file (a cold start for it, others stay warm)."""
+    import redis
+
+    client = redis.Redis.from_url(fx["redis_url"])
+    for key in client.scan_iter(match=f"*:{relpath}:*", count=1000):
+        client.delete(key)
+
+
+def _fluxon_record(task: dict, item: dict, cache: str,
+                   pool_for_repeat: Callable[[int], Any],
+                   after_repeat: Callable[[], None]) -> dict:
+    """Repeated passes over one item; pool_for_repeat(r) gives the pool of repeat r."""
+    fx = task["fluxon"]
+    record = _record(task, item, cache, "fluxon")
+    ref = Reference.load(Path(item["ref"]))
+
+    def one_pass(r: int, check: CheckResult | None) -> dict:
+        pool = pool_for_repeat(r)
+        result = timed_pass(lambda: FluxonPoolHandle(pool, fx["export"], item["relpath"],
+                                                     item["height"], item["width"],
+                                                     task["threads"]),
+                            item["clips"], check, ref)
+        after_repeat()
+        return result
+
+    _run_repeats(record, task["repeat"], one_pass, exact=True)
+    return record
+
+
+class Pools:
+    """The patcher and reader pool of the current repeat."""
+
+    def __init__(self, fx: dict) -> None:
+        self.fx = fx
+        self.patcher: Any = None
+        self.pool: Any = None
+
+    def new(self) -> Any:
+        """Close the current patcher and pool, and return a new pool on a new patcher."""
+        self.close()
+        self.patcher = make_patcher(self.fx)
+        self.pool = self.patcher.open_video_reader_pool()
+        return self.pool
+
+    def settle(self) -> None:
+        """Wait for the backfill, so that every piece read so far is in the KV."""
+        if self.patcher and not self.patcher.client.backfill.wait_idle(timeout=120):
+            raise RuntimeError("backfill did not finish within 120 s")
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.patcher.close()
+        self.patcher = self.pool = None
+
+
+def run_fluxon_cold(task: dict) -> list[dict]:
+    """Per video: cold passes (its KV pieces evicted, a new patcher each), then
+    warm-reader passes through the last cold pass's pool."""
+    fx = task["fluxon"]
+    records = []
+    for item in task["items"]:
+        pools = Pools(fx)
+
+        def cold(r: int, relpath: str = item["relpath"], pools: Pools = pools) -> Any:
+            evict(fx, relpath)
+            return pools.new()
+
+        records.append(_fluxon_record(task, item, "cold", cold, pools.settle))
+        if task.get("warm_reader", True) and pools.pool is not None:
+            records.append(_fluxon_record(task, item, "warm-reader",
+                                          lambda r, pools=pools: pools.pool, pools.settle))
+        pools.close()
+    return records
+
+
+def run_fluxon_warm_kv(task: dict) -> list[dict]:
+    """Redis warm from an earlier process; a new patcher (and so new readers) each repeat."""
+    records = []
+    for item in task["items"]:
+        pools = Pools(task["fluxon"])
+        records.append(_fluxon_record(task, item, "warm-kv", lambda r, pools=pools: pools.new(),
+                                      pools.close))
+    return records
+
+
+def run_batched(task: dict) -> list[dict]:
+    """All clips of one video in one read_many_numpy_with_stats call, warm KV, new pool each."""
+    from fluxon_video import FluxonFsVideoReadRequest
+
+    fx = task["fluxon"]
+    item = task["items"][0]
+    record = _record(task, item, "warm-kv", "fluxon read_many")
+    requests = [FluxonFsVideoReadRequest(fx["export"], item["relpath"], item["height"],
+                                         item["width"], task["threads"], tuple(clip))
+                for clip in item["clips"]]
+    ref = Reference.load(Path(item["ref"]))
+
+    def one_pass(r: int, check: CheckResult | None) -> dict:
+        with make_patcher(fx) as patcher, patcher.open_video_reader_pool() as pool:
+            t0 = time.perf_counter()
+            results = pool.read_many_numpy_with_stats(requests)
+            ms = (time.perf_counter() - t0) * 1e3
+        if check is not None:
+            for request, result in zip(requests, results):
+                check.add(result.frames, request.indices, ref)
+        return {"open_ms": results[0].stats.open_ms, "clip_ms": [ms], "pass_ms": ms,
+                "stats": results[0].stats.as_dict(), "group_size": results[0].group_size}
+
+    _run_repeats(record, task["repeat"], one_pass, exact=True)
+    return [record]
+
+
+def run_floor(task: dict) -> list[dict]:
+    """The decode floor of every clip (median of repeats), or None where the hook says n/a."""
+    records = []
+    for item in task["items"]:
+        floors = []
+        for clip in item["clips"]:
+            runs = [decode_floor_ms(Path(item["path"]), clip, task["threads"])
+                    for _ in range(task["repeat"])]
+            if any(run is None for run in runs):
+                floors = None
+                break
+            floors.append(statistics.median(runs))
+        records.append({"workload": item["workload"], "video": item["video"],
+                        "floor_ms": floors})
+    return records
+
+
+TASKS: dict[str, Callable[[dict], list[dict]]] = {
+    "local": run_local,
+    "fluxon-cold": run_fluxon_cold,
+    "fluxon-warm-kv": run_fluxon_warm_kv,
+    "batched": run_batched,
+    "floor": run_floor,
+}
+
+
+def versions(kind: str, contender: str | None) -> dict[str, str]:
+    """Library versions this child ran with."""
+    out: dict[str, str] = {}
+    if contender == "decord":
+        import decord
+        out["decord"] = decord.__version__
+    elif contender == "pyav":
+        import av
+        out["av"] = av.__version__
+        out.update({f"av's {lib}": ".".join(map(str, v))
+                    for lib, v in av.library_versions.items()
+                    if lib in ("libavcodec", "libswscale")})
+    elif contender == "torchcodec":
+        import torch
+        import torchcodec
+        out["torchcodec"] = torchcodec.__version__
+        out["torch"] = torch.__version__
+    else:
+        from fluxon_video.native import require_native
+        out.update(require_native()[1].library_versions())
+    return out
+
+
+def main(task_path: str) -> None:
+    task = json.loads(Path(task_path).read_text())
+    records = TASKS[task["kind"]](task)
+    out = {"records": records, "versions": versions(task["kind"], task.get("contender"))}
+    Path(task_path + ".out").write_text(json.dumps(out))

@@ -1,0 +1,91 @@
+"""The benchmark's own logic, quickly: its command line, the frame check, the byte accounting.
+
+The benchmark itself (`make bench`) is not run here: it takes minutes and
+never fails on a timing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+from dataset import Video, VideoSpec  # noqa: E402
+from decode_floor import decode_floor_ms, native_decode_floor  # noqa: E402
+from frames import CheckResult, cli_reference  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_help_names_the_options():
+    out = subprocess.run([sys.executable, str(BENCH / "run.py"), "--help"], check=True,
+                         capture_output=True, text=True).stdout
+    for option in ("--quick", "--repeat", "--agent-latency-ms", "--out"):
+        assert option in out
+
+
+@pytest.fixture(scope="module")
+def reference(media):
+    path = media.path("h264_faststart.mp4")
+    frames = media.reference("h264_faststart.mp4", 64, 64)
+    return frames, cli_reference(path, 64, 64, range(len(frames)))
+
+
+def test_the_right_frames_pass(reference):
+    frames, ref = reference
+    exact = CheckResult(exact_required=True)
+    exact.add(frames[[3, 7, 11]], [3, 7, 11], ref)
+    assert exact.ok and exact.bit_exact == 3 and exact.verdict() == "bit-exact"
+    # Another scaler's rounding: off by one everywhere is still the same frame.
+    peer = CheckResult(exact_required=False)
+    peer.add(np.clip(frames[[3, 7, 11]].astype(int) + 1, 0, 255).astype(np.uint8), [3, 7, 11], ref)
+    assert peer.ok and peer.bit_exact == 0 and peer.verdict().startswith("ok")
+
+
+def test_a_shifted_frame_is_flagged(reference):
+    frames, ref = reference
+    peer = CheckResult(exact_required=False)
+    peer.add(frames[[5, 6, 8]], [5, 6, 7], ref)  # frame 8 returned for 7
+    assert not peer.ok
+    assert peer.verdict() == "WRONG: frame 7 looks like frame 8"
+
+
+def test_fluxon_must_be_bit_exact(reference):
+    frames, ref = reference
+    noisy = frames[[4]].copy()
+    noisy[0, 0, 0, 0] ^= 1
+    check = CheckResult(exact_required=True)
+    check.add(noisy, [4], ref)
+    assert check.verdict() == "WRONG: frame 4 differs from the ffmpeg CLI"
+
+
+def test_gop_span_bytes_follow_decode_order():
+    # I0 P3 B1 B2 | I4 P7 B5 B6 (decode order); pts = presentation order.
+    packets = [{"pts": pts, "pos": 0, "size": 10 ** n, "key": pts in (0, 4)}
+               for n, pts in enumerate([0, 3, 1, 2, 4, 7, 5, 6])]
+    video = Video(VideoSpec("v.mp4", 64, 64, 1, 4, ()), Path("v.mp4"), size=20_000_000,
+                  packets=packets)
+    assert video.span_packets([1, 2]) == {0, 1, 2, 3}  # from I0 through B2
+    assert video.span_packets([5]) == {4, 5, 6}         # from I4 through B5 (needs P7)
+    assert video.span_bytes([[1], [5]]) == 10 ** 0 + 10 ** 1 + 10 ** 2 + 10 ** 4 + 10 ** 5 + 10 ** 6
+    assert video.container_bytes() == 20_000_000 - sum(p["size"] for p in packets)
+
+
+def test_decode_floor_hook_is_none_until_the_native_function_exists(media):
+    if native_decode_floor() is not None:
+        pytest.skip("fluxon_video._decode.decode_floor exists: the hook is live")
+    assert decode_floor_ms(media.path("h264_faststart.mp4"), [0, 4], 1) is None
+
+
+def test_the_right_frame_too_far_off_is_flagged_apart(reference):
+    frames, ref = reference
+    peer = CheckResult(exact_required=False)
+    peer.add(np.clip(frames[[9]].astype(int) + 6, 0, 255).astype(np.uint8), [9], ref)
+    assert not peer.wrong and not peer.ok
+    assert peer.verdict().startswith("OFF: frame 9 is ")
