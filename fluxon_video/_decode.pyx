@@ -26,7 +26,7 @@ import numpy as np
 
 from libc.errno cimport EAGAIN, EINVAL, ENOMEM
 from libc.stdint cimport INT64_MAX, int64_t, uint8_t
-from libc.string cimport memcmp, memset
+from libc.string cimport memcmp, memcpy, memset
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 from fluxon_video._avio cimport (
@@ -50,7 +50,7 @@ from fluxon_video.libav.avformat cimport (
 from fluxon_video.libav.avutil cimport (
     AVCOL_RANGE_JPEG, AVCOL_RANGE_UNSPECIFIED, AVCOL_SPC_BT470BG, AVERROR, AVERROR_EOF,
     AVERROR_INVALIDDATA, AVERROR_STREAM_NOT_FOUND, AVFrame, AV_NOPTS_VALUE, AV_PIX_FMT_RGB24,
-    av_frame_alloc, av_frame_free, av_frame_unref, avutil_version,
+    av_frame_alloc, av_frame_free, av_frame_unref, av_free, av_malloc, avutil_version,
 )
 from fluxon_video.libav.swscale cimport (
     SWS_BILINEAR, SwsContext, sws_freeContext, sws_getCoefficients, sws_getColorspaceDetails,
@@ -192,6 +192,9 @@ cdef class VideoDecoder:
     cdef SwsContext *sws
     # The inputs sws was built for; a change rebuilds it.
     cdef int sws_src_w, sws_src_h, sws_src_fmt, sws_dst_w, sws_dst_h, sws_cs, sws_range
+    cdef uint8_t *scratch      # padded rows for unscaled conversions (see _convert)
+    cdef size_t scratch_size
+    cdef int scratch_stride
     # Where the pipeline stands, for the indexed path:
     cdef bint fresh            # opened, nothing read yet (the sequential path may start here)
     cdef bint positioned       # fed packets since the last seek and not drained
@@ -219,6 +222,9 @@ cdef class VideoDecoder:
         if self.sws != NULL:
             sws_freeContext(self.sws)
             self.sws = NULL
+        av_free(self.scratch)
+        self.scratch = NULL
+        self.scratch_size = 0
         av_frame_free(&self.frame)
         av_packet_free(&self.pkt)
         avcodec_free_context(&self.codec)
@@ -287,6 +293,8 @@ cdef class VideoDecoder:
         cdef const int *want_table
         cdef uint8_t *dst_planes[4]
         cdef int dst_strides[4]
+        cdef int ret, y
+        cdef int row_bytes = width * 3
         if (self.sws == NULL or f.width != self.sws_src_w or f.height != self.sws_src_h
                 or f.format != self.sws_src_fmt or width != self.sws_dst_w
                 or height != self.sws_dst_h or <int> f.colorspace != self.sws_cs
@@ -302,8 +310,8 @@ cdef class VideoDecoder:
                 return AVERROR(EINVAL)
             # The frame's own matrix and range, chosen as the ffmpeg CLI's scale
             # filter does, so our pixels match its output bit for bit. Setting
-            # them disables swscale's fast unscaled converters, so only do it
-            # when they differ from what the context already uses.
+            # them slows swscale's unscaled YUV->RGB converter down, so only do
+            # it when they differ from what the context already uses.
             cs = <int> f.colorspace
             if cs < 1 or cs > 10 or cs == 8:
                 cs = AVCOL_SPC_BT470BG
@@ -325,11 +333,38 @@ cdef class VideoDecoder:
             self.sws_range = <int> f.color_range
         memset(dst_planes, 0, sizeof(dst_planes))
         memset(dst_strides, 0, sizeof(dst_strides))
-        dst_planes[0] = dst
-        dst_strides[0] = width * 3
+        if f.width == width and f.height == height:
+            # swscale's unscaled YUV->RGB converter works in 8-pixel blocks: with
+            # a row stride of exactly width*3 it leaves the last width%8 pixels
+            # unwritten and stores past the end of a row. Give it padded rows
+            # (as the CLI's frames have) and copy them out.
+            ret = self._ensure_scratch(height, row_bytes)
+            if ret < 0:
+                return ret
+            dst_planes[0] = self.scratch
+            dst_strides[0] = self.scratch_stride
+        else:
+            dst_planes[0] = dst
+            dst_strides[0] = row_bytes
         if sws_scale(self.sws, <const uint8_t * const *> f.data, f.linesize, 0, f.height,
                      dst_planes, dst_strides) != height:
             return AVERROR(EINVAL)
+        if dst_planes[0] != dst:
+            for y in range(height):
+                memcpy(dst + <int64_t> y * row_bytes,
+                       self.scratch + <int64_t> y * self.scratch_stride, row_bytes)
+        return 0
+
+    cdef int _ensure_scratch(self, int height, int row_bytes) noexcept nogil:
+        cdef int stride = ((row_bytes + 64) + 63) & ~63
+        cdef size_t need = <size_t> stride * height + 64
+        if need > self.scratch_size:
+            av_free(self.scratch)
+            self.scratch = <uint8_t *> av_malloc(need)
+            self.scratch_size = need if self.scratch != NULL else 0
+            if self.scratch == NULL:
+                return AVERROR(ENOMEM)
+        self.scratch_stride = stride
         return 0
 
     cdef int _send(self, bint draining, int *consecutive_errors, DecodeProgress *p) noexcept nogil:

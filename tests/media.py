@@ -54,6 +54,9 @@ CLIPS = {c.name: c for c in [
     Clip("mpeg4.avi", 256, 144, 3, ("-c:v", "mpeg4", "-bf", "2", "-g", "24", "-q:v", "5")),
     # Odd size, 4:4:4 chroma.
     Clip("odd_321x241.mp4", 321, 241, 2, X264, pix_fmt="yuv444p"),
+    # 4:2:0 at a width that is not a multiple of 8: swscale's unscaled converter works in
+    # 8-pixel blocks (tail and overrun).
+    Clip("h264_340x194.mp4", 340, 194, 2, X264),
     # Full range (yuvj420p).
     Clip("fullrange.mp4", 256, 144, 2, X264 + ("-color_range", "pc"), pix_fmt="yuvj420p"),
     # Open GOPs in H.264: non-IDR keyframes whose leading B-frames reference the previous GOP.

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(120)
 
 SEEK_CLIPS = ["h264_faststart.mp4", "h264_moov_end.mp4", "hevc.mp4", "vp9.webm", "av1.mkv",
               "mpeg4.avi", "odd_321x241.mp4", "fullrange.mp4", "h264_open_gop.mp4",
-              "h264_bframes.mkv", "h264_editlist.mp4"]
+              "h264_bframes.mkv", "h264_editlist.mp4", "h264_340x194.mp4"]
 H, W = 48, 64
 
 
