@@ -30,7 +30,7 @@ from fluxon_video.libav.avformat cimport (
 from fluxon_video.libav.avutil cimport AVERROR, AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVMEDIA_TYPE_VIDEO
 
 from fluxon_video import errors
-from fluxon_video.frame_index import AV_NOPTS_VALUE, FrameIndex
+from fluxon_video.frame_index import FrameIndex
 
 
 cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_info,
@@ -76,7 +76,6 @@ cdef struct PacketLog:
     int64_t n
     int64_t cap
     int64_t *pts
-    int64_t *dts
     int64_t *pos
     int64_t *size
     uint8_t *flags
@@ -87,15 +86,13 @@ cdef int log_append(PacketLog *log, AVPacket *pkt) noexcept nogil:
     if log.n == log.cap:
         cap = log.cap * 2 if log.cap else 4096
         log.pts = <int64_t *> realloc(log.pts, cap * sizeof(int64_t))
-        log.dts = <int64_t *> realloc(log.dts, cap * sizeof(int64_t))
         log.pos = <int64_t *> realloc(log.pos, cap * sizeof(int64_t))
         log.size = <int64_t *> realloc(log.size, cap * sizeof(int64_t))
         log.flags = <uint8_t *> realloc(log.flags, cap * sizeof(uint8_t))
-        if not (log.pts and log.dts and log.pos and log.size and log.flags):
+        if not (log.pts and log.pos and log.size and log.flags):
             return AVERROR(ENOMEM)
         log.cap = cap
     log.pts[log.n] = pkt.pts
-    log.dts[log.n] = pkt.dts
     log.pos[log.n] = pkt.pos
     log.size[log.n] = pkt.size
     log.flags[log.n] = ((1 if pkt.flags & AV_PKT_FLAG_KEY else 0)
@@ -106,11 +103,10 @@ cdef int log_append(PacketLog *log, AVPacket *pkt) noexcept nogil:
 
 cdef void log_free(PacketLog *log) noexcept nogil:
     free(log.pts)
-    free(log.dts)
     free(log.pos)
     free(log.size)
     free(log.flags)
-    log.pts = log.dts = log.pos = log.size = NULL
+    log.pts = log.pos = log.size = NULL
     log.flags = NULL
     log.n = log.cap = 0
 
@@ -179,10 +175,9 @@ def scan_packets(ByteSource source, str name=None):
     cdef int ret = 0, stream_index = -1, attempt
     cdef bint zero_fill, retry = False
     cdef const char *failed_call = NULL
-    cdef const AVIndexEntry *e
     cdef AVStream *st
     log.n = log.cap = 0
-    log.pts = log.dts = log.pos = log.size = NULL
+    log.pts = log.pos = log.size = NULL
     log.flags = NULL
     try:
         for attempt in range(2):
@@ -206,22 +201,13 @@ def scan_packets(ByteSource source, str name=None):
         st = fmt.streams[stream_index]
         count = log.n
         pts = np.asarray(<int64_t[:count]> log.pts).copy() if count else np.empty(0, np.int64)
-        dts = np.asarray(<int64_t[:count]> log.dts).copy() if count else np.empty(0, np.int64)
         pos = np.asarray(<int64_t[:count]> log.pos).copy() if count else np.empty(0, np.int64)
         size = np.asarray(<int64_t[:count]> log.size).copy() if count else np.empty(0, np.int64)
         flags = np.asarray(<uint8_t[:count]> log.flags).copy() if count else np.empty(0, np.uint8)
-        # The timestamp the demuxer seeks by: its own index entry for that
-        # position where it has one (MP4: every sample, DTS-based), else the
-        # packet's dts, else its pts (Matroska seeks by block timestamps).
-        entry_ts = {}
-        for i in range(avformat_index_get_entries_count(st)):
-            e = avformat_index_get_entry(st, i)
-            entry_ts[e.pos] = e.timestamp
-        fallback = np.where(dts != AV_NOPTS_VALUE, dts, pts)
-        if "matroska" in fmt.iformat.name.decode():
-            fallback = pts
-        seek_ts = np.asarray([entry_ts.get(int(p), int(f)) for p, f in zip(pos, fallback)],
-                             dtype=np.int64) if count else np.empty(0, np.int64)
+        # Demuxers seek by presentation timestamps: with AVSEEK_FLAG_BACKWARD a
+        # keyframe's own pts lands on it (MP4's DTS-based sample times would
+        # land one GOP early; Matroska's cues are block timestamps).
+        seek_ts = pts
         return FrameIndex(fmt.iformat.name.decode(), avcodec_get_name(st.codecpar.codec_id).decode(),
                           stream_index, pts, pos, size, (flags & 1) != 0, (flags & 2) != 0, seek_ts)
     finally:

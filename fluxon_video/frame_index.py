@@ -11,7 +11,7 @@ file once. From the packets in decode order it derives:
 - for each frame, the keyframe to start decoding from: the last keyframe at
   or before it in decode order whose pts is not after the frame's (so an
   open-GOP leading picture starts from the previous keyframe);
-- the timestamp to seek the demuxer with to land on that keyframe.
+- the timestamp to seek the demuxer with to land on that keyframe (its pts).
 
 An index is *trusted* only where that derivation is known to hold; the
 decoder still checks every frame it lands on against it and falls back to a
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 SEEKABLE_FORMATS = ("mov", "mp4", "matroska", "webm", "avi")
 AV_NOPTS_VALUE = -(1 << 63)
 

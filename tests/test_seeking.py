@@ -135,6 +135,19 @@ def test_clusters_follow_gop_structure(media, opened):
     assert stats["decoder_seeks"] == 3
 
 
+@pytest.mark.parametrize("name", ["long_640x360.mp4", "h264_bframes.mkv", "vp9.webm"])
+def test_a_seek_lands_on_the_named_keyframe_not_before(media, opened, name):
+    handle = opened(name)
+    index = handle.index
+    ref = media.reference(name, H, W)
+    for key in np.flatnonzero(index.pkt_key)[1:]:
+        first = int(np.flatnonzero(index.frame_dec == key)[0])  # the keyframe's frame
+        handle.decoder.close()
+        frames, stats = handle.read([first + 2])
+        np.testing.assert_array_equal(frames, ref[[first + 2]])
+        assert stats["frames_decoded"] <= 3 + 4, (key, stats)  # 3 frames + reorder slack
+
+
 def test_the_decoder_continues_forward_without_seeking(media, opened):
     handle = opened("long_640x360.mp4")
     ref = media.reference("long_640x360.mp4", H, W)

@@ -43,7 +43,7 @@ from fluxon_video.fs.routes import AgentRoute, InProcessRoute, Route
 from fluxon_video.fs.storage import ExportStorage, FileStat
 
 T = TypeVar("T")
-INDEX_BLOB = "frameindex-v1"
+INDEX_BLOB = "frameindex-v2"
 
 
 @dataclass
