@@ -133,6 +133,7 @@ cdef struct IndexedPlan:
     int64_t *left                # targets still to convert, per cluster
     int64_t n_clusters
     bint skip_nonref
+    bint convert                 # False: decode only (the decode-floor measurement)
 
 
 cdef inline int64_t _find(const int64_t *values, int64_t n, int64_t x) noexcept nogil:
@@ -583,14 +584,15 @@ cdef class VideoDecoder:
                     self.last_out_idx = idx
                     j = _find(plan.targets, plan.n_targets, idx)
                     if j >= 0 and not plan.done[j]:
-                        p.failed_call = "sws_scale"
-                        ret = self._convert(self.frame, out + plan.slots[j] * frame_bytes,
-                                            height, width)
-                        if ret < 0:
-                            av_frame_unref(self.frame)
-                            return ret
+                        if plan.convert:
+                            p.failed_call = "sws_scale"
+                            ret = self._convert(self.frame, out + plan.slots[j] * frame_bytes,
+                                                height, width)
+                            if ret < 0:
+                                av_frame_unref(self.frame)
+                                return ret
+                            p.frames_converted += 1
                         plan.done[j] = 1
-                        p.frames_converted += 1
                         p.targets_left -= 1
                         _cluster_done(plan, j)
                     av_frame_unref(self.frame)
@@ -668,12 +670,35 @@ cdef class VideoDecoder:
             out[duplicates] = out[first_slot[inverse[duplicates]]]
         return out, stats
 
+    def decode_floor(self, indices):
+        """Decode what the indexed path would for indices, without skipping
+        non-reference frames and without converting: the time libavcodec alone
+        needs (a benchmark's lower bound). Needs a trusted index."""
+        if self.index is None or not self.index.trusted:
+            raise errors.FluxonFsDecodeError(f"{self.name}: the decode floor needs a trusted index")
+        targets = np.ascontiguousarray(np.unique(_as_frame_indices(indices)), dtype=np.int64)
+        if targets.size == 0:
+            return {"decode_ms": 0.0, "frames_decoded": 0, "decoder_seeks": 0}
+        if int(targets[-1]) >= self.index.frame_count:
+            self._raise_out_of_range(int(targets[-1]), self.index.frame_count)
+        cdef DecodeProgress p
+        memset(&p, 0, sizeof(p))
+        p.targets_left = targets.shape[0]
+        ret = self._run(targets, np.zeros_like(targets), np.empty((1, 1, 1, 3), np.uint8), 1, 1,
+                        self.index, &p, True)
+        if ret == FX_FALLBACK:
+            raise errors.FluxonFsDecodeError(f"{self.name}: {p.fallback_reason.decode()}")
+        if ret < 0:
+            err_check(ret, p.failed_call.decode() if p.failed_call != NULL else "decode", self.name)
+        return {"decode_ms": p.decode_ms, "frames_decoded": p.frames_decoded,
+                "decoder_seeks": p.seeks}
+
     def _raise_out_of_range(self, int64_t frame, int64_t count):
         raise errors.FluxonFsFrameIndexError(
             f"{self.name}: frame index {frame} is out of range: the video has {count} frames")
 
     cdef int _run(self, targets, first_slot, out, int height, int width, index,
-                  DecodeProgress *p) except? -1:
+                  DecodeProgress *p, bint floor=False) except? -1:
         """Open if needed, then run one path with the GIL released."""
         cdef const int64_t[::1] targets_view = targets
         cdef const int64_t[::1] slots_view = first_slot
@@ -701,6 +726,9 @@ cdef class VideoDecoder:
                 p.fallback_reason = "the decoder chose another stream than the index"
                 return FX_FALLBACK
             keep = self._make_plan(&plan, index, targets, first_slot)
+            if floor:
+                plan.convert = False
+                plan.skip_nonref = False
         with nogil:
             fx_avlog_clear()
             t0 = _now_ms()
@@ -743,6 +771,7 @@ cdef class VideoDecoder:
         plan.done = &done[0]
         plan.left = &left[0]
         plan.skip_nonref = index.codec_name in SKIP_NONREF_CODECS
+        plan.convert = True
         return arrays
 
     cdef dict _stats(self, DecodeProgress *p, fx_cursor *cursor, dict cache_before):
@@ -786,6 +815,19 @@ def decode_frames(ByteSource source, indices, int height, int width, int num_thr
     decoder.index = index
     try:
         return decoder.decode(indices, height, width)
+    finally:
+        decoder.close()
+
+
+def decode_floor(ByteSource source, indices, int num_threads=1, str name=None):
+    """Milliseconds (and frames) libavcodec alone needs for indices: the same
+    keyframe seeks as the indexed path, every frame decoded, nothing converted."""
+    from fluxon_video._demux import scan_packets
+
+    cdef VideoDecoder decoder = VideoDecoder(source, num_threads, name)
+    decoder.index = scan_packets(source, name)
+    try:
+        return decoder.decode_floor(indices)
     finally:
         decoder.close()
 

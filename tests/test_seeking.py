@@ -330,3 +330,15 @@ def test_stats_dataclass_sums():
     total = a + b
     assert total.kv_hits == 3 and total.total_ms == 3.0 and total.path == "indexed"
     assert dataclasses.asdict(total)["kv_hits"] == 3
+
+
+def test_decode_floor_decodes_from_the_keyframe_without_skipping(opened):
+    handle = opened("long_640x360.mp4")  # GOP 24: keyframe at 192 before frame 200
+    floor = handle.decoder.decode_floor([200, 202])
+    assert floor["decoder_seeks"] == 1
+    assert 11 <= floor["frames_decoded"] <= 11 + 4  # 192..202, plus reorder slack
+    handle.decoder.close()
+    _, stats = handle.read([200, 202])
+    assert stats["frames_decoded"] <= floor["frames_decoded"]  # skipping non-ref frames
+    with pytest.raises(IndexError):
+        handle.decoder.decode_floor([288])
