@@ -18,26 +18,35 @@ def _short(video: str) -> str:
     return video.rsplit(".", 1)[0].replace("_", "\n", 1)
 
 
+def _name(record: dict) -> str:
+    return label(record).removeprefix("⚠ ")
+
+
 def _grouped_bars(ax: plt.Axes, results: dict, workload: str, key: str, title: str) -> None:
-    records = [r for r in select(results["records"], workload) if r["summary"][key]]
+    records = select(results["records"], workload)
     videos = [v["video"] for v in results["videos"] if any(r["video"] == v["video"]
                                                            for r in records)]
-    names = list(dict.fromkeys(label(r).lstrip("⚠ ") for r in records))
+    names = list(dict.fromkeys(_name(r) for r in records))
     width = 0.8 / max(len(names), 1)
     for n, name in enumerate(names):
-        xs, ys, wrong = [], [], []
+        xs, ys, flags = [], [], []
         for x, video in enumerate(videos):
-            match = [r for r in records if r["video"] == video and label(r).lstrip("⚠ ") == name]
-            if match:
+            for record in (r for r in records if r["video"] == video and _name(r) == name):
+                s = record["summary"]
                 xs.append(x + (n - (len(names) - 1) / 2) * width)
-                ys.append(match[0]["summary"][key])
-                wrong.append(not match[0]["summary"]["ok"])
+                ys.append(s[key] or 0)
+                flags.append("" if s["ok"] else s["verdict"].split(":")[0].lower())
         bars = ax.bar(xs, ys, width, label=name)
-        for bar, bad in zip(bars, wrong):
-            if bad:
+        for bar, flag in zip(bars, flags):
+            if flag:
                 bar.set_hatch("xx")
-                ax.annotate("wrong", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                            ha="center", va="bottom", fontsize=6, rotation=90)
+                x = bar.get_x() + bar.get_width() / 2
+                if bar.get_height() > 0:
+                    ax.annotate(flag, (x, bar.get_height()), ha="center", va="bottom",
+                                fontsize=6, rotation=90)
+                else:  # failed: no bar on a log axis, so say it at the bottom
+                    ax.annotate(flag, (x, 0.02), xycoords=("data", "axes fraction"),
+                                ha="center", va="bottom", fontsize=6, rotation=90)
     ax.set_xticks(range(len(videos)), [_short(v) for v in videos], fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel(key.replace("_per_s", "/s"))
@@ -51,7 +60,8 @@ def draw(results: dict, out: Path) -> list[Path]:
     for ax, workload in zip(axes, ("clips224", "clips-native")):
         _grouped_bars(ax, results, workload, "clips_per_s", results["workloads"][workload])
     axes[0].legend(fontsize=7, ncol=4)
-    fig.suptitle("Clips per second (higher is better; hatched: wrong frames)", fontsize=10)
+    fig.suptitle("Clips per second (higher is better; hatched: flagged by the frame check, "
+                 "not a result)", fontsize=10)
     fig.tight_layout()
     paths.append(_save(fig, out / "clips.png"))
 
@@ -88,6 +98,7 @@ def draw(results: dict, out: Path) -> list[Path]:
                        label=f"{_short(video)} warm KV")
         for ax in (left, right):
             ax.set_xscale("log", base=2)
+            ax.set_xticks(sizes, [str(size) for size in sizes])
             ax.set_xlabel("piece size, KiB")
             ax.legend(fontsize=6)
             ax.grid(alpha=0.3)

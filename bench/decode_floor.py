@@ -2,18 +2,17 @@
 
 The decode floor of a clip is the time libavcodec needs to decode from the
 keyframe before the clip's first frame to its last frame, with no pixel
-conversion and no copy out: no reader can be faster than that on one core
-budget, so ``clip time / floor`` says how much is left to win.
+conversion and no copy out: no reader can be faster than that with the same
+threads, so ``clip time / floor`` says how much is left to win.
 
-The native function is being added in parallel, as
-``fluxon_video._decode.decode_floor``. Until it exists this hook returns
-None and the tables show "n/a". The call below expects it to mirror
+It is measured by ``fluxon_video._decode.decode_floor``, which mirrors
 ``decode_frames``::
 
     decode_floor(byte_source, indices, num_threads=1, name=None)
         -> {"decode_ms": float, ...}   (a plain float in ms is accepted too)
 
-If the native signature lands differently, adapt ``_call`` only.
+Where that function does not exist (an older build) this hook returns None
+and the tables show "n/a". If the native signature changes, adapt ``_call``.
 """
 
 from __future__ import annotations

@@ -58,9 +58,13 @@ def summarize(record: dict) -> dict:
         values = [r["stats"][key] for r in reps if key in r["stats"]]
         if values:
             out[key] = statistics.median(values)
+    for key in ("path", "fallback"):
+        values = sorted({v for r in reps for v in r.get("labels", {}).get(key, [])})
+        if values:
+            out[key] = values
     check = record.get("check") or {}
     out["ok"] = not record.get("error") and check.get("ok", False)
-    out["verdict"] = (f"FAILED: {record['error']}" if record.get("error")
+    out["verdict"] = (f"FAILED: {record['error'][:100]}" if record.get("error")
                       else check.get("verdict", "not checked"))
     return out
 
@@ -121,11 +125,25 @@ def open_ms(record: dict) -> float | None:
     return s["handle_open_ms"]
 
 
+def per_floor(clip_ms: float | None, floor: float | None) -> float | None:
+    return clip_ms / floor if clip_ms and floor else None
+
+
 def floor_of(results: dict, record: dict) -> float | None:
     for floor in results["floors"]:
         if floor["workload"] == record["workload"] and floor["video"] == record["video"]:
             return _median(floor["floor_ms"]) if floor["floor_ms"] else None
     return None
+
+
+def frames_cell(summary: dict) -> str:
+    """The check's verdict, and for fluxon the read path(s) it took and any fallback."""
+    text = summary["verdict"]
+    if summary.get("path"):
+        text += " · " + "+".join(summary["path"])
+    if summary.get("fallback"):
+        text += " (fallback: " + "; ".join(summary["fallback"]) + ")"
+    return text
 
 
 def in_video_order(results: dict, workload: str) -> list[dict]:
@@ -138,12 +156,15 @@ def clip_row(results: dict, record: dict) -> list[str]:
     s = record["summary"]
     floor = floor_of(results, record)
     kv = fluxon_only(record, f"{fmt(s.get('kv_hits'), 0)}/{fmt(s.get('kv_misses'), 0)}")
+    opened = fmt(open_ms(record))
+    if record.get("index_ms"):
+        opened += f" (+{fmt(record['index_ms'])} scan)"
     return [record["video"], label(record), fmt(s["clips_per_s"], 2), fmt(s["clip_ms"]),
-            fmt(open_ms(record)), fmt(floor), ratio(s["clip_ms"] / floor if floor else None),
+            opened, fmt(floor), ratio(per_floor(s["clip_ms"], floor)),
             fluxon_only(record, fmt(s.get("range_reads"), 0)),
             fluxon_only(record, mib(s.get("range_bytes"))), kv,
             fluxon_only(record, mib(s.get("remote_bytes"))),
-            fmt(record.get("peak_rss_mib"), 0), s["verdict"]]
+            fmt(record.get("peak_rss_mib"), 0), frames_cell(s)]
 
 
 def sequential_row(results: dict, record: dict) -> list[str]:
@@ -151,7 +172,7 @@ def sequential_row(results: dict, record: dict) -> list[str]:
     return [record["video"], label(record), fmt(s["frames_per_s"]), fmt(s["pass_ms"]),
             fluxon_only(record, mib(s.get("range_bytes"))),
             fluxon_only(record, mib(s.get("remote_bytes"))),
-            fmt(record.get("peak_rss_mib"), 0), s["verdict"]]
+            fmt(record.get("peak_rss_mib"), 0), frames_cell(s)]
 
 
 def batched_row(results: dict, record: dict) -> list[str]:
@@ -160,7 +181,7 @@ def batched_row(results: dict, record: dict) -> list[str]:
     return [record["video"], label(record), how, str(record["clips"]), fmt(s["pass_ms"]),
             fmt(s["clips_per_s"], 2), fluxon_only(record, fmt(s.get("frames_decoded"), 0)),
             fluxon_only(record, mib(s.get("remote_bytes"))),
-            fmt(record.get("peak_rss_mib"), 0), s["verdict"]]
+            fmt(record.get("peak_rss_mib"), 0), frames_cell(s)]
 
 
 CLIP_HEADER = ["video", "contender", "clips/s", "clip ms", "open ms", "floor ms", "clip/floor",
@@ -207,9 +228,10 @@ def targets(results: dict) -> list[dict]:
         out.append({"target": "(c) per-clip time ÷ decode floor",
                     "condition": f"{headline}, clips224, fluxon warm KV",
                     "fluxon": f"{fmt(warm['summary']['clip_ms'])} ms/clip" if warm else "–",
-                    "peer": f"floor {fmt(floor)} ms" if floor else "floor n/a (hook)",
-                    "ratio": warm["summary"]["clip_ms"] / floor if warm and floor else None,
-                    "meaning": "1 would be decode-bound"})
+                    "peer": f"floor {fmt(floor)} ms" if floor else "floor n/a",
+                    "ratio": per_floor(warm["summary"]["clip_ms"], floor) if warm else None,
+                    "meaning": "1: decode-bound; < 1: skipped non-reference frames or a "
+                               "decoder kept from the previous clip beat the floor"})
     long_name = next((v["video"] for v in results["videos"]
                       if any(r["workload"] == "batched" and r["video"] == v["video"]
                              for r in records)), None)
@@ -284,8 +306,8 @@ def markdown(results: dict) -> str:
     if results["sweep"]:
         lines += ["", "## Piece-size sweep", "",
                   f"{results['workloads']['clips224']}; agent latency "
-                  f"{c['export']['sweep_agent_latency_ms']} ms. Cold: empty Redis, new process; "
-                  "warm KV: a new process after it.", ""]
+                  f"{c['export']['sweep_agent_latency_ms']} ms. Cold: the file evicted from "
+                  "Redis, a new process; warm KV: a new process after it.", ""]
         lines += table(["piece KiB", "video", "cold remote MiB", "cold remote reads",
                         "cold ms", "warm KV ms", "KV hits (warm)", "needed MiB", "frames"],
                        [[str(p["piece_size"] >> 10), p["video"], mib(p["cold_remote_bytes"]),
@@ -295,13 +317,17 @@ def markdown(results: dict) -> str:
     lines += ["", "## How to read this", "",
               "- clips/s: clips of one video read through one handle (a peer's open reader, "
               "fluxon's reader pool), opening included, ÷ that pass's time.",
-              "- open ms: peers, opening the file; fluxon through FluxonFS, the reader's "
-              "authorised stat plus every FFmpeg container open in the pass (fluxon opens the "
-              "container on every call).",
+              "- open ms: peers, opening the file (PyAV: + its one-time packet scan that maps "
+              "frame index to pts, not in clips/s); fluxon through FluxonFS, the reader's "
+              "authorised stat plus the FFmpeg container opens of the pass.",
               "- range reads/MiB: FFmpeg's read callbacks and the bytes they returned; remote: "
               "bytes the agent sent; KV hit/miss: Redis pieces.",
-              "- cold: empty Redis and a new patcher; warm KV: Redis warm, a new process; "
-              "warm reader: the same pool again (its page cache holds the file).",
+              "- cold: the file's KV pieces evicted and a new patcher; warm KV: Redis warm, a "
+              "new process; warm reader: the same pool again (its page cache holds the file). "
+              "fluxon-local: `decode_local_frames` on the local file, one call per clip (a new "
+              "decoder and frame index each time: the engine without FluxonFS or a reader).",
+              "- frames: for fluxon also the read path (indexed: keyframe seeks; sequential) "
+              "and why an indexed read fell back, if one did.",
               "- clip ms: median time of one read call (the first of a pass includes what the "
               "contender opens lazily).",
               "- frames: every contender's frames (first run) against the ffmpeg CLI's "
@@ -318,9 +344,13 @@ def markdown(results: dict) -> str:
               "from the keyframe before each clip's first frame through the last packet needed "
               "for its last frame (decode order), unioned over clips, plus the container bytes "
               "(file size minus all video packet bytes: moov or Cues, headers, framing).",
-              "- floor ms: libavcodec alone from the keyframe to the last target, no "
-              "conversion (n/a until fluxon_video._decode.decode_floor exists; see "
-              "bench/decode_floor.py)."]
+              "- floor ms: median over the clips of what libavcodec alone needs for a clip: "
+              "the indexed path's seeks, every frame from the keyframe to the last target "
+              "decoded, nothing converted (`fluxon_video._decode.decode_floor` on the local file, "
+              "median of the repeats; n/a where it does not exist). clip/floor: clip ms ÷ floor "
+              "ms. The floor decodes every frame from the keyframe in a fresh decoder per clip; "
+              "fluxon skips non-reference frames it does not return and keeps its decoder "
+              "between clips, so it can go below 1."]
     return "\n".join(lines) + "\n"
 
 
@@ -348,6 +378,25 @@ def sweep_rows(results: dict) -> list[dict]:
     return rows
 
 
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 2)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def compact_json(results: dict) -> str:
+    """Floats to 2 decimals, one record per line: small, and diffs stay readable."""
+    body = {k: v for k, v in _rounded(results).items() if k != "records"}
+    text = json.dumps(body, indent=1, default=str)[:-2]
+    records = ",\n  ".join(json.dumps(r, default=str, separators=(",", ":"))
+                           for r in _rounded(results["records"]))
+    return f'{text},\n "records": [\n  {records}\n ]\n}}\n'
+
+
 def write(results: dict, out: Path) -> list[Path]:
     for record in results["records"]:
         record["summary"] = summarize(record)
@@ -355,7 +404,7 @@ def write(results: dict, out: Path) -> list[Path]:
     results["sweep"] = sweep_rows(results)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "latest.json", out / "latest.md"]
-    paths[0].write_text(json.dumps(results, indent=1, default=str) + "\n")
+    paths[0].write_text(compact_json(results))
     paths[1].write_text(markdown(results))
     import charts
 

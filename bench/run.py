@@ -8,7 +8,7 @@ and times, with the same seeded clips for every contender:
 
   1. peers on local files: decord, PyAV (seek to keyframe + decode forward),
      torchcodec (skipped, with a note, where it does not import);
-  2. fluxon cold: empty Redis, new patcher, bytes flow agent -> client;
+  2. fluxon cold: the file not in Redis, new patcher, bytes flow agent -> client;
   3. fluxon warm KV: Redis warm, a new process, no agent bytes expected;
   4. fluxon warm reader: the same reader pool again;
   5. batched: N clips of the 60 s video in one read_many_numpy_with_stats
@@ -71,6 +71,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=None,
                     help="where latest.json, latest.md and the charts go "
                          "(default: bench/results)")
+    ap.add_argument("--render", type=Path, metavar="JSON",
+                    help="only redraw latest.md and the charts from a latest.json into --out")
     ap.add_argument("--phase", help=argparse.SUPPRESS)  # internal: run one child task
     args = ap.parse_args(argv)
     defaults = QUICK if args.quick else DEFAULTS
@@ -101,6 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         import tasks
 
         tasks.main(args.phase)
+        return 0
+    if args.render:
+        import json
+
+        import report
+
+        report.write(json.loads(args.render.read_text()), args.out)
         return 0
     from orchestrate import Bench
 

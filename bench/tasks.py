@@ -40,10 +40,14 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _add_stats(total: dict[str, float], stats: dict[str, Any] | None) -> None:
+def _add_stats(total: dict[str, float], labels: dict[str, list[str]],
+               stats: dict[str, Any] | None) -> None:
+    """Sum the numbers; keep each distinct text (fluxon's read path, fallback reason)."""
     for key, value in (stats or {}).items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             total[key] = total.get(key, 0) + value
+        elif isinstance(value, str) and value and value not in labels.setdefault(key, []):
+            labels[key].append(value)
 
 
 def timed_pass(open_handle: Callable[[], Handle], clips: Sequence[Sequence[int]],
@@ -54,19 +58,20 @@ def timed_pass(open_handle: Callable[[], Handle], clips: Sequence[Sequence[int]]
     open_ms = (time.perf_counter() - t0) * 1e3
     clip_ms: list[float] = []
     stats: dict[str, float] = {}
+    labels: dict[str, list[str]] = {}
     try:
         for clip in clips:
             t0 = time.perf_counter()
             frames, clip_stats = handle.read(clip)
             clip_ms.append((time.perf_counter() - t0) * 1e3)
-            _add_stats(stats, clip_stats)
+            _add_stats(stats, labels, clip_stats)
             if check is not None and ref is not None:
                 check.add(frames, clip, ref)
             del frames
     finally:
         handle.close()
     return {"open_ms": open_ms, "clip_ms": clip_ms, "pass_ms": open_ms + sum(clip_ms),
-            "stats": stats}
+            "stats": stats, "labels": labels}
 
 
 def _record(task: dict, item: dict, cache: str, contender: str) -> dict[str, Any]:
@@ -241,8 +246,11 @@ def run_batched(task: dict) -> list[dict]:
         if check is not None:
             for request, result in zip(requests, results):
                 check.add(result.frames, request.indices, ref)
+        stats: dict[str, float] = {}
+        labels: dict[str, list[str]] = {}
+        _add_stats(stats, labels, results[0].stats.as_dict())  # shared by the group
         return {"open_ms": results[0].stats.open_ms, "clip_ms": [ms], "pass_ms": ms,
-                "stats": results[0].stats.as_dict(), "group_size": results[0].group_size}
+                "stats": stats, "labels": labels, "group_size": results[0].group_size}
 
     _run_repeats(record, task["repeat"], one_pass, exact=True)
     return [record]

@@ -77,10 +77,14 @@ def test_gop_span_bytes_follow_decode_order():
     assert video.container_bytes() == 20_000_000 - sum(p["size"] for p in packets)
 
 
-def test_decode_floor_hook_is_none_until_the_native_function_exists(media):
+def test_decode_floor_hook(media, monkeypatch):
+    path = media.path("h264_faststart.mp4")
     if native_decode_floor() is not None:
-        pytest.skip("fluxon_video._decode.decode_floor exists: the hook is live")
-    assert decode_floor_ms(media.path("h264_faststart.mp4"), [0, 4], 1) is None
+        assert decode_floor_ms(path, [30, 34, 38], 1) > 0
+    import decode_floor
+
+    monkeypatch.setattr(decode_floor, "native_decode_floor", lambda: None)
+    assert decode_floor_ms(path, [30, 34, 38], 1) is None  # an older build: "n/a"
 
 
 def test_the_right_frame_too_far_off_is_flagged_apart(reference):
