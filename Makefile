@@ -54,4 +54,4 @@ bench: build $(BENCH_STAMP)
 
 clean:
 	rm -rf build dist *.egg-info fluxon_video/*.so fluxon_video/_avio.c \
-	       fluxon_video/_decode.c fluxon_video/_errors.c .pytest_cache
+	       fluxon_video/_decode.c fluxon_video/_errors.c fluxon_video/_demux.c .pytest_cache

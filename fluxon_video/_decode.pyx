@@ -193,6 +193,8 @@ cdef class VideoDecoder:
     cdef SwsContext *sws
     # The inputs sws was built for; a change rebuilds it.
     cdef int sws_src_w, sws_src_h, sws_src_fmt, sws_dst_w, sws_dst_h, sws_cs, sws_range
+    # Read counters of AVIO cursors already closed (stats report per-call deltas).
+    cdef int64_t retired_read_calls, retired_seek_calls, retired_bytes_read
     cdef uint8_t *scratch      # padded rows for unscaled conversions (see _convert)
     cdef size_t scratch_size
     cdef int scratch_stride
@@ -219,6 +221,15 @@ cdef class VideoDecoder:
         if self.pid == os.getpid():
             self._release()
 
+    cdef void _retire_cursor(self) noexcept nogil:
+        """Fold the AVIO cursor's counters into the decoder's before pb goes."""
+        cdef fx_cursor *cursor
+        if self.pb != NULL:
+            cursor = fx_avio_cursor(self.pb)
+            self.retired_read_calls += cursor.read_calls
+            self.retired_seek_calls += cursor.seek_calls
+            self.retired_bytes_read += cursor.bytes_read
+
     cdef void _release(self) noexcept nogil:
         if self.sws != NULL:
             sws_freeContext(self.sws)
@@ -232,6 +243,7 @@ cdef class VideoDecoder:
         if self.fmt != NULL:
             # CUSTOM_IO: closing the input leaves pb to us.
             avformat_close_input(&self.fmt)
+        self._retire_cursor()
         fx_avio_close(&self.pb)
         self.stream_index = -1
         self.fresh = False
@@ -521,6 +533,7 @@ cdef class VideoDecoder:
                     return ret
                 fx_source_prefetch(pc, plan.key_pos[c], plan.end_byte[c] - plan.key_pos[c])
                 landing = True
+            cursor.readahead_end = plan.end_byte[c]
             stop_dec = plan.reach_dec[c] + TARGET_SLACK_PACKETS + 2 * self.num_threads
             draining = False
             while plan.left[c] > 0:
@@ -598,6 +611,7 @@ cdef class VideoDecoder:
                     av_frame_unref(self.frame)
         if plan.skip_nonref:
             self.codec.skip_frame = AVDISCARD_DEFAULT
+        cursor.readahead_end = 0
         p.failed_call = NULL
         return 0
 
@@ -618,6 +632,7 @@ cdef class VideoDecoder:
         targets = np.ascontiguousarray(targets, dtype=np.int64)
         first_slot = np.ascontiguousarray(first_slot, dtype=np.int64)
         cache_before = self.source.stats()
+        io_before = self._io_totals()
         index = self.index
         p_stats = {"path": "sequential", "fallback": ""}
         if index is not None and index.trusted and int(targets[-1]) >= index.frame_count:
@@ -642,7 +657,7 @@ cdef class VideoDecoder:
                 self.close()
             ret = self._run(targets, first_slot, out, height, width, None, &p)
         cdef fx_cursor *cursor = fx_avio_cursor(self.pb)
-        stats = self._stats(&p, cursor, cache_before)
+        stats = self._stats(&p, io_before, cache_before)
         stats.update(p_stats)
         try:
             if cursor.error:
@@ -774,12 +789,20 @@ cdef class VideoDecoder:
         plan.convert = True
         return arrays
 
-    cdef dict _stats(self, DecodeProgress *p, fx_cursor *cursor, dict cache_before):
+    cdef tuple _io_totals(self):
+        """Lifetime (read callbacks, seek callbacks, bytes returned to FFmpeg)."""
+        cdef fx_cursor *cursor = fx_avio_cursor(self.pb) if self.pb != NULL else NULL
+        return (self.retired_read_calls + (cursor.read_calls if cursor != NULL else 0),
+                self.retired_seek_calls + (cursor.seek_calls if cursor != NULL else 0),
+                self.retired_bytes_read + (cursor.bytes_read if cursor != NULL else 0))
+
+    cdef dict _stats(self, DecodeProgress *p, tuple io_before, dict cache_before):
         cache_after = self.source.stats()
+        io_after = self._io_totals()
         return {
-            "read_calls": cursor.read_calls if cursor != NULL else 0,
-            "seek_calls": cursor.seek_calls if cursor != NULL else 0,
-            "bytes_read": cursor.bytes_read if cursor != NULL else 0,
+            "read_calls": io_after[0] - io_before[0],
+            "seek_calls": io_after[1] - io_before[1],
+            "bytes_read": io_after[2] - io_before[2],
             "page_hits": cache_after["page_hits"] - cache_before["page_hits"],
             "page_misses": cache_after["page_misses"] - cache_before["page_misses"],
             "bytes_fetched": cache_after["bytes_fetched"] - cache_before["bytes_fetched"],

@@ -193,8 +193,13 @@ void fx_cursor_init(fx_cursor *c) {
     c->err_page = -1;
 }
 
-static void queue_readahead(fx_pagecache *pc, int64_t page) {
-    for (int64_t q = page + 1; q <= page + pc->readahead_pages && q < pc->num_pages; q++) {
+static void queue_readahead(fx_pagecache *pc, const fx_cursor *c, int64_t page) {
+    int64_t end = pc->num_pages;
+    if (c->readahead_end > 0) {
+        int64_t limit = (c->readahead_end + pc->page_size - 1) / pc->page_size;
+        if (limit < end) end = limit;
+    }
+    for (int64_t q = page + 1; q <= page + pc->readahead_pages && q < end; q++) {
         if (!pc->slots[q] && !queue_page(pc, q, 1)) return;
     }
 }
@@ -286,7 +291,7 @@ int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t 
             int sequential = page == c->last_page + 1;
             fx_page *e = acquire_page(pc, c, page);
             if (!e) break;
-            if (sequential) queue_readahead(pc, page);
+            if (sequential) queue_readahead(pc, c, page);
             c->last_page = page;
         }
         fx_page *e = pc->slots[page];

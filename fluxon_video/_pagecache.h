@@ -68,6 +68,9 @@ typedef struct fx_cursor {
      * packets only for their metadata: with zero_fill set, reads return
      * zeros without touching the cache, so no payload byte is fetched. */
     int zero_fill;
+    /* Sequential readahead stops at this byte offset (0: no limit): the
+     * decoder knows where the packets it needs end. */
+    int64_t readahead_end;
 } fx_cursor;
 
 typedef struct fx_pagecache {

@@ -29,6 +29,7 @@ cdef extern from "_pagecache.h" nogil:
         int64_t seek_calls
         int64_t bytes_read
         int zero_fill
+        int64_t readahead_end
 
     ctypedef struct fx_pagecache:
         int64_t file_size

@@ -342,3 +342,14 @@ def test_decode_floor_decodes_from_the_keyframe_without_skipping(opened):
     assert stats["frames_decoded"] <= floor["frames_decoded"]  # skipping non-ref frames
     with pytest.raises(IndexError):
         handle.decoder.decode_floor([288])
+
+
+def test_read_stats_describe_one_call_on_a_persistent_decoder(opened):
+    handle = opened("long_640x360.mp4", page_size=16 << 10)
+    per_call = []
+    for _ in range(3):
+        _, stats = handle.read([100, 150])  # two keyframe seeks each time
+        per_call.append((stats["read_calls"], stats["bytes_read"], stats["seek_calls"],
+                         stats["decoder_seeks"]))
+    assert per_call[1] == per_call[2], per_call  # same work, same counts: not running totals
+    assert per_call[1][0] > 0 and per_call[1][3] == 2
