@@ -33,7 +33,10 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(BENCH), str(ROOT)]
 
+from fluxon_video.fs.config import FluxonFsExport  # noqa: E402
+
 MiB = 1 << 20
+DEFAULT_PIECE_SIZE = FluxonFsExport.__dataclass_fields__["piece_size"].default
 DEFAULTS = {"repeat": 3, "clips": 6, "batch_clips": 8, "sweep_piece_sizes": "256K,1M,4M"}
 QUICK = {"repeat": 1, "clips": 2, "batch_clips": 4, "sweep_piece_sizes": "256K,1M"}
 
@@ -55,8 +58,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=5, help="clip sampling seed (default: 5)")
     ap.add_argument("--threads", type=int, default=2,
                     help="decoder threads for every contender (default: 2)")
-    ap.add_argument("--piece-size", type=int, default=1 * MiB,
-                    help="FluxonFS piece size for the main runs, bytes (default: 1 MiB)")
+    ap.add_argument("--piece-size", type=int, default=DEFAULT_PIECE_SIZE,
+                    help="FluxonFS piece size for the main runs, bytes "
+                         f"(default: the export default, {DEFAULT_PIECE_SIZE >> 10} KiB)")
     ap.add_argument("--sweep-piece-sizes",
                     help="piece sizes of the sweep, comma separated, K/M suffixes "
                          "(default: 256K,1M,4M, quick: 256K,1M; empty to skip the sweep)")
