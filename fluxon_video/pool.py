@@ -13,6 +13,7 @@ and starts empty.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import time
@@ -112,6 +113,7 @@ class PoolCounters:
     readers_evicted: int = 0
     readers_discarded: int = 0  # closed after a failed read
     native_calls: int = 0
+    peak_leased: int = 0  # most readers in use at once
 
     def reuse_rate(self) -> float:
         leases = self.readers_opened + self.leases_reused
@@ -166,6 +168,7 @@ class FluxonFsVideoReaderPool:
                 del state.idle[reader]
                 state.leased.add(reader)
                 state.counters.leases_reused += 1
+                state.counters.peak_leased = max(state.counters.peak_leased, len(state.leased))
         reused = reader is not None
         if reader is None:
             export_name, relpath, height, width, num_threads, identity = key
@@ -175,6 +178,7 @@ class FluxonFsVideoReaderPool:
             with state.lock:
                 state.leased.add(reader)
                 state.counters.readers_opened += 1
+                state.counters.peak_leased = max(state.counters.peak_leased, len(state.leased))
         healthy = False
         try:
             yield reader, reused
@@ -184,6 +188,11 @@ class FluxonFsVideoReaderPool:
             raise
         finally:
             self._give_back(state, key, reader, healthy)
+
+    def _count_native_call(self) -> None:
+        state = self._local()
+        with state.lock:
+            state.counters.native_calls += 1
 
     def _give_back(self, state: _State, key: ReaderKey, reader: FluxonFsVideoReader,
                    healthy: bool) -> None:
@@ -222,14 +231,23 @@ class FluxonFsVideoReaderPool:
         with self._lease(self._key(request)) as (reader, reused):
             frames = reader.read_frames_numpy(request.indices)
             stats = reader.last_stats
-            self._local().counters.native_calls += 1
+            self._count_native_call()
         assert stats is not None
         stats = replace(stats, total_ms=(time.perf_counter() - t0) * 1e3)
         return FluxonFsVideoReadResult(frames, stats, reused)
 
     def read_many_numpy_with_stats(
-            self, requests: Sequence[FluxonFsVideoReadRequest]) -> list[FluxonFsVideoReadResult]:
-        """Results in request order; one native decode per reader key over the union of indices."""
+            self, requests: Sequence[FluxonFsVideoReadRequest],
+            max_workers: int | None = None) -> list[FluxonFsVideoReadResult]:
+        """Results in request order; one native decode per reader key over the union of indices.
+
+        Groups (distinct reader keys) are decoded concurrently on up to
+        ``max_workers`` threads (default: one per group, at most one per CPU);
+        the GIL is released while they decode. Every request is validated
+        before any decoding; on failure every group finishes, every reader
+        goes back, and the first failing group's error (naming its requests)
+        is raised.
+        """
         groups: dict[ReaderKey, list[int]] = {}
         for position, request in enumerate(requests):
             if not isinstance(request, FluxonFsVideoReadRequest):
@@ -240,25 +258,45 @@ class FluxonFsVideoReaderPool:
             except FluxonFsError as exc:
                 raise type(exc)(f"requests[{position}]: {exc}") from None
             groups.setdefault(self._key(request), []).append(position)
+        if max_workers is not None:
+            _positive_int("max_workers", max_workers)
+        workers = min(len(groups), max_workers or os.cpu_count() or 1)
+        tasks = [(key, positions, requests) for key, positions in groups.items()]
+        if workers <= 1:
+            outcomes = [self._read_group(*task) for task in tasks]
+        else:
+            with concurrent.futures.ThreadPoolExecutor(workers, "fluxon-read-many") as executor:
+                futures = [executor.submit(self._read_group, *task) for task in tasks]
+                concurrent.futures.wait(futures)
+            outcomes = [future.result() for future in futures]  # the first error, in order
         results: list[FluxonFsVideoReadResult | None] = [None] * len(requests)
-        for key, positions in groups.items():
-            union = np.unique(np.fromiter((i for p in positions for i in requests[p].indices),
-                                          dtype=np.int64))
-            t0 = time.perf_counter()
-            try:
-                with self._lease(key) as (reader, reused):
-                    frames = reader.read_frames_numpy(union)
-                    stats = reader.last_stats
-                    self._local().counters.native_calls += 1
-            except FluxonFsError as exc:
-                raise _name_requests(exc, positions) from exc
-            assert stats is not None
-            stats = replace(stats, total_ms=(time.perf_counter() - t0) * 1e3)
-            for position in positions:
-                rows = np.searchsorted(union, np.asarray(requests[position].indices, dtype=np.int64))
-                results[position] = FluxonFsVideoReadResult(
-                    frames[rows], stats, reused, group_size=len(positions))
+        for group_results in outcomes:
+            for position, result in group_results:
+                results[position] = result
         return results  # type: ignore[return-value]
+
+    def _read_group(self, key: ReaderKey, positions: list[int],
+                    requests: Sequence[FluxonFsVideoReadRequest]
+                    ) -> list[tuple[int, FluxonFsVideoReadResult]]:
+        """One native decode over the union of a group's indices, sliced back per request."""
+        union = np.unique(np.fromiter((i for p in positions for i in requests[p].indices),
+                                      dtype=np.int64))
+        t0 = time.perf_counter()
+        try:
+            with self._lease(key) as (reader, reused):
+                frames = reader.read_frames_numpy(union)
+                stats = reader.last_stats
+                self._count_native_call()
+        except FluxonFsError as exc:
+            raise _name_requests(exc, positions) from exc
+        assert stats is not None
+        stats = replace(stats, total_ms=(time.perf_counter() - t0) * 1e3)
+        out = []
+        for position in positions:
+            rows = np.searchsorted(union, np.asarray(requests[position].indices, dtype=np.int64))
+            out.append((position, FluxonFsVideoReadResult(frames[rows], stats, reused,
+                                                           group_size=len(positions))))
+        return out
 
     # ---- life cycle ----
 

@@ -257,6 +257,46 @@ def test_a_failing_group_names_its_requests_and_releases_the_reader(patcher):
         assert len(pool.idle_readers()) == 2
 
 
+def test_read_many_decodes_groups_concurrently(media, patcher):
+    """Three videos, three workers: each native call waits for the other two."""
+    barrier = threading.Barrier(3, timeout=20)
+    real_read = fv.FluxonFsVideoReader.read_frames_numpy
+
+    def meeting_read(reader, indices):
+        barrier.wait()  # raises BrokenBarrierError if the calls run one after another
+        return real_read(reader, indices)
+
+    requests = [FluxonFsVideoReadRequest("train", relpath, 32, 32, 1, (2, 9))
+                for relpath in (H264, HEVC, VP9)]
+    fv.FluxonFsVideoReader.read_frames_numpy = meeting_read
+    try:
+        with patcher.open_video_reader_pool() as pool:
+            results = pool.read_many_numpy_with_stats(requests, max_workers=3)
+            assert pool.counters().peak_leased == 3
+            assert pool.counters().native_calls == 3
+    finally:
+        fv.FluxonFsVideoReader.read_frames_numpy = real_read
+    for request, result in zip(requests, results):
+        np.testing.assert_array_equal(
+            result.frames, media.reference(REFS[request.relpath], 32, 32)[[2, 9]])
+    with pytest.raises(errors.FluxonFsConfigError, match="max_workers"):
+        patcher.open_video_reader_pool().read_many_numpy_with_stats(requests, max_workers=0)
+
+
+def test_read_many_failure_waits_for_every_group(patcher):
+    requests = [FluxonFsVideoReadRequest("train", "bucket/videos/garbage.mp4", 16, 16, 1, (0,)),
+                FluxonFsVideoReadRequest("train", H264, 16, 16, 1, (1,)),
+                FluxonFsVideoReadRequest("train", HEVC, 16, 16, 1, (999,))]
+    with patcher.open_video_reader_pool() as pool:
+        with pytest.raises(errors.FluxonFsDecodeError, match=r"requests\[0\]"):
+            pool.read_many_numpy_with_stats(requests, max_workers=3)
+        state = pool._local()
+        assert not state.leased  # every reader went back (or was discarded)
+        counters = pool.counters()
+        assert counters.readers_opened == 3 and counters.native_calls == 1  # all three ran
+        assert counters.readers_discarded == 1 and len(pool.idle_readers()) == 2
+
+
 # ---- processes ----
 
 def _child_reads(pool, queue, relpath, indices):
