@@ -380,6 +380,24 @@ cdef class VideoDecoder:
         self.scratch_stride = stride
         return 0
 
+    cdef int _next_packet(self, bint *draining, DecodeProgress *p) noexcept nogil:
+        """Read our stream's next packet into self.pkt: 1; 0 once the stream ends
+        (*draining set); or the AVERROR of a failed byte source."""
+        cdef int ret
+        while True:
+            p.failed_call = "av_read_frame"
+            ret = av_read_frame(self.fmt, self.pkt)
+            if ret < 0:
+                if fx_avio_cursor(self.pb).error:
+                    return ret
+                # End of data, or a demux error the ffmpeg CLI would also treat
+                # as the end: flush the decoder.
+                draining[0] = True
+                return 0
+            if self.pkt.stream_index == self.stream_index:
+                return 1
+            av_packet_unref(self.pkt)
+
     cdef int _send(self, bint draining, int *consecutive_errors, DecodeProgress *p) noexcept nogil:
         """Send the pending packet (or the drain signal); keeps it on EAGAIN."""
         cdef int ret
@@ -431,24 +449,14 @@ cdef class VideoDecoder:
         cdef int consecutive_errors = 0
         cdef int64_t frame_no = 0, next_target = 0
         cdef int64_t frame_bytes = <int64_t> height * width * 3
-        cdef fx_cursor *cursor = fx_avio_cursor(self.pb)
         self.fresh = False
         self.positioned = False  # frames are counted, not matched to the index
         while next_target < ntargets:
             if not draining and not self.packet_pending:
-                p.failed_call = "av_read_frame"
-                ret = av_read_frame(self.fmt, self.pkt)
+                ret = self._next_packet(&draining, p)
                 if ret < 0:
-                    if cursor.error:
-                        return ret
-                    # End of data, or a demux error the ffmpeg CLI would also
-                    # treat as the end: flush the decoder.
-                    draining = True
-                elif self.pkt.stream_index != self.stream_index:
-                    av_packet_unref(self.pkt)
-                    continue
-                else:
-                    self.packet_pending = True
+                    return ret
+                self.packet_pending = ret == 1
             ret = self._send(draining, &consecutive_errors, p)
             if ret < 0:
                 return ret
@@ -538,16 +546,10 @@ cdef class VideoDecoder:
             draining = False
             while plan.left[c] > 0:
                 if not draining and not self.packet_pending:
-                    p.failed_call = "av_read_frame"
-                    ret = av_read_frame(self.fmt, self.pkt)
+                    ret = self._next_packet(&draining, p)
                     if ret < 0:
-                        if cursor.error:
-                            return ret
-                        draining = True
-                    elif self.pkt.stream_index != self.stream_index:
-                        av_packet_unref(self.pkt)
-                        continue
-                    else:
+                        return ret
+                    if ret == 1:
                         idx = _find(plan.pos_sorted, plan.n_packets, self.pkt.pos)
                         if idx < 0:
                             p.fallback_reason = "a packet's position is not in the index"
