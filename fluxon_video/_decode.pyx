@@ -148,6 +148,17 @@ cdef inline int64_t _find(const int64_t *values, int64_t n, int64_t x) noexcept 
     return lo if lo < n and values[lo] == x else -1
 
 
+cdef inline int _count_decode_error(int ret, int *consecutive_errors,
+                                    DecodeProgress *p) noexcept nogil:
+    """A bad packet or frame: counted and skipped (0), like the ffmpeg CLI does,
+    unless memory ran out or too many came in a row (ret)."""
+    if ret == AVERROR(ENOMEM):
+        return ret
+    p.decode_errors += 1
+    consecutive_errors[0] += 1
+    return ret if consecutive_errors[0] > MAX_CONSECUTIVE_DECODE_ERRORS else 0
+
+
 def _as_frame_indices(indices):
     """indices as an int64 array; rejects non-integers and negatives."""
     if isinstance(indices, np.ndarray) and indices.dtype.kind in "iu":
@@ -409,12 +420,7 @@ cdef class VideoDecoder:
             av_packet_unref(self.pkt)
             self.packet_pending = False
         if ret < 0 and ret != AVERROR_EOF:
-            if ret == AVERROR(ENOMEM):
-                return ret
-            p.decode_errors += 1
-            consecutive_errors[0] += 1
-            if consecutive_errors[0] > MAX_CONSECUTIVE_DECODE_ERRORS:
-                return ret
+            return _count_decode_error(ret, consecutive_errors, p)
         return 0
 
     cdef int _receive(self, int *consecutive_errors, DecodeProgress *p) noexcept nogil:
@@ -429,11 +435,8 @@ cdef class VideoDecoder:
             if ret == AVERROR_EOF:
                 return ret
             if ret < 0:
-                if ret == AVERROR(ENOMEM):
-                    return ret
-                p.decode_errors += 1
-                consecutive_errors[0] += 1
-                if consecutive_errors[0] > MAX_CONSECUTIVE_DECODE_ERRORS:
+                ret = _count_decode_error(ret, consecutive_errors, p)
+                if ret < 0:
                     return ret
                 continue
             consecutive_errors[0] = 0

@@ -18,7 +18,7 @@ def load_or_build_index(byte_source: Any, name: str,
     through the KV, keyed by the file version. A file the scan cannot read
     gets no index: the sequential decode then reports the precise error.
     """
-    _, _ = require_native("building a frame index")
+    require_native("building a frame index")
     from fluxon_video import _demux
 
     t0 = time.perf_counter()

@@ -53,7 +53,6 @@ class FluxonFsVideoReader:
         self._index_source = ""
         self._range_source: FluxonFsRangeSource | None = None
         self.last_stats: FluxonFsVideoReadStats | None = None
-        self.reads = 0
         self._make_byte_source()
 
     def _make_byte_source(self) -> None:
@@ -98,7 +97,6 @@ class FluxonFsVideoReader:
                     self._byte_source, self.name, self._range_source)
             frames, native = self._decoder.decode(indices, self.height, self.width)
             self.last_stats = self._stats(native, before, len(frames), time.perf_counter() - t0)
-            self.reads += 1
             return frames
 
     def _stats(self, native: dict[str, Any], before: dict[str, int], returned: int,
