@@ -11,6 +11,7 @@ import pytest
 
 from fluxon_video import errors
 from fluxon_video.sources import BytesRangeSource, LocalFileRangeSource
+from tests.concurrency import run_in_threads
 
 avio = pytest.importorskip("fluxon_video._avio")
 
@@ -117,17 +118,13 @@ def test_concurrent_misses_for_one_page_are_fetched_once():
         results = []
         start = threading.Barrier(6)
 
-        def read():
+        def read(_):
             cur = bs.open_cursor()
             cur.seek(PAGE + 7)
             start.wait()
             results.append(cur.read(100))
 
-        threads = [threading.Thread(target=read) for _ in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        assert run_in_threads(read, 6) == []
     assert results == [DATA[PAGE + 7:PAGE + 107]] * 6
     assert src.calls == Counter({PAGE: 1})
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +19,7 @@ from fluxon_video.fs.client import ReadCounters
 from fluxon_video.fs.config import ClientSettings, FluxonFsExport, MissPolicy, RequestIdentity
 from fluxon_video.fs.kv import piece_key
 from fluxon_video.fs.routes import AgentRoute
+from tests.concurrency import run_in_threads
 from tests.conftest import IDENTITIES
 from tests.servers import AgentProcess, RedisServer
 
@@ -80,21 +80,14 @@ def test_second_node_reads_nothing_from_the_agent(media, agent, export_root, red
 
 def test_many_concurrent_clients(media, agent, export_root, redis_url):
     ref = media.reference("vp9.webm", 64, 64)
-    results, failures = [], []
+    results = []
     with make_patcher(agent.url, export_root, redis_url, piece_size=16 << 10) as patcher:
         def worker(seed):
-            try:
-                idx = sorted(np.random.default_rng(seed).integers(0, 72, 4).tolist())
-                frames, _ = read(patcher, idx, "bucket/videos/vp9.webm")
-                results.append((idx, frames))
-            except Exception as exc:  # noqa: BLE001 - collected for the assertion
-                failures.append(exc)
+            idx = sorted(np.random.default_rng(seed).integers(0, 72, 4).tolist())
+            frames, _ = read(patcher, idx, "bucket/videos/vp9.webm")
+            results.append((idx, frames))
 
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(12)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        failures = run_in_threads(worker, 12)
     assert not failures
     for idx, frames in results:
         np.testing.assert_array_equal(frames, ref[idx])

@@ -20,6 +20,7 @@ from fluxon_video.fs.config import (
 from fluxon_video.fs.kv import EmbeddedPieceStore, decode_piece, encode_piece, piece_key
 from fluxon_video.fs.routes import InProcessRoute
 from fluxon_video.fs.storage import FileStat
+from tests.concurrency import run_in_threads
 from tests.conftest import agent_config_text
 
 V = FileStat(100, 7)
@@ -175,12 +176,8 @@ def test_concurrent_misses_for_one_piece_are_fetched_once(export_root, monkeypat
     monkeypatch.setattr(InProcessRoute, "read_chunk", slow_read)
     counters = ReadCounters()
     out = []
-    threads = [threading.Thread(target=lambda: out.append(client.read_range(
-        alice, "train", relpath, version, 1000, 5000, counters))) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_in_threads(lambda _: out.append(client.read_range(
+        alice, "train", relpath, version, 1000, 5000, counters)), 8) == []
     client.close()
     expected = (export_root / relpath).read_bytes()[1000:6000]
     assert out == [expected] * 8

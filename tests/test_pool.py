@@ -12,6 +12,7 @@ import pytest
 import fluxon_video as fv
 from fluxon_video import errors
 from fluxon_video.video import FluxonFsVideoReadRequest
+from tests.concurrency import run_in_threads
 from tests.test_fluxonfs import make_patcher
 
 pytest.importorskip("fluxon_video._decode")
@@ -93,26 +94,17 @@ def test_leases_are_exclusive_under_threads(media, patcher):
             with lock:
                 in_use.discard(id(reader))
 
-    failures = []
-
     def worker(seed):
         rng = np.random.default_rng(seed)
-        try:
-            for _ in range(6):
-                relpath = [H264, HEVC, VP9][rng.integers(0, 3)]
-                idx = rng.integers(0, 48, 3).tolist()
-                frames = pool.read_frames_numpy(**args(relpath, idx))
-                np.testing.assert_array_equal(frames, media.reference(REFS[relpath], 32, 32)[idx])
-        except Exception as exc:  # noqa: BLE001 - collected for the assertion
-            failures.append(exc)
+        for _ in range(6):
+            relpath = [H264, HEVC, VP9][rng.integers(0, 3)]
+            idx = rng.integers(0, 48, 3).tolist()
+            frames = pool.read_frames_numpy(**args(relpath, idx))
+            np.testing.assert_array_equal(frames, media.reference(REFS[relpath], 32, 32)[idx])
 
     fv.FluxonFsVideoReader.read_frames_numpy = watched_read
     try:
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(12)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        failures = run_in_threads(worker, 12)
     finally:
         fv.FluxonFsVideoReader.read_frames_numpy = real_read
     assert not failures, failures[0]

@@ -4,7 +4,6 @@ what the sequential reference returns, on every kind of test media."""
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 
 from fluxon_video.frame_index import FrameIndex
 from fluxon_video.sources import BytesRangeSource, LocalFileRangeSource
-from tests.media import CLIPS
+from tests.concurrency import run_in_threads
 from tests.test_fluxonfs import make_patcher
 
 avio = pytest.importorskip("fluxon_video._avio")
@@ -291,23 +290,15 @@ def test_cold_read_of_one_clip_fetches_little_of_the_file(media, agent, export_r
 
 def test_indexed_reads_are_thread_safe_across_readers(media, export_root):
     ref = media.reference("hevc.mp4", 32, 32)
-    failures = []
     with make_patcher(None, export_root) as patcher:
         def worker(seed):
             rng = np.random.default_rng(seed)
-            try:
-                with patcher.open_video_reader("train", "bucket/videos/hevc.mp4", 32, 32, 2) as r:
-                    for _ in range(5):
-                        idx = sorted(rng.integers(0, 72, 4).tolist())
-                        np.testing.assert_array_equal(r.read_frames_numpy(idx), ref[idx])
-            except Exception as exc:  # noqa: BLE001
-                failures.append(exc)
+            with patcher.open_video_reader("train", "bucket/videos/hevc.mp4", 32, 32, 2) as r:
+                for _ in range(5):
+                    idx = sorted(rng.integers(0, 72, 4).tolist())
+                    np.testing.assert_array_equal(r.read_frames_numpy(idx), ref[idx])
 
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        failures = run_in_threads(worker, 6)
     assert not failures, failures[0]
 
 
