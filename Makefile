@@ -53,5 +53,5 @@ bench: build $(BENCH_STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf build dist *.egg-info fluxon_video/*.so fluxon_video/_avio.c \
-	       fluxon_video/_decode.c fluxon_video/_errors.c fluxon_video/_demux.c .pytest_cache
+	rm -rf build dist *.egg-info fluxon_video/*.so .pytest_cache \
+	       $(patsubst %.pyx,%.c,$(wildcard fluxon_video/*.pyx))

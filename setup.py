@@ -10,6 +10,10 @@ import sys
 from setuptools import Extension, setup
 
 LIBAV_PACKAGES = ["libavformat", "libavcodec", "libavutil", "libswscale"]
+# Lowest layer first: the byte source, the container, the pipeline, conversion,
+# the decode paths, the decoder, the benchmark's floor.
+NATIVE_MODULES = ["_errors", "_avio", "_demux", "_pipeline", "_convert", "_paths", "_decode",
+                  "_floor"]
 DEBIAN_PACKAGES = "libavformat-dev libavcodec-dev libavutil-dev libswscale-dev pkg-config"
 
 
@@ -45,13 +49,12 @@ def ffmpeg_extensions():
         extra_compile_args=["-O2", "-pthread", "-Wno-deprecated-declarations"],
         extra_link_args=["-pthread"],
     )
+    # Each .pyx is one extension; the C helpers are linked into the one that uses them.
+    c_helpers = {"_avio": ["fluxon_video/_pagecache.c"], "_pipeline": ["fluxon_video/_avlog.c"]}
     extensions = [
-        Extension("fluxon_video._errors", ["fluxon_video/_errors.pyx"], **common),
-        Extension("fluxon_video._avio",
-                  ["fluxon_video/_avio.pyx", "fluxon_video/_pagecache.c"], **common),
-        Extension("fluxon_video._demux", ["fluxon_video/_demux.pyx"], **common),
-        Extension("fluxon_video._decode",
-                  ["fluxon_video/_decode.pyx", "fluxon_video/_avlog.c"], **common),
+        Extension(f"fluxon_video.{name}", [f"fluxon_video/{name}.pyx", *c_helpers.get(name, [])],
+                  **common)
+        for name in NATIVE_MODULES
     ]
     return cythonize(extensions, compiler_directives={"language_level": 3,
                                                       "embedsignature": True})

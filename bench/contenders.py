@@ -148,7 +148,9 @@ class FluxonLocalHandle:
     def read(self, indices: Sequence[int]) -> tuple[np.ndarray, dict[str, Any]]:
         import fluxon_video as fv
 
-        return fv.decode_local_frames(self.path, indices, self.height, self.width, self.threads)
+        frames, stats = fv.decode_local_frames(self.path, indices, self.height, self.width,
+                                               self.threads)
+        return frames, stats.as_dict()
 
     def close(self) -> None:
         pass

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from fluxon_video.testing import AgentProcess, RedisServer
 from tqdm import tqdm
 
 import report
 from contenders import PEERS
 from dataset import DATASET, Video, prepare, sample_clips
 from frames import cli_reference, needed
-from tests.servers import AgentProcess, RedisServer
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent

@@ -346,7 +346,7 @@ def markdown(results: dict) -> str:
               "(file size minus all video packet bytes: moov or Cues, headers, framing).",
               "- floor ms: median over the clips of what libavcodec alone needs for a clip: "
               "the indexed path's seeks, every frame from the keyframe to the last target "
-              "decoded, nothing converted (`fluxon_video._decode.decode_floor` on the local file, "
+              "decoded, nothing converted (`fluxon_video._floor.decode_floor` on the local file, "
               "median of the repeats; n/a where it does not exist). clip/floor: clip ms ÷ floor "
               "ms. The floor decodes every frame from the keyframe in a fresh decoder per clip; "
               "fluxon skips non-reference frames it does not return and keeps its decoder "

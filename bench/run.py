@@ -30,8 +30,7 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
-sys.path[:0] = [str(BENCH), str(ROOT)]
+sys.path.insert(0, str(BENCH))
 
 from fluxon_video.fs.config import FluxonFsExport  # noqa: E402
 

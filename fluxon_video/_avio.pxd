@@ -1,6 +1,6 @@
 from libc.stdint cimport int64_t
 
-from fluxon_video._pagecache cimport fx_cache_stats, fx_cursor, fx_pagecache
+from fluxon_video._pagecache cimport fx_cursor, fx_pagecache
 from fluxon_video.libav.avformat cimport AVIOContext
 
 
@@ -31,7 +31,7 @@ cdef class ByteSource:
     cdef object fetch_error(self, fx_cursor *cursor)
 
 
-cdef AVIOContext *fx_avio_open(ByteSource source, int buffer_size) except NULL
+cdef AVIOContext *fx_avio_open(ByteSource source) except NULL
 cdef fx_cursor *fx_avio_cursor(AVIOContext *pb) noexcept nogil
 cdef void fx_avio_close(AVIOContext **pb) noexcept nogil
 cdef int64_t fx_source_prefetch(fx_pagecache *pc, int64_t offset, int64_t length) noexcept nogil

@@ -15,7 +15,7 @@ import threading
 import weakref
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from libc.errno cimport EINVAL, EIO, ENOMEM, ETIMEDOUT
+from libc.errno cimport EINVAL, EIO, ETIMEDOUT
 from libc.stdint cimport int64_t, uint8_t
 from libc.stdio cimport SEEK_CUR, SEEK_END, SEEK_SET
 from libc.stdlib cimport calloc, free
@@ -31,14 +31,15 @@ from fluxon_video.libav.avformat cimport (
 )
 from fluxon_video.libav.avutil cimport AVERROR, AVERROR_EOF, av_freep, av_malloc
 
-from fluxon_video import errors
+from fluxon_video import defaults, errors
 
-DEFAULT_PAGE_SIZE = 1 << 20
+DEFAULT_PAGE_SIZE = defaults.PAGE_SIZE
 DEFAULT_CACHE_BYTES = 64 << 20
 DEFAULT_READAHEAD_PAGES = 2
 DEFAULT_FETCH_WORKERS = 2
 DEFAULT_FETCH_TIMEOUT_S = 120.0
-AVIO_BUFFER_SIZE = 64 << 10
+# FFmpeg's own read buffer in front of the page cache.
+cdef int AVIO_BUFFER_SIZE = 64 << 10
 
 # Every live source, so interpreter exit can wake their workers.
 _live_sources = weakref.WeakSet()
@@ -264,7 +265,7 @@ cdef int64_t _avio_seek(void *opaque, int64_t offset, int whence) noexcept nogil
     return target
 
 
-cdef AVIOContext *fx_avio_open(ByteSource source, int buffer_size) except NULL:
+cdef AVIOContext *fx_avio_open(ByteSource source) except NULL:
     """An AVIOContext reading source; release it with fx_avio_close."""
     cdef fx_pagecache *pc = source.pagecache()
     cdef fx_avio_opaque *o = <fx_avio_opaque *> calloc(1, sizeof(fx_avio_opaque))
@@ -274,9 +275,9 @@ cdef AVIOContext *fx_avio_open(ByteSource source, int buffer_size) except NULL:
         raise MemoryError()
     o.pc = pc
     fx_cursor_init(&o.cursor)
-    buffer = <unsigned char *> av_malloc(buffer_size)
+    buffer = <unsigned char *> av_malloc(AVIO_BUFFER_SIZE)
     if buffer != NULL:
-        pb = avio_alloc_context(buffer, buffer_size, 0, o, _avio_read, NULL, _avio_seek)
+        pb = avio_alloc_context(buffer, AVIO_BUFFER_SIZE, 0, o, _avio_read, NULL, _avio_seek)
     if pb == NULL:
         av_freep(&buffer)
         free(o)

@@ -6,9 +6,9 @@
 #include <string.h>
 
 static __thread char last_error[512];
-static volatile int forward_level = AV_LOG_QUIET;
 
 static void fx_log_callback(void *avcl, int level, const char *fmt, va_list vl) {
+    (void)avcl;
     if (level <= AV_LOG_ERROR) {
         va_list copy;
         va_copy(copy, vl);
@@ -19,11 +19,8 @@ static void fx_log_callback(void *avcl, int level, const char *fmt, va_list vl) 
         while (len && (line[len - 1] == '\n' || line[len - 1] == ' ')) line[--len] = 0;
         if (len) memcpy(last_error, line, len + 1);
     }
-    if (level <= forward_level) av_log_default_callback(avcl, level, fmt, vl);
 }
 
 void fx_avlog_install(void) { av_log_set_callback(fx_log_callback); }
-void fx_avlog_set_forward_level(int level) { forward_level = level; }
-int fx_avlog_get_forward_level(void) { return forward_level; }
 void fx_avlog_clear(void) { last_error[0] = 0; }
 const char *fx_avlog_last_error(void) { return last_error; }

@@ -16,7 +16,6 @@ import numpy as np
 
 from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
 from fluxon_video._errors cimport err_check
-from fluxon_video._pagecache cimport fx_cursor
 from fluxon_video.libav.avcodec cimport (
     AVDISCARD_ALL, AVPacket, AV_PKT_FLAG_DISCARD, AV_PKT_FLAG_KEY, av_packet_alloc,
     av_packet_free, av_packet_unref, avcodec_get_name,
@@ -29,7 +28,6 @@ from fluxon_video.libav.avformat cimport (
 )
 from fluxon_video.libav.avutil cimport AVERROR, AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVMEDIA_TYPE_VIDEO
 
-from fluxon_video import errors
 from fluxon_video.frame_index import FrameIndex
 
 
@@ -81,15 +79,28 @@ cdef struct PacketLog:
     uint8_t *flags
 
 
+cdef void *_grow(void *block, size_t size, bint *failed) noexcept nogil:
+    """realloc that keeps the old block (and says so) when it fails."""
+    cdef void *bigger
+    if failed[0]:
+        return block
+    bigger = realloc(block, size)
+    if bigger == NULL:
+        failed[0] = True
+        return block
+    return bigger
+
+
 cdef int log_append(PacketLog *log, AVPacket *pkt) noexcept nogil:
     cdef int64_t cap
+    cdef bint failed = False
     if log.n == log.cap:
         cap = log.cap * 2 if log.cap else 4096
-        log.pts = <int64_t *> realloc(log.pts, cap * sizeof(int64_t))
-        log.pos = <int64_t *> realloc(log.pos, cap * sizeof(int64_t))
-        log.size = <int64_t *> realloc(log.size, cap * sizeof(int64_t))
-        log.flags = <uint8_t *> realloc(log.flags, cap * sizeof(uint8_t))
-        if not (log.pts and log.pos and log.size and log.flags):
+        log.pts = <int64_t *> _grow(log.pts, cap * sizeof(int64_t), &failed)
+        log.pos = <int64_t *> _grow(log.pos, cap * sizeof(int64_t), &failed)
+        log.size = <int64_t *> _grow(log.size, cap * sizeof(int64_t), &failed)
+        log.flags = <uint8_t *> _grow(log.flags, cap * sizeof(uint8_t), &failed)
+        if failed:
             return AVERROR(ENOMEM)
         log.cap = cap
     log.pts[log.n] = pkt.pts
@@ -182,7 +193,7 @@ def scan_packets(ByteSource source, str name=None):
     try:
         for attempt in range(2):
             zero_fill = attempt == 0
-            pb = fx_avio_open(source, 64 << 10)
+            pb = fx_avio_open(source)
             with nogil:
                 ret = scan(pb, zero_fill, &log, &fmt, &stream_index, &failed_call)
                 retry = (ret == 0 and zero_fill and is_mov(fmt)
@@ -194,8 +205,6 @@ def scan_packets(ByteSource source, str name=None):
             log_free(&log)
         if fx_avio_cursor(pb).error:
             raise source.fetch_error(fx_avio_cursor(pb))
-        if ret == AVERROR_STREAM_NOT_FOUND:
-            raise errors.FluxonFsNoVideoStreamError(f"{name}: no video stream")
         if ret < 0:
             err_check(ret, (failed_call or b"scan").decode(), name)
         st = fmt.streams[stream_index]
@@ -204,12 +213,8 @@ def scan_packets(ByteSource source, str name=None):
         pos = np.asarray(<int64_t[:count]> log.pos).copy() if count else np.empty(0, np.int64)
         size = np.asarray(<int64_t[:count]> log.size).copy() if count else np.empty(0, np.int64)
         flags = np.asarray(<uint8_t[:count]> log.flags).copy() if count else np.empty(0, np.uint8)
-        # Demuxers seek by presentation timestamps: with AVSEEK_FLAG_BACKWARD a
-        # keyframe's own pts lands on it (MP4's DTS-based sample times would
-        # land one GOP early; Matroska's cues are block timestamps).
-        seek_ts = pts
         return FrameIndex(fmt.iformat.name.decode(), avcodec_get_name(st.codecpar.codec_id).decode(),
-                          stream_index, pts, pos, size, (flags & 1) != 0, (flags & 2) != 0, seek_ts)
+                          stream_index, pts, pos, size, (flags & 1) != 0, (flags & 2) != 0)
     finally:
         avformat_close_input(&fmt)
         fx_avio_close(&pb)

@@ -44,17 +44,15 @@ cdef int err_check(int code, str what, str name, str detail=None) except -1:
     if code == AVERROR(ENOMEM):
         raise MemoryError(f"{name}: {what}: out of memory")
     cls = _ERROR_TABLE.get(code, errors.FluxonFsDecodeError)
-    message = f"{name}: {what} failed: {av_error_text(code)}"
+    if code == AVERROR_STREAM_NOT_FOUND:
+        message = f"{name}: no video stream"
+    elif what == "avformat_open_input" and code in (AVERROR_INVALIDDATA, AVERROR_EOF):
+        message = f"{name}: not a recognised video container"
+    else:
+        message = f"{name}: {what} failed: {av_error_text(code)}"
     if detail:
         message += f" ({detail})"
     raise cls(message)
-
-
-def error_class_for(int code):
-    """The exception class err_check raises for code (for tests and tools)."""
-    if code == AVERROR(ENOMEM):
-        return MemoryError
-    return _ERROR_TABLE.get(code, errors.FluxonFsDecodeError)
 
 
 def check(int code, str what="call", str name="<native>"):

@@ -11,7 +11,13 @@ file once. From the packets in decode order it derives:
 - for each frame, the keyframe to start decoding from: the last keyframe at
   or before it in decode order whose pts is not after the frame's (so an
   open-GOP leading picture starts from the previous keyframe);
-- the timestamp to seek the demuxer with to land on that keyframe (its pts).
+- the timestamp to seek the demuxer with to land on that keyframe: its pts
+  (demuxers seek by presentation time with AVSEEK_FLAG_BACKWARD; MP4's
+  DTS-based sample times would land one GOP early).
+
+The index is stored in the KV as an opaque blob of kind ``BLOB_KIND`` under
+the file version; the kind carries the format version, so a reader never
+loads an index written in another format.
 
 An index is *trusted* only where that derivation is known to hold; the
 decoder still checks every frame it lands on against it and falls back to a
@@ -27,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+BLOB_KIND = f"frameindex-v{FORMAT_VERSION}"
 SEEKABLE_FORMATS = ("mov", "mp4", "matroska", "webm", "avi")
 AV_NOPTS_VALUE = -(1 << 63)
 
@@ -43,7 +50,6 @@ class FrameIndex:
     pkt_size: np.ndarray
     pkt_key: np.ndarray  # bool
     pkt_discard: np.ndarray  # bool
-    pkt_seek_ts: np.ndarray  # demuxer seek timestamp of each keyframe packet
     trusted: bool = True
     reason: str = ""
     # Derived.
@@ -59,7 +65,6 @@ class FrameIndex:
         self.pkt_size = np.asarray(self.pkt_size, np.int64)
         self.pkt_key = np.asarray(self.pkt_key, bool)
         self.pkt_discard = np.asarray(self.pkt_discard, bool)
-        self.pkt_seek_ts = np.asarray(self.pkt_seek_ts, np.int64)
         shown = np.flatnonzero(~self.pkt_discard)
         order = np.argsort(self.pkt_pts[shown], kind="stable")
         self.frame_dec = shown[order]
@@ -148,7 +153,7 @@ class FrameIndex:
             "bounds": bounds,
             "key_dec": c_key.astype(np.int64),
             "key_pos": self.pkt_pos[c_key],
-            "seek_ts": self.pkt_seek_ts[c_key],
+            "seek_ts": self.pkt_pts[c_key],
             "reach_dec": c_reach.astype(np.int64),
             "end_byte": c_end,
         }
@@ -158,7 +163,7 @@ class FrameIndex:
     def to_bytes(self) -> bytes:
         buf = io.BytesIO()
         np.savez(buf, pkt_pts=self.pkt_pts, pkt_pos=self.pkt_pos, pkt_size=self.pkt_size,
-                 pkt_key=self.pkt_key, pkt_discard=self.pkt_discard, pkt_seek_ts=self.pkt_seek_ts,
+                 pkt_key=self.pkt_key, pkt_discard=self.pkt_discard,
                  meta=np.asarray([FORMAT_VERSION, self.stream_index, int(self.trusted)], np.int64),
                  names=np.asarray([self.format_name, self.codec_name, self.reason]))
         return zlib.compress(buf.getvalue(), 3)
@@ -174,6 +179,6 @@ class FrameIndex:
             format_name, codec_name, reason = (str(x) for x in arrays["names"])
             return cls(format_name, codec_name, stream_index, arrays["pkt_pts"], arrays["pkt_pos"],
                        arrays["pkt_size"], arrays["pkt_key"], arrays["pkt_discard"],
-                       arrays["pkt_seek_ts"], trusted=bool(trusted), reason=reason)
+                       trusted=bool(trusted), reason=reason)
         except Exception:  # noqa: BLE001 - a damaged blob is just a miss
             return None

@@ -15,6 +15,8 @@ import numpy as np
 from fluxon_video.indexing import load_or_build_index
 from fluxon_video.native import require_native
 from fluxon_video.sources import LocalFileRangeSource
+from fluxon_video.stats import DecodeStats
+from fluxon_video.validation import positive_int
 
 
 def decode_local_frames(
@@ -25,13 +27,14 @@ def decode_local_frames(
     num_threads: int = 1,
     seek: bool = True,
     **byte_source_options: Any,
-) -> tuple[np.ndarray, dict[str, Any]]:
+) -> tuple[np.ndarray, DecodeStats]:
     """Frames at ``indices`` of the file at ``path``, and the decode's stats.
 
     ``seek=False`` decodes sequentially from frame 0 (the reference path).
     """
     avio, decode = require_native("decoding a local file")
-    decode.check_output_size(height, width, num_threads)
+    for name, value in (("height", height), ("width", width), ("num_threads", num_threads)):
+        positive_int(name, value)
     with LocalFileRangeSource(path) as source:
         with avio.ByteSource(source, source.size, name=source.name,
                              **byte_source_options) as byte_source:

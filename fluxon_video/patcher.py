@@ -5,10 +5,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING
 
 from fluxon_video.errors import FluxonFsClosedError, FluxonFsConfigError
 from fluxon_video.fs.client import FluxonFsClient
@@ -22,27 +20,22 @@ from fluxon_video.fs.config import (
 from fluxon_video.fs.kv import PieceStore
 from fluxon_video.fs.storage import check_relpath
 from fluxon_video.native import require_native
+from fluxon_video.pool import FluxonFsVideoReaderPool
 from fluxon_video.reader import FluxonFsVideoReader
-
-if TYPE_CHECKING:
-    from fluxon_video.pool import FluxonFsVideoReaderPool
-
-
-def _check_positive(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise FluxonFsConfigError(f"{name} must be a positive int, got {value!r}")
-    return value
+from fluxon_video.validation import positive_int
 
 
 class FluxonFsPatcher:
     """Exports, the FluxonFS client and the current request identity of this process.
 
     The identity is settable (``patcher.identity = ...``) and can be swapped
-    temporarily with ``with patcher.using_identity(...)`` (per thread/task).
-    Readers capture the identity current when they are opened.
+    temporarily with ``with patcher.using_identity(...)`` (per thread/task), or
+    given per call (``open_video_reader(..., identity=...)``). Readers capture
+    the identity current when they are opened.
 
-    After ``fork`` the child gets a fresh client (connections, backfill
-    threads) on first use; the parent's are never touched.
+    The client is fork-safe: after ``fork`` the child builds its own
+    connections and backfill threads on first use; the parent's are never
+    touched.
     """
 
     def __init__(self, config: FluxonFsConfig | None = None, *,
@@ -56,10 +49,7 @@ class FluxonFsPatcher:
         elif exports is not None or identities is not None or client is not None:
             raise FluxonFsConfigError("pass either config or exports/identities/client, not both")
         self.config = config
-        self._kv_store = kv_store
-        self._client: FluxonFsClient | None = None
-        self._client_pid = -1
-        self._lock = threading.Lock()
+        self._client = FluxonFsClient(config, kv_store)
         self._closed = False
         self._identity: RequestIdentity | None = None
         self._temporary_identity: contextvars.ContextVar[RequestIdentity | None] = \
@@ -103,54 +93,46 @@ class FluxonFsPatcher:
 
     @property
     def client(self) -> FluxonFsClient:
-        """This process's client; rebuilt in a forked child, never shared with the parent."""
         if self._closed:
             raise FluxonFsClosedError("the FluxonFsPatcher is closed")
-        pid = os.getpid()
-        if self._client_pid != pid:
-            with self._lock:
-                if self._client_pid != pid:
-                    if self._client_pid != -1:  # forked: the parent's lock may be held
-                        self._lock = threading.Lock()
-                    self._client = FluxonFsClient(self.config, self._kv_store)
-                    self._client_pid = pid
-        assert self._client is not None
         return self._client
 
     # ---- readers ----
 
     def open_video_reader(self, export_name: str, relpath: str, height: int, width: int,
-                          num_threads: int = 1) -> FluxonFsVideoReader:
-        """Open a reader on ``export_name:relpath`` producing ``height`` x ``width`` RGB frames."""
+                          num_threads: int = 1, *,
+                          identity: RequestIdentity | str | None = None) -> FluxonFsVideoReader:
+        """Open a reader on ``export_name:relpath`` producing ``height`` x ``width`` RGB frames.
+
+        The reader reads as ``identity`` (default: the patcher's current one)
+        for its whole life.
+        """
         t0 = time.perf_counter()
         require_native()
-        for name, value in (("height", height), ("width", width), ("num_threads", num_threads)):
-            _check_positive(name, value)
+        height = positive_int("height", height)
+        width = positive_int("width", width)
+        num_threads = positive_int("num_threads", num_threads)
         export = self.config.export(export_name)
         check_relpath(relpath)
-        identity = self.identity
-        if identity is None:
+        who = self._as_identity(identity) if identity is not None else self.identity
+        if who is None:
             raise FluxonFsConfigError(
                 "no request identity is set: pass identity= to FluxonFsPatcher or set patcher.identity")
-        version = self.client.stat(identity, export_name, relpath)
-        return FluxonFsVideoReader(self, identity, export, relpath, version, height, width,
-                                   num_threads, open_ms=(time.perf_counter() - t0) * 1e3)
+        version = self.client.stat(who, export_name, relpath)
+        return FluxonFsVideoReader(self.client, self.config.client, who, export, relpath, version,
+                                   height, width, num_threads,
+                                   open_ms=(time.perf_counter() - t0) * 1e3)
 
     def open_video_reader_pool(self, max_readers: int = 32) -> FluxonFsVideoReaderPool:
         """A per-process LRU of readers: the entry point for data loaders."""
-        from fluxon_video.pool import FluxonFsVideoReaderPool
-
         return FluxonFsVideoReaderPool(self, max_readers)
 
     def close(self) -> None:
         """Stop the client (backfill threads, connections). Safe to call twice."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            client, self._client = self._client, None
-        if client is not None and self._client_pid == os.getpid():
-            client.close()
+        if self._closed:
+            return
+        self._closed = True
+        self._client.close()
 
     def __enter__(self) -> FluxonFsPatcher:
         return self

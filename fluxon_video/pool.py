@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 import numpy as np
 
@@ -31,13 +31,11 @@ from fluxon_video.errors import (
     FluxonFsError,
     FluxonFsFrameIndexError,
 )
-from fluxon_video.fs.config import RequestIdentity
+from fluxon_video.fs.config import FluxonFsConfig, RequestIdentity
 from fluxon_video.fs.storage import check_relpath
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.stats import FluxonFsVideoReadStats
-
-if TYPE_CHECKING:
-    from fluxon_video.patcher import FluxonFsPatcher
+from fluxon_video.validation import frame_indices, positive_int
 
 ReaderKey = tuple[str, str, int, int, int, RequestIdentity]
 
@@ -45,10 +43,17 @@ ReaderKey = tuple[str, str, int, int, int, RequestIdentity]
 _ARGUMENT_ERRORS = (FluxonFsFrameIndexError, FluxonFsConfigError, TypeError)
 
 
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise FluxonFsConfigError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
+class ReaderOpener(Protocol):
+    """What the pool needs of a FluxonFsPatcher (which owns the pool, not the reverse)."""
+
+    config: FluxonFsConfig
+
+    @property
+    def identity(self) -> RequestIdentity | None: ...
+
+    def open_video_reader(self, export_name: str, relpath: str, height: int, width: int,
+                          num_threads: int = 1, *,
+                          identity: RequestIdentity | str | None = None) -> FluxonFsVideoReader: ...
 
 
 @dataclass(frozen=True)
@@ -67,17 +72,8 @@ class FluxonFsVideoReadRequest:
             raise FluxonFsConfigError(f"export_name must be a non-empty string, got {self.export_name!r}")
         check_relpath(self.relpath)
         for name in ("height", "width", "num_threads"):
-            object.__setattr__(self, name, _positive_int(name, getattr(self, name)))
-        if isinstance(self.indices, (str, bytes)):
-            raise TypeError("indices must be a sequence of ints")
-        indices = []
-        for position, value in enumerate(self.indices):
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"indices[{position}] is {type(value).__name__}, not an int")
-            if value < 0:
-                raise FluxonFsFrameIndexError(f"indices[{position}] = {value} is negative")
-            indices.append(int(value))
-        object.__setattr__(self, "indices", tuple(indices))
+            object.__setattr__(self, name, positive_int(name, getattr(self, name)))
+        object.__setattr__(self, "indices", tuple(int(i) for i in frame_indices(self.indices)))
 
 
 @dataclass(frozen=True)
@@ -134,9 +130,9 @@ class _State:
 class FluxonFsVideoReaderPool:
     """Reads frames through cached readers. Thread-safe and fork-safe; a context manager."""
 
-    def __init__(self, patcher: FluxonFsPatcher, max_readers: int = 32) -> None:
+    def __init__(self, patcher: ReaderOpener, max_readers: int = 32) -> None:
         self.patcher = patcher
-        self.max_readers = _positive_int("max_readers", max_readers)
+        self.max_readers = positive_int("max_readers", max_readers)
         self._state = _State()
         self._closed = False
 
@@ -172,9 +168,8 @@ class FluxonFsVideoReaderPool:
         reused = reader is not None
         if reader is None:
             export_name, relpath, height, width, num_threads, identity = key
-            with self.patcher.using_identity(identity):
-                reader = self.patcher.open_video_reader(export_name, relpath, height, width,
-                                                        num_threads)
+            reader = self.patcher.open_video_reader(export_name, relpath, height, width,
+                                                    num_threads, identity=identity)
             with state.lock:
                 state.leased.add(reader)
                 state.counters.readers_opened += 1
@@ -259,7 +254,7 @@ class FluxonFsVideoReaderPool:
                 raise type(exc)(f"requests[{position}]: {exc}") from None
             groups.setdefault(self._key(request), []).append(position)
         if max_workers is not None:
-            _positive_int("max_workers", max_workers)
+            positive_int("max_workers", max_workers)
         workers = min(len(groups), max_workers or os.cpu_count() or 1)
         tasks = [(key, positions, requests) for key, positions in groups.items()]
         if workers <= 1:

@@ -6,20 +6,17 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from fluxon_video.errors import FluxonFsClosedError
-from fluxon_video.fs.client import FluxonFsRangeSource, ReadCounters
-from fluxon_video.fs.config import FluxonFsExport, RequestIdentity
+from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource, ReadCounters
+from fluxon_video.fs.config import ClientSettings, FluxonFsExport, RequestIdentity
 from fluxon_video.fs.storage import FileStat
 from fluxon_video.indexing import load_or_build_index
 from fluxon_video.native import require_native
 from fluxon_video.stats import FluxonFsVideoReadStats
-
-if TYPE_CHECKING:
-    from fluxon_video.patcher import FluxonFsPatcher
 
 
 class FluxonFsVideoReader:
@@ -31,9 +28,10 @@ class FluxonFsVideoReader:
     every read after it fails.
     """
 
-    def __init__(self, patcher: FluxonFsPatcher, identity: RequestIdentity,
-                 export: FluxonFsExport, relpath: str, version: FileStat,
-                 height: int, width: int, num_threads: int, open_ms: float) -> None:
+    def __init__(self, client: FluxonFsClient, settings: ClientSettings,
+                 identity: RequestIdentity, export: FluxonFsExport, relpath: str,
+                 version: FileStat, height: int, width: int, num_threads: int,
+                 open_ms: float) -> None:
         self._avio, self._decode = require_native()
         self.export_name = export.name
         self.relpath = relpath
@@ -43,24 +41,24 @@ class FluxonFsVideoReader:
         self.width = width
         self.num_threads = num_threads
         self.name = f"{export.name}:{relpath}"
-        self._patcher = patcher
-        self._export = export
+        self._client = client
+        self._settings = settings
+        self._page_size = export.piece_size
         self._lock = threading.Lock()
         self._closed = False
         self._open_ms = open_ms
+        self._index_ms = 0.0
+        self._index_source = ""
+        self._range_source = FluxonFsRangeSource(client, identity, export.name, relpath, version)
         self._byte_source: Any = None
         self._decoder: Any = None
-        self._index_source = ""
-        self._range_source: FluxonFsRangeSource | None = None
-        self.last_stats: FluxonFsVideoReadStats | None = None
-        self._make_byte_source()
+        self._make_decoder()
 
-    def _make_byte_source(self) -> None:
-        settings = self._patcher.config.client
-        self._range_source = FluxonFsRangeSource(self._patcher.client, self.identity,
-                                                 self.export_name, self.relpath, self.version)
+    def _make_decoder(self) -> None:
+        """A byte source and decoder of this process (again after fork)."""
+        settings = self._settings
         self._byte_source = self._avio.ByteSource(
-            self._range_source, self.version.size, page_size=self._export.piece_size,
+            self._range_source, self.version.size, page_size=self._page_size,
             cache_bytes=settings.reader_cache_bytes, readahead_pages=settings.readahead_pages,
             fetch_workers=settings.fetch_workers,
             fetch_timeout_s=3 * settings.agent_timeout_s + 1, name=self.name)
@@ -70,9 +68,6 @@ class FluxonFsVideoReader:
         index = self._decoder.index if self._decoder is not None else None
         self._decoder = self._decode.VideoDecoder(self._byte_source, self.num_threads, self.name)
         self._decoder.index = index
-        if index is None:
-            self._index_source = ""
-        self._index_ms = 0.0
 
     @property
     def closed(self) -> bool:
@@ -85,13 +80,10 @@ class FluxonFsVideoReader:
                 raise FluxonFsClosedError(f"{self.name}: the reader is closed")
             if self._byte_source.pid != os.getpid():
                 # Forked: the parent's fetch workers and page cache are not ours.
-                self._make_byte_source()
+                self._make_decoder()
             t0 = time.perf_counter()
-            client = self._patcher.client
-            assert self._range_source is not None
-            self._range_source.client = client
             before = self._range_source.counters.snapshot()
-            client.check_version(self.identity, self.export_name, self.relpath, self.version)
+            self._client.check_version(self.identity, self.export_name, self.relpath, self.version)
             if not self._index_source:
                 self._decoder.index, self._index_source, self._index_ms = load_or_build_index(
                     self._byte_source, self.name, self._range_source)
@@ -99,35 +91,20 @@ class FluxonFsVideoReader:
             self.last_stats = self._stats(native, before, len(frames), time.perf_counter() - t0)
             return frames
 
-    def _stats(self, native: dict[str, Any], before: dict[str, int], returned: int,
+    last_stats: FluxonFsVideoReadStats | None = None
+
+    def _stats(self, native: Any, before: dict[str, int], returned: int,
                seconds: float) -> FluxonFsVideoReadStats:
-        assert self._range_source is not None
         after = self._range_source.counters.snapshot()
-        delta = {k: after[k] - before[k] for k in ReadCounters.__dataclass_fields__}
+        fetched = {k: after[k] - before[k] for k in ReadCounters.__dataclass_fields__}
         open_ms, self._open_ms = self._open_ms, 0.0
         index_ms, self._index_ms = self._index_ms, 0.0
         return FluxonFsVideoReadStats(
-            open_ms=open_ms,
-            index_ms=index_ms,
-            index_source=self._index_source,
-            path=native.get("path", ""),
-            fallback=native.get("fallback", ""),
-            decoder_seeks=native.get("decoder_seeks", 0),
-            container_open_ms=native.get("open_ms", 0.0),
-            decode_ms=native.get("decode_ms", 0.0),
-            total_ms=seconds * 1e3,
-            range_reads=native.get("read_calls", 0),
-            range_bytes=native.get("bytes_read", 0),
-            seeks=native.get("seek_calls", 0),
-            page_hits=native.get("page_hits", 0),
-            page_misses=native.get("page_misses", 0),
-            frames_decoded=native.get("frames_decoded", 0),
-            frames_returned=returned,
-            **delta,
-        )
+            **native.as_dict(), **fetched, open_ms=open_ms, index_ms=index_ms,
+            index_source=self._index_source, total_ms=seconds * 1e3, frames_returned=returned)
 
     def close(self) -> None:
-        """Release the page cache and fetch workers. Safe to call twice."""
+        """Release the decoder, page cache and fetch workers. Safe to call twice."""
         with self._lock:
             if self._closed:
                 return

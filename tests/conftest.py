@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from fluxon_video.testing import AgentProcess, RedisServer
+from tests.helpers import agent_config_text
 from tests.media import MediaLibrary
-from tests.servers import AgentProcess, RedisServer
 
-IDENTITIES = {"alice": "token-alice", "bob": "token-bob"}
 EXPORT_FILES = ["h264_faststart.mp4", "h264_moov_end.mp4", "hevc.mp4", "vp9.webm", "audio_only.m4a"]
 
 
@@ -35,13 +35,6 @@ def export_root(tmp_path_factory, media) -> Path:
     return root
 
 
-def agent_config_text(root: Path) -> str:
-    identities = "\n".join(f'{name} = "{token}"' for name, token in IDENTITIES.items())
-    return (f"[identities]\n{identities}\n\n"
-            f'[[exports]]\nname = "train"\nroot = "{root}"\nallow = ["alice"]\n\n'
-            f'[[exports]]\nname = "shared"\nroot = "{root}"\nallow = ["alice", "bob"]\n')
-
-
 @pytest.fixture(scope="session")
 def agent_config(tmp_path_factory, export_root) -> Path:
     path = tmp_path_factory.mktemp("agent") / "agent.toml"
@@ -51,16 +44,14 @@ def agent_config(tmp_path_factory, export_root) -> Path:
 
 @pytest.fixture(scope="session")
 def agent(agent_config):
-    process = AgentProcess(agent_config).start()
-    yield process
-    process.stop()
+    with AgentProcess(agent_config) as process:
+        yield process
 
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
-    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
-    yield server
-    server.stop()
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server
 
 
 @pytest.fixture

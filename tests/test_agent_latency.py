@@ -9,8 +9,8 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.conftest import IDENTITIES
-from tests.servers import AgentProcess
+from fluxon_video.testing import AgentProcess
+from tests.helpers import IDENTITIES
 
 pytestmark = pytest.mark.timeout(60)
 

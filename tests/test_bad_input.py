@@ -6,7 +6,7 @@ import pytest
 
 from fluxon_video import errors
 from fluxon_video.sources import BytesRangeSource
-from tests.test_byte_source import RaisingSource
+from tests.helpers import RaisingSource
 
 avio = pytest.importorskip("fluxon_video._avio")
 decode = pytest.importorskip("fluxon_video._decode")
@@ -49,7 +49,7 @@ def test_empty_index_list_gives_an_empty_batch(good):
 @pytest.mark.parametrize("height,width,threads", [(0, 32, 1), (32, -1, 1), (32, 32, 0),
                                                   (-5, 32, 1), (32, 32, -2)])
 def test_non_positive_sizes_and_threads(good, height, width, threads):
-    with pytest.raises(errors.FluxonFsConfigError, match="must be positive"):
+    with pytest.raises(errors.FluxonFsConfigError, match="must be a positive int"):
         run(good, [0], height, width, threads)
 
 

@@ -17,7 +17,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
 from dataset import Video, VideoSpec  # noqa: E402
-from decode_floor import decode_floor_ms, native_decode_floor  # noqa: E402
+from decode_floor import decode_floor_ms  # noqa: E402
 from frames import CheckResult, cli_reference  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -77,14 +77,9 @@ def test_gop_span_bytes_follow_decode_order():
     assert video.container_bytes() == 20_000_000 - sum(p["size"] for p in packets)
 
 
-def test_decode_floor_hook(media, monkeypatch):
+def test_decode_floor(media):
     path = media.path("h264_faststart.mp4")
-    if native_decode_floor() is not None:
-        assert decode_floor_ms(path, [30, 34, 38], 1) > 0
-    import decode_floor
-
-    monkeypatch.setattr(decode_floor, "native_decode_floor", lambda: None)
-    assert decode_floor_ms(path, [30, 34, 38], 1) is None  # an older build: "n/a"
+    assert decode_floor_ms(path, [30, 34, 38], 1) > 0
 
 
 def test_the_right_frame_too_far_off_is_flagged_apart(reference):

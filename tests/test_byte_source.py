@@ -11,7 +11,7 @@ import pytest
 
 from fluxon_video import errors
 from fluxon_video.sources import BytesRangeSource, LocalFileRangeSource
-from tests.concurrency import run_in_threads
+from tests.helpers import RaisingSource, run_in_threads
 
 avio = pytest.importorskip("fluxon_video._avio")
 
@@ -34,20 +34,6 @@ class CountingSource(BytesRangeSource):
             self.calls[offset] += 1
         if self.delay:
             time.sleep(self.delay)
-        return super().read_range(offset, length)
-
-
-class RaisingSource(BytesRangeSource):
-    class Boom(RuntimeError):
-        pass
-
-    def __init__(self, data: bytes, fail_from: int) -> None:
-        super().__init__(data, "raising")
-        self.fail_from = fail_from
-
-    def read_range(self, offset: int, length: int) -> bytes:
-        if offset + length > self.fail_from:
-            raise self.Boom(f"storage exploded at {offset}")
         return super().read_range(offset, length)
 
 

@@ -37,8 +37,8 @@ def test_frames_equal_the_ffmpeg_cli(media, name, size):
     assert frames.flags.owndata or frames.base is not None  # a numpy-owned array
     for k, i in enumerate(indices):
         np.testing.assert_array_equal(frames[k], ref[i], err_msg=f"{name} frame {i}")
-    assert stats["frames_converted"] == len(indices)
-    assert stats["frames_decoded"] == max(indices) + 1
+    assert stats.frames_converted == len(indices)
+    assert stats.frames_decoded == max(indices) + 1
 
 
 @pytest.mark.parametrize("name", ["h264_faststart.mp4", "mpeg4.avi", "vp9.webm"])
@@ -57,7 +57,7 @@ def test_order_duplicates_and_unsorted(media):
     indices = [40, 3, 3, 71, 0, 40]
     frames, stats = decode_file(media.path(name), indices, 144, 256)
     np.testing.assert_array_equal(frames, ref[indices])
-    assert stats["frames_converted"] == 4  # duplicates converted once
+    assert stats.frames_converted == 4  # duplicates converted once
 
 
 def test_numpy_integer_indices(media):
@@ -68,19 +68,19 @@ def test_numpy_integer_indices(media):
 
 def test_only_targets_are_converted_and_decode_stops_at_the_last(media):
     _, stats = decode_file(media.path("h264_moov_end.mp4"), [10], 64, 64)
-    assert stats["frames_converted"] == 1
-    assert stats["frames_decoded"] == 11
+    assert stats.frames_converted == 1
+    assert stats.frames_decoded == 11
 
 
 def test_stats_count_callbacks_and_pages(media):
     path = media.path("h264_faststart.mp4")
     size = path.stat().st_size
     _, stats = decode_file(path, [71], 32, 32, page_size=16 << 10, readahead_pages=0)
-    assert stats["read_calls"] > 0
-    assert stats["bytes_read"] >= size * 0.9
-    assert stats["page_misses"] == -(-size // (16 << 10))
-    assert stats["bytes_fetched"] == size
-    assert stats["decode_ms"] > 0 and stats["open_ms"] > 0
+    assert stats.range_reads > 0
+    assert stats.range_bytes >= size * 0.9
+    assert stats.page_misses == -(-size // (16 << 10))
+    assert stats.bytes_fetched == size
+    assert stats.decode_ms > 0 and stats.container_open_ms > 0
 
 
 def test_second_decode_on_the_same_source_hits_the_page_cache(media):
@@ -89,9 +89,9 @@ def test_second_decode_on_the_same_source_hits_the_page_cache(media):
         a, first = decode.decode_frames(bs, [30], 64, 64, 1)
         b, second = decode.decode_frames(bs, [30], 64, 64, 1)
     np.testing.assert_array_equal(a, b)
-    assert first["bytes_fetched"] == path.stat().st_size
-    assert second["bytes_fetched"] == 0 and second["page_misses"] == 0
-    assert second["page_hits"] >= 1
+    assert first.bytes_fetched == path.stat().st_size
+    assert second.bytes_fetched == 0 and second.page_misses == 0
+    assert second.page_hits >= 1
 
 
 def test_bytes_source_decodes_like_a_file(media):

@@ -13,30 +13,18 @@ import numpy as np
 import pytest
 import redis as redis_lib
 
-import fluxon_video as fv
 from fluxon_video import errors
 from fluxon_video.fs.client import ReadCounters
-from fluxon_video.fs.config import ClientSettings, FluxonFsExport, MissPolicy, RequestIdentity
+from fluxon_video.fs.config import MissPolicy, RequestIdentity
 from fluxon_video.fs.kv import piece_key
 from fluxon_video.fs.routes import AgentRoute
-from tests.concurrency import run_in_threads
-from tests.conftest import IDENTITIES
-from tests.servers import AgentProcess, RedisServer
+from fluxon_video.testing import AgentProcess, RedisServer
+from tests.helpers import IDENTITIES, make_patcher, run_in_threads
 
 pytest.importorskip("fluxon_video._decode")
 pytestmark = pytest.mark.timeout(120)
 
 VIDEO = "bucket/videos/h264_faststart.mp4"
-
-
-def make_patcher(agent_url: str | None, root, redis_url: str | None = None,
-                 identity: str | RequestIdentity = "alice", client: dict | None = None,
-                 **export_options) -> fv.FluxonFsPatcher:
-    exports = [FluxonFsExport(name, str(root), agent_url=agent_url, allow=allow, **export_options)
-               for name, allow in (("train", ["alice"]), ("shared", ["alice", "bob"]))]
-    settings = ClientSettings(redis_url=redis_url, **(client or {}))
-    return fv.FluxonFsPatcher(exports=exports, identities=IDENTITIES, client=settings,
-                              identity=identity)
 
 
 def read(patcher, indices, relpath=VIDEO, export="train", size=(64, 64), threads=2):

@@ -20,8 +20,7 @@ from fluxon_video.fs.config import (
 from fluxon_video.fs.kv import EmbeddedPieceStore, decode_piece, encode_piece, piece_key
 from fluxon_video.fs.routes import InProcessRoute
 from fluxon_video.fs.storage import FileStat
-from tests.concurrency import run_in_threads
-from tests.conftest import agent_config_text
+from tests.helpers import agent_config_text, run_in_threads
 
 V = FileStat(100, 7)
 

@@ -11,12 +11,12 @@ import pytest
 
 from fluxon_video.frame_index import FrameIndex
 from fluxon_video.sources import BytesRangeSource, LocalFileRangeSource
-from tests.concurrency import run_in_threads
-from tests.test_fluxonfs import make_patcher
+from tests.helpers import make_patcher, run_in_threads
 
 avio = pytest.importorskip("fluxon_video._avio")
 decode = pytest.importorskip("fluxon_video._decode")
 demux = pytest.importorskip("fluxon_video._demux")
+decode_floor = pytest.importorskip("fluxon_video._floor").decode_floor
 pytestmark = pytest.mark.timeout(120)
 
 SEEK_CLIPS = ["h264_faststart.mp4", "h264_moov_end.mp4", "hevc.mp4", "vp9.webm", "av1.mkv",
@@ -88,8 +88,8 @@ def test_indexed_reads_equal_the_reference(media, opened, name):
     for plan in clip_plans(count, [int(k) for k in keyframes], seed=len(name)):
         frames, stats = handle.read(plan)
         np.testing.assert_array_equal(frames, ref[plan], err_msg=f"{name} {plan}")
-        assert stats["path"] == ("sequential" if name == "mpeg4.avi" else "indexed"), stats
-        assert not stats["fallback"], stats["fallback"]
+        assert stats.path == ("sequential" if name == "mpeg4.avi" else "indexed"), stats
+        assert not stats.fallback, stats.fallback
 
 
 @pytest.mark.parametrize("name", ["h264_open_gop.mp4", "hevc.mp4"])
@@ -109,7 +109,7 @@ def test_open_gop_leading_frames_start_from_the_previous_keyframe(media, opened,
     frames, _ = handle.read(needs_previous)
     np.testing.assert_array_equal(frames, ref[needs_previous])
     for i in needs_previous:  # alone, each from a cold decoder
-        handle.decoder.close()
+        handle.decoder.reset()
         np.testing.assert_array_equal(handle.read([i])[0], ref[[i]])
 
 
@@ -125,13 +125,13 @@ def test_clusters_follow_gop_structure(media, opened):
     same_gop = [50, 54, 58, 62, 66]
     frames, stats = handle.read(same_gop)
     np.testing.assert_array_equal(frames, ref[same_gop])
-    assert stats["decoder_seeks"] == 1
-    assert stats["frames_decoded"] < 30  # from the keyframe at 48, not from frame 0
+    assert stats.decoder_seeks == 1
+    assert stats.frames_decoded < 30  # from the keyframe at 48, not from frame 0
     three_gops = [10, 130, 250]
-    handle.decoder.close()  # forget the position
+    handle.decoder.reset()  # forget the position
     frames, stats = handle.read(three_gops)
     np.testing.assert_array_equal(frames, ref[three_gops])
-    assert stats["decoder_seeks"] == 3
+    assert stats.decoder_seeks == 3
 
 
 @pytest.mark.parametrize("name", ["long_640x360.mp4", "h264_bframes.mkv", "vp9.webm"])
@@ -141,27 +141,27 @@ def test_a_seek_lands_on_the_named_keyframe_not_before(media, opened, name):
     ref = media.reference(name, H, W)
     for key in np.flatnonzero(index.pkt_key)[1:]:
         first = int(np.flatnonzero(index.frame_dec == key)[0])  # the keyframe's frame
-        handle.decoder.close()
+        handle.decoder.reset()
         frames, stats = handle.read([first + 2])
         np.testing.assert_array_equal(frames, ref[[first + 2]])
-        assert stats["frames_decoded"] <= 3 + 4, (key, stats)  # 3 frames + reorder slack
+        assert stats.frames_decoded <= 3 + 4, (key, stats)  # 3 frames + reorder slack
 
 
 def test_the_decoder_continues_forward_without_seeking(media, opened):
     handle = opened("long_640x360.mp4")
     ref = media.reference("long_640x360.mp4", H, W)
     _, first = handle.read([100, 102])
-    assert first["decoder_seeks"] == 1
+    assert first.decoder_seeks == 1
     frames, second = handle.read([104, 110, 118])  # same GOP, ahead: no seek
     np.testing.assert_array_equal(frames, ref[[104, 110, 118]])
-    assert second["decoder_seeks"] == 0
-    assert second["frames_decoded"] <= 20
+    assert second.decoder_seeks == 0
+    assert second.frames_decoded <= 20
     frames, third = handle.read([101])  # behind: must seek back
     np.testing.assert_array_equal(frames, ref[[101]])
-    assert third["decoder_seeks"] == 1
+    assert third.decoder_seeks == 1
     frames, fourth = handle.read([200])  # far ahead, past a keyframe: seek
     np.testing.assert_array_equal(frames, ref[[200]])
-    assert fourth["decoder_seeks"] == 1
+    assert fourth.decoder_seeks == 1
 
 
 def test_a_failed_landing_check_falls_back_to_the_sequential_path(media, opened):
@@ -170,20 +170,25 @@ def test_a_failed_landing_check_falls_back_to_the_sequential_path(media, opened)
     index = handle.index
     # Point every keyframe's seek timestamp at the last keyframe: the demuxer
     # lands after the keyframe the plan names, which the check must catch.
-    keys = np.flatnonzero(index.pkt_key)
-    tampered = index.pkt_seek_ts.copy()
-    tampered[keys] = index.pkt_seek_ts[keys[-1]]
-    handle.decoder.index = bad = FrameIndex(index.format_name, index.codec_name, index.stream_index,
-                                            index.pkt_pts, index.pkt_pos, index.pkt_size,
-                                            index.pkt_key, index.pkt_discard, tampered)
+    last_key_pts = index.pkt_pts[np.flatnonzero(index.pkt_key)[-1]]
+
+    class LandsLate(FrameIndex):
+        def plan(self, targets):
+            clusters = super().plan(targets)
+            clusters["seek_ts"] = np.full_like(clusters["seek_ts"], last_key_pts)
+            return clusters
+
+    handle.decoder.index = bad = LandsLate(index.format_name, index.codec_name, index.stream_index,
+                                           index.pkt_pts, index.pkt_pos, index.pkt_size,
+                                           index.pkt_key, index.pkt_discard)
     frames, stats = handle.read([30, 31, 100])
     np.testing.assert_array_equal(frames, ref[[30, 31, 100]])
-    assert stats["path"] == "sequential"
-    assert "landed after the keyframe" in stats["fallback"]
+    assert stats.path == "sequential"
+    assert "landed after the keyframe" in stats.fallback
     assert not bad.trusted  # later reads go sequential straight away
     frames, stats = handle.read([5])
     np.testing.assert_array_equal(frames, ref[[5]])
-    assert stats["path"] == "sequential" and not stats["fallback"]
+    assert stats.path == "sequential" and not stats.fallback
 
 
 def test_a_wrong_pts_in_the_index_falls_back(media, opened):
@@ -193,11 +198,11 @@ def test_a_wrong_pts_in_the_index_falls_back(media, opened):
     pts[30] += 1  # one frame the decoder will output under another pts
     handle.decoder.index = FrameIndex(index.format_name, index.codec_name, index.stream_index,
                                       pts, index.pkt_pos, index.pkt_size, index.pkt_key,
-                                      index.pkt_discard, index.pkt_seek_ts)
+                                      index.pkt_discard)
     ref = media.reference("hevc.mp4", H, W)
     frames, stats = handle.read(list(range(24, 48)))
     np.testing.assert_array_equal(frames, ref[24:48])
-    assert stats["fallback"]
+    assert stats.fallback
 
 
 def test_out_of_range_is_known_from_the_index(opened):
@@ -223,7 +228,7 @@ def test_index_round_trips_through_bytes(opened):
     index = opened("h264_open_gop.mp4").index
     again = FrameIndex.from_bytes(index.to_bytes())
     assert again is not None and again.trusted
-    for field in ("pkt_pts", "pkt_pos", "pkt_size", "pkt_key", "pkt_discard", "pkt_seek_ts",
+    for field in ("pkt_pts", "pkt_pos", "pkt_size", "pkt_key", "pkt_discard",
                   "frame_pts", "frame_key"):
         np.testing.assert_array_equal(getattr(again, field), getattr(index, field))
     assert FrameIndex.from_bytes(b"garbage") is None
@@ -309,8 +314,8 @@ def test_sequential_reference_is_still_available(media):
     fast, fast_stats = fv.decode_local_frames(path, [70, 3], H, W)
     slow, slow_stats = fv.decode_local_frames(path, [70, 3], H, W, seek=False)
     np.testing.assert_array_equal(fast, slow)
-    assert fast_stats["path"] == "indexed" and slow_stats["path"] == "sequential"
-    assert fast_stats["frames_decoded"] < slow_stats["frames_decoded"]
+    assert fast_stats.path == "indexed" and slow_stats.path == "sequential"
+    assert fast_stats.frames_decoded < slow_stats.frames_decoded
 
 
 def test_stats_dataclass_sums():
@@ -325,14 +330,14 @@ def test_stats_dataclass_sums():
 
 def test_decode_floor_decodes_from_the_keyframe_without_skipping(opened):
     handle = opened("long_640x360.mp4")  # GOP 24: keyframe at 192 before frame 200
-    floor = handle.decoder.decode_floor([200, 202])
+    floor = decode_floor(handle.bytes, [200, 202], 2)
     assert floor["decoder_seeks"] == 1
     assert 11 <= floor["frames_decoded"] <= 11 + 4  # 192..202, plus reorder slack
-    handle.decoder.close()
+    handle.decoder.reset()
     _, stats = handle.read([200, 202])
-    assert stats["frames_decoded"] <= floor["frames_decoded"]  # skipping non-ref frames
+    assert stats.frames_decoded <= floor["frames_decoded"]  # skipping non-ref frames
     with pytest.raises(IndexError):
-        handle.decoder.decode_floor([288])
+        decode_floor(handle.bytes, [288], 2)
 
 
 def test_read_stats_describe_one_call_on_a_persistent_decoder(opened):
@@ -340,7 +345,7 @@ def test_read_stats_describe_one_call_on_a_persistent_decoder(opened):
     per_call = []
     for _ in range(3):
         _, stats = handle.read([100, 150])  # two keyframe seeks each time
-        per_call.append((stats["read_calls"], stats["bytes_read"], stats["seek_calls"],
-                         stats["decoder_seeks"]))
+        per_call.append((stats.range_reads, stats.range_bytes, stats.seeks,
+                         stats.decoder_seeks))
     assert per_call[1] == per_call[2], per_call  # same work, same counts: not running totals
     assert per_call[1][0] > 0 and per_call[1][3] == 2

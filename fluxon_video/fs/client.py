@@ -43,7 +43,6 @@ from fluxon_video.fs.routes import AgentRoute, InProcessRoute, Route
 from fluxon_video.fs.storage import ExportStorage, FileStat
 
 T = TypeVar("T")
-INDEX_BLOB = "frameindex-v2"
 
 
 @dataclass
@@ -113,7 +112,6 @@ class Backfiller:
         for thread in self._threads:
             thread.start()
         self.done = 0
-        self.failed = 0
 
     def submit(self, key: str, job: Callable[[], None]) -> bool | None:
         """True queued, None already pending, False dropped (queue full)."""
@@ -134,7 +132,7 @@ class Backfiller:
                 job()
                 self.done += 1
             except Exception:  # noqa: BLE001 - a backfill is an optimisation; reads retry
-                self.failed += 1
+                pass
             finally:
                 with self._lock:
                     self._pending.discard(key)
@@ -167,43 +165,96 @@ def make_piece_store(config: FluxonFsConfig) -> PieceStore:
     return EmbeddedPieceStore(settings.embedded_kv_max_bytes)
 
 
+@dataclass
+class _ProcessState:
+    """What one process's client owns: connections, threads, locks, caches.
+
+    Nothing of it survives fork: a child builds its own on first use (the
+    parent's threads do not exist there and its locks may be held).
+    """
+
+    pid: int
+    kv: GuardedPieceStore
+    routes: dict[str, Route]
+    stats: cachetools.TLRUCache[tuple, tuple[float, FileStat]]
+    stats_lock: threading.Lock
+    flights: SingleFlight
+    backfill: Backfiller
+
+    def close(self) -> None:
+        self.backfill.close()
+        for route in self.routes.values():
+            route.close()
+        self.kv.close()
+
+
 class FluxonFsClient:
-    """Metadata cache, KV piece cache, miss policies and backfill over the routes."""
+    """Metadata cache, KV piece cache, miss policies and backfill over the routes.
+
+    Fork-safe in the style of redis-py's connection pool: every entry point
+    checks the pid first, and a forked child builds its own connections,
+    threads and caches without touching the parent's.
+    """
 
     def __init__(self, config: FluxonFsConfig, store: PieceStore | None = None) -> None:
         self.config = config
-        settings = config.client
-        self.kv = GuardedPieceStore(store if store is not None else make_piece_store(config),
-                                    settings.redis_retry_after_s)
-        storage = ExportStorage(config)
-        self._routes: dict[str, Route] = {}
-        for export in config.exports.values():
-            self._routes[export.name] = (
+        self._piece_store = store  # None: make one per process from the config
+        self._state: _ProcessState | None = None
+        self._closed = False
+
+    def _build_state(self) -> _ProcessState:
+        settings = self.config.client
+        storage = ExportStorage(self.config)
+        routes: dict[str, Route] = {}
+        for export in self.config.exports.values():
+            routes[export.name] = (
                 InProcessRoute(storage) if export.in_process else
                 AgentRoute(export.agent_url, settings.agent_timeout_s,
                            settings.agent_connect_timeout_s, settings.agent_pool_size))
-        self._stats: cachetools.TLRUCache[tuple, tuple[float, FileStat]] = cachetools.TLRUCache(
-            maxsize=65536, ttu=lambda _key, value, now: value[0], timer=time.monotonic)
-        self._stats_lock = threading.Lock()
-        self._flights = SingleFlight()
-        self.backfill = Backfiller(settings.backfill_workers, settings.backfill_queue_size)
-        self.pid = os.getpid()
+        store = self._piece_store if self._piece_store is not None else make_piece_store(self.config)
+        return _ProcessState(
+            pid=os.getpid(),
+            kv=GuardedPieceStore(store, settings.redis_retry_after_s),
+            routes=routes,
+            stats=cachetools.TLRUCache(maxsize=65536, ttu=lambda _key, value, now: value[0],
+                                       timer=time.monotonic),
+            stats_lock=threading.Lock(),
+            flights=SingleFlight(),
+            backfill=Backfiller(settings.backfill_workers, settings.backfill_queue_size))
+
+    def _checkpid(self) -> _ProcessState:
+        """This process's state, built on first use here (after fork too)."""
+        state = self._state
+        if state is None or state.pid != os.getpid():
+            if self._closed:
+                raise errors.FluxonFsClosedError("the FluxonFS client is closed")
+            state = self._state = self._build_state()
+        return state
+
+    @property
+    def kv(self) -> GuardedPieceStore:
+        return self._checkpid().kv
+
+    @property
+    def backfill(self) -> Backfiller:
+        return self._checkpid().backfill
 
     # ---- metadata ----
 
     def stat(self, identity: RequestIdentity, export_name: str, relpath: str) -> FileStat:
         """The file's version as seen by identity; cached for the export's TTL."""
         export = self.config.export(export_name)
+        state = self._checkpid()
         key = (identity, export_name, relpath)
-        with self._stats_lock:
-            cached = self._stats.get(key)
+        with state.stats_lock:
+            cached = state.stats.get(key)
         if cached is not None:
             return cached[1]
-        st = self._routes[export_name].stat(export_name, relpath, identity.token)
+        st = state.routes[export_name].stat(export_name, relpath, identity.token)
         ttl = export.metadata_cache_ttl_ms / 1000
         if ttl > 0:
-            with self._stats_lock:
-                self._stats[key] = (time.monotonic() + ttl, st)
+            with state.stats_lock:
+                state.stats[key] = (time.monotonic() + ttl, st)
         return st
 
     def check_version(self, identity: RequestIdentity, export_name: str, relpath: str,
@@ -273,7 +324,7 @@ class FluxonFsClient:
 
     def _remote(self, export: FluxonFsExport, relpath: str, version: FileStat, offset: int,
                 length: int, identity: RequestIdentity, counters: ReadCounters) -> bytes:
-        data = self._routes[export.name].read_chunk(export.name, relpath, offset, length,
+        data = self._checkpid().routes[export.name].read_chunk(export.name, relpath, offset, length,
                                                     version, identity.token)
         counters.add(remote_reads=1, remote_bytes=len(data))
         return data
@@ -292,14 +343,15 @@ class FluxonFsClient:
             self._store(export, relpath, version, index, data)
             return data
 
-        data, _ = self._flights.do(self._key(export, relpath, version, index), fetch_and_store)
+        data, _ = self._checkpid().flights.do(self._key(export, relpath, version, index),
+                                              fetch_and_store)
         return data
 
     def _remote_read_with_backfill(self, export: FluxonFsExport, relpath: str, version: FileStat,
                                    index: int, lo: int, hi: int, identity: RequestIdentity,
                                    counters: ReadCounters) -> bytes:
         key = self._key(export, relpath, version, index)
-        data, _ = self._flights.do((key, lo, hi), lambda: self._remote(
+        data, _ = self._checkpid().flights.do((key, lo, hi), lambda: self._remote(
             export, relpath, version, lo, hi - lo, identity, counters))
         if export.async_backfill_enabled:
             if hi - lo == self._piece_len(export, version, index):
@@ -315,7 +367,7 @@ class FluxonFsClient:
                 counters.add(backfills_dropped=1)
         return data
 
-    # ---- per-version blobs (the frame index) ----
+    # ---- per-version blobs (opaque to the client; e.g. a frame index) ----
 
     def load_blob(self, identity: RequestIdentity, export_name: str, relpath: str,
                   version: FileStat, kind: str) -> bytes | None:
@@ -340,10 +392,11 @@ class FluxonFsClient:
                     encode_piece(data, export.cache_bytes_field_key))
 
     def close(self) -> None:
-        self.backfill.close()
-        for route in self._routes.values():
-            route.close()
-        self.kv.close()
+        """Stop this process's threads and connections; later calls raise. Safe to call twice."""
+        self._closed = True
+        state, self._state = self._state, None
+        if state is not None and state.pid == os.getpid():
+            state.close()
 
 
 class FluxonFsRangeSource:
@@ -364,13 +417,13 @@ class FluxonFsRangeSource:
         return self.client.read_range(self.identity, self.export_name, self.relpath, self.version,
                                       offset, length, self.counters)
 
-    def load_index(self) -> bytes | None:
-        """The frame index another reader or node stored for this version, if any."""
+    def load_blob(self, kind: str) -> bytes | None:
+        """The blob of this kind another reader or node stored for this version, if any."""
         return self.client.load_blob(self.identity, self.export_name, self.relpath, self.version,
-                                     INDEX_BLOB)
+                                     kind)
 
-    def store_index(self, data: bytes) -> None:
-        self.client.store_blob(self.export_name, self.relpath, self.version, INDEX_BLOB, data)
+    def store_blob(self, kind: str, data: bytes) -> None:
+        self.client.store_blob(self.export_name, self.relpath, self.version, kind, data)
 
     def __repr__(self) -> str:
         return f"FluxonFsRangeSource({self.name!r}, size={self.size})"

@@ -14,7 +14,7 @@ A config file looks like::
     root = "/data/videos"                      # on the agent host
     agent_url = "http://storage-01:8765"       # omit to serve in-process
     allow = ["trainer"]
-    piece_size = 1048576
+    piece_size = 262144                       # one KV piece = one reader page
     kv_miss_policy = "RemoteRead"              # or "StageToKvThenRead"
 
 Unknown keys and bad values raise FluxonFsConfigError naming the file and key.
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from fluxon_video import defaults
 from fluxon_video.errors import FluxonFsConfigError
 
 MiB = 1 << 20
@@ -71,9 +72,7 @@ class FluxonFsExport:
     cache_max_bytes: int = 64 << 30
     metadata_cache_ttl_ms: int = 5_000
     async_backfill_enabled: bool = True
-    # 256 KiB: bench/run.py's piece-size sweep fetched 1.1-1.2x the bytes sparse
-    # clips need at 256 KiB against up to 1.8x at 1 MiB, in the same time.
-    piece_size: int = 256 * 1024
+    piece_size: int = defaults.PAGE_SIZE
     kv_miss_policy: MissPolicy = MissPolicy.RemoteRead
 
     def __post_init__(self) -> None:

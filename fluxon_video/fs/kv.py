@@ -137,9 +137,6 @@ class GuardedPieceStore:
         self.store = store
         self.retry_after_s = retry_after_s
         self._open_until = 0.0
-        self._lock = threading.Lock()
-        self.errors = 0
-        self.bypassed = 0
 
     @property
     def circuit_open(self) -> bool:
@@ -147,15 +144,11 @@ class GuardedPieceStore:
 
     def _call(self, fn, *args):
         if self.circuit_open:
-            with self._lock:
-                self.bypassed += 1
             return False, None
         try:
             result = fn(*args)
         except self.KV_ERRORS:
-            with self._lock:
-                self.errors += 1
-                self._open_until = time.monotonic() + self.retry_after_s
+            self._open_until = time.monotonic() + self.retry_after_s
             return False, None
         return True, result
 

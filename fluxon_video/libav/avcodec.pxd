@@ -7,7 +7,7 @@ from fluxon_video.libav.avutil cimport AVFrame, AVMediaType, AVRational
 
 cdef extern from "libavcodec/codec_id.h" nogil:
     cdef enum AVCodecID:
-        AV_CODEC_ID_NONE
+        pass
 
     const char *avcodec_get_name(AVCodecID id)
 
@@ -36,7 +36,6 @@ cdef extern from "libavcodec/packet.h" nogil:
 
     ctypedef struct AVPacket:
         int64_t pts
-        int64_t dts
         uint8_t *data
         int size
         int stream_index
@@ -51,12 +50,8 @@ cdef extern from "libavcodec/packet.h" nogil:
 # https://ffmpeg.org/doxygen/5.1/group__lavc__core.html
 cdef extern from "libavcodec/avcodec.h" nogil:
     cdef enum AVDiscard:
-        AVDISCARD_NONE
         AVDISCARD_DEFAULT
         AVDISCARD_NONREF
-        AVDISCARD_BIDIR
-        AVDISCARD_NONINTRA
-        AVDISCARD_NONKEY
         AVDISCARD_ALL
 
     int FF_THREAD_FRAME

@@ -14,7 +14,6 @@ cdef extern from "libavformat/avio.h" nogil:
     ctypedef struct AVIOContext:
         unsigned char *buffer
         void *opaque
-        int seekable
 
     AVIOContext *avio_alloc_context(
         unsigned char *buffer,
@@ -34,7 +33,6 @@ cdef extern from "libavformat/avformat.h" nogil:
     int AV_DISPOSITION_ATTACHED_PIC
     int AVSEEK_FLAG_BACKWARD
     int AVINDEX_KEYFRAME
-    int AVINDEX_DISCARD_FRAME
 
     # https://ffmpeg.org/doxygen/5.1/structAVIndexEntry.html (flags and size are bitfields)
     ctypedef struct AVIndexEntry:
@@ -66,7 +64,6 @@ cdef extern from "libavformat/avformat.h" nogil:
 
     unsigned avformat_version()
     AVFormatContext *avformat_alloc_context()
-    void avformat_free_context(AVFormatContext *s)
     int avformat_open_input(AVFormatContext **ps, const char *url, void *fmt, void *options)
     void avformat_close_input(AVFormatContext **s)
     int avformat_find_stream_info(AVFormatContext *ic, void *options)

@@ -5,12 +5,9 @@ from libc.stdint cimport int64_t, uint8_t
 
 cdef extern from "libavutil/avutil.h" nogil:
     cdef enum AVMediaType:
-        AVMEDIA_TYPE_UNKNOWN
         AVMEDIA_TYPE_VIDEO
-        AVMEDIA_TYPE_AUDIO
 
     cdef int64_t AV_NOPTS_VALUE
-    cdef int AV_TIME_BASE
 
     unsigned avutil_version()
 
@@ -28,11 +25,6 @@ cdef extern from "libavutil/error.h" nogil:
     int AVERROR_DEMUXER_NOT_FOUND
     int AVERROR_STREAM_NOT_FOUND
     int AVERROR_PATCHWELCOME
-    int AVERROR_BUG
-    int AVERROR_EXIT
-    int AVERROR_EXTERNAL
-    int AVERROR_UNKNOWN
-    int AV_ERROR_MAX_STRING_SIZE
     int av_strerror(int errnum, char *errbuf, size_t errbuf_size)
 
 
@@ -46,16 +38,13 @@ cdef extern from "libavutil/mem.h" nogil:
 # https://ffmpeg.org/doxygen/5.1/pixfmt_8h.html
 cdef extern from "libavutil/pixfmt.h" nogil:
     cdef enum AVPixelFormat:
-        AV_PIX_FMT_NONE
         AV_PIX_FMT_RGB24
 
     cdef enum AVColorSpace:
-        AVCOL_SPC_UNSPECIFIED
         AVCOL_SPC_BT470BG
 
     cdef enum AVColorRange:
         AVCOL_RANGE_UNSPECIFIED
-        AVCOL_RANGE_MPEG
         AVCOL_RANGE_JPEG
 
 
@@ -68,26 +57,9 @@ cdef extern from "libavutil/frame.h" nogil:
         int height
         int format
         int64_t pts
-        int64_t best_effort_timestamp
-        int key_frame
         AVColorRange color_range
         AVColorSpace colorspace
 
     AVFrame *av_frame_alloc()
     void av_frame_free(AVFrame **frame)
     void av_frame_unref(AVFrame *frame)
-
-
-# https://ffmpeg.org/doxygen/5.1/group__lavu__log.html
-cdef extern from "libavutil/log.h" nogil:
-    int AV_LOG_QUIET
-    int AV_LOG_PANIC
-    int AV_LOG_FATAL
-    int AV_LOG_ERROR
-    int AV_LOG_WARNING
-    int AV_LOG_INFO
-    int AV_LOG_VERBOSE
-    int AV_LOG_DEBUG
-    int AV_LOG_TRACE
-    void av_log_set_level(int level)
-    int av_log_get_level()

@@ -5,7 +5,6 @@ from libc.stdint cimport uint8_t
 
 cdef extern from "libswscale/swscale.h" nogil:
     int SWS_BILINEAR
-    int SWS_CS_DEFAULT
 
     struct SwsContext:
         pass

@@ -1,0 +1,280 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The two ways to produce frame i, both without the GIL.
+
+- sequential: decode from frame 0, count output frames, convert the targets.
+  It is the reference, and the path whenever no trusted index exists.
+- indexed: with a trusted FrameIndex, seek to the keyframe each cluster of
+  targets needs, decode forward, and identify every output frame by its pts.
+  Any disagreement with the index (landing after the keyframe, a pts the
+  index lacks, frames out of order, targets that never appear) returns
+  FX_FALLBACK so the caller redoes the call sequentially.
+"""
+import numpy as np
+
+from libc.stdint cimport INT64_MAX, int64_t, uint8_t
+
+from fluxon_video._avio cimport fx_source_cancel_prefetch, fx_source_prefetch
+from fluxon_video._convert cimport fx_sink_put
+from fluxon_video._pagecache cimport fx_pagecache
+from fluxon_video.libav.avcodec cimport AVDISCARD_DEFAULT, AVDISCARD_NONREF, AV_PKT_FLAG_KEY
+from fluxon_video.libav.avutil cimport AVERROR_EOF, av_frame_unref
+
+# The indexed path gives up (and decodes sequentially) when this many packets
+# past a cluster's last target did not produce its frames: far more than any
+# decoder's reorder delay plus frame-threading latency.
+cdef int64_t TARGET_SLACK_PACKETS = 48
+# Codecs where skipping non-reference frames that are not targets is exact:
+# nothing references them, and these decoders keep their ordering state
+# (POC, DPB output) from reference pictures only.
+SKIP_NONREF_CODECS = frozenset({"h264", "hevc"})
+
+
+cdef inline int64_t _find(const int64_t *values, int64_t n, int64_t x) noexcept nogil:
+    """Position of x in sorted values, or -1."""
+    cdef int64_t lo = 0, hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo if lo < n and values[lo] == x else -1
+
+
+# ---- sequential ----
+
+cdef int decode_sequential(Pipeline pipe, const int64_t *targets, const int64_t *slots,
+                           int64_t ntargets, FrameSink *sink, DecodeProgress *p) noexcept nogil:
+    """Decode from the start until every target is converted or the stream ends."""
+    cdef int ret
+    cdef bint draining = False
+    cdef int consecutive_errors = 0
+    cdef int64_t frame_no = 0, next_target = 0
+    pipe.fresh = False
+    pipe.positioned = False  # frames are counted, not matched to the index
+    while next_target < ntargets:
+        if not draining and not pipe.packet_pending:
+            ret = pipe.next_packet(&draining, p)
+            if ret < 0:
+                return ret
+            pipe.packet_pending = ret == 1
+        ret = pipe.send(draining, &consecutive_errors, p)
+        if ret < 0:
+            return ret
+        while next_target < ntargets:
+            ret = pipe.receive(&consecutive_errors, p)
+            if ret == 0:
+                if draining:
+                    return 0
+                break
+            if ret == AVERROR_EOF:
+                return 0
+            if ret < 0:
+                return ret
+            if frame_no == targets[next_target]:
+                ret = fx_sink_put(sink, pipe.frame, slots[next_target], p)
+                if ret < 0:
+                    av_frame_unref(pipe.frame)
+                    return ret
+                next_target += 1
+                p.targets_left -= 1
+            frame_no += 1
+            av_frame_unref(pipe.frame)
+    p.failed_call = NULL
+    return 0
+
+
+# ---- indexed ----
+
+cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_nonref):
+    """Fill plan for sorted unique targets; returns the arrays it points into
+    (keep them alive until the decode returns)."""
+    clusters = index.plan(targets)
+    arrays = {
+        "frame_pts": np.ascontiguousarray(index.frame_pts, np.int64),
+        "pos_sorted": np.ascontiguousarray(index.pos_sorted, np.int64),
+        "pos_dec": np.ascontiguousarray(index.pos_dec, np.int64),
+        "targets": targets, "slots": first_slot,
+        "target_dec": np.ascontiguousarray(index.frame_dec[targets], np.int64),
+        "done": np.zeros(targets.shape[0], np.uint8),
+        "left": np.diff(clusters["bounds"]).astype(np.int64),
+        **{k: np.ascontiguousarray(v, np.int64) for k, v in clusters.items()},
+    }
+    cdef const int64_t[::1] v
+    cdef uint8_t[::1] done = arrays["done"]
+    cdef int64_t[::1] left = arrays["left"]
+    v = arrays["frame_pts"]; plan.frame_pts = &v[0]; plan.n_frames = v.shape[0]
+    v = arrays["pos_sorted"]; plan.pos_sorted = &v[0]; plan.n_packets = v.shape[0]
+    v = arrays["pos_dec"]; plan.pos_dec = &v[0]
+    v = arrays["targets"]; plan.targets = &v[0]; plan.n_targets = v.shape[0]
+    v = arrays["slots"]; plan.slots = &v[0]
+    v = arrays["target_dec"]; plan.target_dec = &v[0]
+    v = arrays["bounds"]; plan.bounds = &v[0]; plan.n_clusters = v.shape[0] - 1
+    v = arrays["key_dec"]; plan.key_dec = &v[0]
+    v = arrays["key_pos"]; plan.key_pos = &v[0]
+    v = arrays["seek_ts"]; plan.seek_ts = &v[0]
+    v = arrays["reach_dec"]; plan.reach_dec = &v[0]
+    v = arrays["end_byte"]; plan.end_byte = &v[0]
+    plan.done = &done[0]
+    plan.left = &left[0]
+    plan.skip_nonref = skip_nonref and index.codec_name in SKIP_NONREF_CODECS
+    return arrays
+
+
+cdef inline void _cluster_done(IndexedPlan *plan, int64_t j) noexcept nogil:
+    """Count target j off its cluster."""
+    cdef int64_t lo = 0, hi = plan.n_clusters, mid
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if plan.bounds[mid] <= j:
+            lo = mid
+        else:
+            hi = mid
+    plan.left[lo] -= 1
+
+
+cdef int _position(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landing,
+                   DecodeProgress *p) noexcept nogil:
+    """Seek to cluster c's keyframe unless the decoder can simply continue.
+
+    It continues when no keyframe lies between it and the cluster, and nothing
+    the cluster needs is behind it (nor was fed while non-reference frames
+    were being skipped). After a seek, *landing is set and the cluster's
+    bytes are prefetched.
+    """
+    cdef int ret
+    cdef int64_t j, first_left = -1, first_dec = INT64_MAX
+    cdef fx_pagecache *pc = pipe.source.core.pc
+    for j in range(plan.bounds[c], plan.bounds[c + 1]):
+        if not plan.done[j]:
+            if first_left < 0:
+                first_left = plan.targets[j]
+            if plan.target_dec[j] < first_dec:
+                first_dec = plan.target_dec[j]
+    landing[0] = False
+    if (pipe.positioned and plan.key_dec[c] <= pipe.last_pkt_dec + 1
+            and first_left > pipe.last_out_idx and first_dec > pipe.last_skipped_dec):
+        return 0
+    fx_source_cancel_prefetch(pc)
+    ret = pipe.seek(plan.seek_ts[c], p)
+    if ret < 0:
+        return ret
+    fx_source_prefetch(pc, plan.key_pos[c], plan.end_byte[c] - plan.key_pos[c])
+    landing[0] = True
+    return 0
+
+
+cdef int _check_packet(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landing,
+                       int64_t stop_dec, DecodeProgress *p) noexcept nogil:
+    """Place the packet just read in the index; choose whether to skip it."""
+    cdef int64_t idx, dec
+    idx = _find(plan.pos_sorted, plan.n_packets, pipe.pkt.pos)
+    if idx < 0:
+        p.fallback_reason = "a packet's position is not in the index"
+        return FX_FALLBACK
+    dec = plan.pos_dec[idx]
+    if landing[0]:
+        landing[0] = False
+        if dec > plan.key_dec[c] or not (pipe.pkt.flags & AV_PKT_FLAG_KEY):
+            p.fallback_reason = "the seek landed after the keyframe the index names"
+            return FX_FALLBACK
+    if dec > stop_dec:
+        p.fallback_reason = "target frames did not appear where the index put them"
+        return FX_FALLBACK
+    pipe.last_pkt_dec = dec
+    if plan.skip_nonref:
+        # Skip non-reference frames shown before the last target that are not
+        # targets; decode the rest, so a later call can continue from here.
+        idx = _find(plan.frame_pts, plan.n_frames, pipe.pkt.pts)
+        if (idx >= 0 and idx < plan.targets[plan.n_targets - 1]
+                and _find(plan.targets, plan.n_targets, idx) < 0):
+            pipe.codec.skip_frame = AVDISCARD_NONREF
+            if dec > pipe.last_skipped_dec:
+                pipe.last_skipped_dec = dec
+        else:
+            pipe.codec.skip_frame = AVDISCARD_DEFAULT
+    return 0
+
+
+cdef int _take_frame(Pipeline pipe, IndexedPlan *plan, FrameSink *sink,
+                     DecodeProgress *p) noexcept nogil:
+    """Identify the decoded frame by its pts; put it in the sink if it is a target."""
+    cdef int ret
+    cdef int64_t idx, j
+    idx = _find(plan.frame_pts, plan.n_frames, pipe.frame.pts)
+    if idx < 0 or idx <= pipe.last_out_idx:
+        p.fallback_reason = ("a decoded frame's pts is not in the index" if idx < 0
+                             else "frames came out of presentation order")
+        return FX_FALLBACK
+    pipe.last_out_idx = idx
+    j = _find(plan.targets, plan.n_targets, idx)
+    if j >= 0 and not plan.done[j]:
+        ret = fx_sink_put(sink, pipe.frame, plan.slots[j], p)
+        if ret < 0:
+            return ret
+        plan.done[j] = 1
+        p.targets_left -= 1
+        _cluster_done(plan, j)
+    return 0
+
+
+cdef int _decode_cluster(Pipeline pipe, IndexedPlan *plan, int64_t c, FrameSink *sink,
+                         DecodeProgress *p) noexcept nogil:
+    cdef int ret
+    cdef bint draining = False, landing
+    cdef int consecutive_errors = 0
+    cdef int64_t stop_dec
+    ret = _position(pipe, plan, c, &landing, p)
+    if ret < 0:
+        return ret
+    pipe.cursor().readahead_end = plan.end_byte[c]
+    stop_dec = plan.reach_dec[c] + TARGET_SLACK_PACKETS + 2 * pipe.num_threads
+    while plan.left[c] > 0:
+        if not draining and not pipe.packet_pending:
+            ret = pipe.next_packet(&draining, p)
+            if ret < 0:
+                return ret
+            if ret == 1:
+                ret = _check_packet(pipe, plan, c, &landing, stop_dec, p)
+                if ret != 0:
+                    return ret
+                pipe.packet_pending = True
+        ret = pipe.send(draining, &consecutive_errors, p)
+        if ret < 0:
+            return ret
+        while plan.left[c] > 0:
+            ret = pipe.receive(&consecutive_errors, p)
+            if ret == 0 and not draining:
+                break
+            if ret == 0 or ret == AVERROR_EOF:
+                pipe.positioned = False  # drained: the next use must seek
+                p.fallback_reason = "the stream ended before the frames the index lists"
+                return FX_FALLBACK
+            if ret < 0:
+                return ret
+            ret = _take_frame(pipe, plan, sink, p)
+            av_frame_unref(pipe.frame)
+            if ret != 0:
+                return ret
+    return 0
+
+
+cdef int decode_indexed(Pipeline pipe, IndexedPlan *plan, FrameSink *sink,
+                        DecodeProgress *p) noexcept nogil:
+    """Seek per cluster, decode forward, match output frames by pts.
+
+    Returns 0, an AVERROR, or FX_FALLBACK with p.fallback_reason set.
+    """
+    cdef int ret = 0
+    cdef int64_t c
+    for c in range(plan.n_clusters):
+        if plan.left[c] > 0:
+            ret = _decode_cluster(pipe, plan, c, sink, p)
+            if ret != 0:
+                break
+    if plan.skip_nonref:
+        pipe.codec.skip_frame = AVDISCARD_DEFAULT
+    pipe.cursor().readahead_end = 0
+    if ret == 0:
+        p.failed_call = NULL
+    return ret

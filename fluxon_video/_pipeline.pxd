@@ -1,0 +1,44 @@
+from libc.stdint cimport int64_t
+
+from fluxon_video._avio cimport ByteSource
+from fluxon_video._pagecache cimport fx_cursor
+from fluxon_video._progress cimport DecodeProgress
+from fluxon_video.libav.avcodec cimport AVCodecContext, AVPacket
+from fluxon_video.libav.avformat cimport AVFormatContext, AVIOContext
+from fluxon_video.libav.avutil cimport AVFrame
+
+
+cdef class Pipeline:
+    cdef ByteSource source
+    cdef readonly str name
+    cdef readonly int num_threads
+    cdef int pid
+    cdef AVIOContext *pb
+    cdef AVFormatContext *fmt
+    cdef AVCodecContext *codec
+    cdef AVPacket *pkt
+    cdef AVFrame *frame
+    cdef readonly int stream_index
+    cdef readonly str codec_name
+    # Read counters of AVIO contexts already released (stats are per-call deltas).
+    cdef int64_t retired_read_calls, retired_seek_calls, retired_bytes_read
+    # Where the decoder stands:
+    cdef bint fresh             # opened, nothing read yet
+    cdef bint positioned        # fed packets since the last seek and not drained
+    cdef bint packet_pending    # pkt holds a packet the decoder refused with EAGAIN
+    cdef int64_t last_skipped_dec  # decode position of the last packet fed with skip_frame=NONREF
+    cdef int64_t last_pkt_dec   # decode position of the last packet fed
+    cdef int64_t last_out_idx   # presentation index of the last frame output
+
+    cdef int open(self, DecodeProgress *p) except -1
+    cdef int _open_nogil(self, DecodeProgress *p) noexcept nogil
+    cdef void release(self) noexcept nogil
+    cdef bint is_open(self) noexcept nogil
+    cdef fx_cursor *cursor(self) noexcept nogil
+    cdef void clear_log(self) noexcept nogil
+    cdef int raise_error(self, int ret, DecodeProgress *p) except -1
+    cdef tuple io_totals(self)
+    cdef int next_packet(self, bint *draining, DecodeProgress *p) noexcept nogil
+    cdef int send(self, bint draining, int *consecutive_errors, DecodeProgress *p) noexcept nogil
+    cdef int receive(self, int *consecutive_errors, DecodeProgress *p) noexcept nogil
+    cdef int seek(self, int64_t timestamp, DecodeProgress *p) noexcept nogil

@@ -1,0 +1,240 @@
+# cython: language_level=3
+"""Pipeline: the lifetime of one FFmpeg demux+decode chain over a ByteSource.
+
+It owns the AVIOContext, the format and codec contexts, one packet and one
+frame, and knows where the decoder stands (for the indexed path's "continue
+without seeking"). open() builds the whole chain or nothing; release() frees
+it and is safe to call twice. The decode paths drive it through
+next_packet/send/receive/seek without the GIL.
+"""
+import os
+
+from libc.errno cimport EAGAIN, EINVAL, ENOMEM
+from libc.stdint cimport int64_t
+
+from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
+from fluxon_video._demux cimport fx_open_input
+from fluxon_video._errors cimport err_check
+from fluxon_video._progress cimport now_ms
+from fluxon_video.libav.avcodec cimport (
+    AVCodec, FF_THREAD_FRAME, FF_THREAD_SLICE, av_packet_alloc, av_packet_free, av_packet_unref,
+    avcodec_alloc_context3, avcodec_find_decoder, avcodec_flush_buffers, avcodec_free_context,
+    avcodec_get_name, avcodec_open2, avcodec_parameters_to_context, avcodec_receive_frame,
+    avcodec_send_packet,
+)
+from fluxon_video.libav.avformat cimport (
+    AVSEEK_FLAG_BACKWARD, AVStream, av_read_frame, av_seek_frame, avformat_close_input,
+)
+from fluxon_video.libav.avutil cimport AVERROR, AVERROR_EOF, av_frame_alloc, av_frame_free
+
+
+cdef extern from "_avlog.h" nogil:
+    void fx_avlog_install()
+    void fx_avlog_clear()
+    const char *fx_avlog_last_error()
+
+
+fx_avlog_install()
+
+# Decoders report a bad packet and carry on; so do we, like the ffmpeg CLI.
+# This many bad packets in a row means the stream is garbage.
+cdef int MAX_CONSECUTIVE_DECODE_ERRORS = 64
+
+
+cdef inline int _count_decode_error(int ret, int *consecutive_errors,
+                                    DecodeProgress *p) noexcept nogil:
+    """A bad packet or frame: counted and skipped (0), like the ffmpeg CLI does,
+    unless memory ran out or too many came in a row (ret)."""
+    if ret == AVERROR(ENOMEM):
+        return ret
+    p.decode_errors += 1
+    consecutive_errors[0] += 1
+    return ret if consecutive_errors[0] > MAX_CONSECUTIVE_DECODE_ERRORS else 0
+
+
+cdef class Pipeline:
+    """One demux+decode chain over a ByteSource; open() is all or nothing."""
+
+    def __cinit__(self, ByteSource source, int num_threads, str name):
+        self.source = source
+        self.name = name
+        self.num_threads = num_threads
+        self.stream_index = -1
+        self.pid = os.getpid()
+
+    def __dealloc__(self):
+        # In a forked child, FFmpeg's decoder threads do not exist: freeing
+        # the context would wait for them forever. Leave the parent's copy.
+        if self.pid == os.getpid():
+            self.release()
+
+    cdef bint is_open(self) noexcept nogil:
+        return self.codec != NULL
+
+    cdef fx_cursor *cursor(self) noexcept nogil:
+        return fx_avio_cursor(self.pb) if self.pb != NULL else NULL
+
+    cdef void clear_log(self) noexcept nogil:
+        fx_avlog_clear()
+
+    cdef void release(self) noexcept nogil:
+        cdef fx_cursor *cursor
+        av_frame_free(&self.frame)
+        av_packet_free(&self.pkt)
+        avcodec_free_context(&self.codec)
+        if self.fmt != NULL:
+            avformat_close_input(&self.fmt)  # CUSTOM_IO: pb stays ours
+        if self.pb != NULL:
+            cursor = fx_avio_cursor(self.pb)
+            self.retired_read_calls += cursor.read_calls
+            self.retired_seek_calls += cursor.seek_calls
+            self.retired_bytes_read += cursor.bytes_read
+            fx_avio_close(&self.pb)
+        self.stream_index = -1
+        self.fresh = False
+        self.positioned = False
+        self.packet_pending = False
+
+    cdef int open(self, DecodeProgress *p) except -1:
+        """Open the container and the decoder, or raise with nothing left open."""
+        cdef int ret
+        cdef double t0
+        if self.is_open():
+            return 0
+        self.release()
+        self.pb = fx_avio_open(self.source)
+        with nogil:
+            fx_avlog_clear()
+            t0 = now_ms()
+            ret = self._open_nogil(p)
+            p.open_ms += now_ms() - t0
+        if ret < 0:
+            try:
+                self.raise_error(ret, p)
+            finally:
+                self.release()
+        self.codec_name = avcodec_get_name(self.fmt.streams[self.stream_index].codecpar.codec_id).decode()
+        return 0
+
+    cdef int _open_nogil(self, DecodeProgress *p) noexcept nogil:
+        cdef int ret
+        cdef AVStream *st
+        cdef const AVCodec *dec
+        ret = fx_open_input(self.pb, &self.fmt, True, &self.stream_index, &p.failed_call)
+        if ret < 0:
+            return ret
+        self.pkt = av_packet_alloc()
+        self.frame = av_frame_alloc()
+        if self.pkt == NULL or self.frame == NULL:
+            return AVERROR(ENOMEM)
+        st = self.fmt.streams[self.stream_index]
+        p.failed_call = "avcodec_find_decoder"
+        dec = avcodec_find_decoder(st.codecpar.codec_id)
+        if dec == NULL:
+            return AVERROR(EINVAL)
+        self.codec = avcodec_alloc_context3(dec)
+        if self.codec == NULL:
+            return AVERROR(ENOMEM)
+        p.failed_call = "avcodec_parameters_to_context"
+        ret = avcodec_parameters_to_context(self.codec, st.codecpar)
+        if ret >= 0:
+            self.codec.pkt_timebase = st.time_base
+            self.codec.thread_count = self.num_threads
+            self.codec.thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE
+            p.failed_call = "avcodec_open2"
+            ret = avcodec_open2(self.codec, dec, NULL)
+        if ret < 0:
+            avcodec_free_context(&self.codec)  # is_open() means a usable codec
+            return ret
+        p.failed_call = NULL
+        self.fresh = True
+        self.positioned = False
+        self.packet_pending = False
+        return 0
+
+    cdef int raise_error(self, int ret, DecodeProgress *p) except -1:
+        """Raise for a failed call: the byte source's own error first, else FFmpeg's."""
+        cdef fx_cursor *cursor = self.cursor()
+        if cursor != NULL and cursor.error:
+            raise self.source.fetch_error(cursor)
+        detail = fx_avlog_last_error().decode("utf-8", "replace")
+        what = p.failed_call.decode() if p.failed_call != NULL else "decode"
+        return err_check(ret, what, self.name, detail)
+
+    cdef tuple io_totals(self):
+        """Lifetime (read callbacks, seek callbacks, bytes returned to FFmpeg)."""
+        cdef fx_cursor *cursor = self.cursor()
+        return (self.retired_read_calls + (cursor.read_calls if cursor != NULL else 0),
+                self.retired_seek_calls + (cursor.seek_calls if cursor != NULL else 0),
+                self.retired_bytes_read + (cursor.bytes_read if cursor != NULL else 0))
+
+    cdef int next_packet(self, bint *draining, DecodeProgress *p) noexcept nogil:
+        """Read our stream's next packet into pkt: 1; 0 once the stream ends
+        (*draining set); or the AVERROR of a failed byte source."""
+        cdef int ret
+        while True:
+            p.failed_call = "av_read_frame"
+            ret = av_read_frame(self.fmt, self.pkt)
+            if ret < 0:
+                if fx_avio_cursor(self.pb).error:
+                    return ret
+                # End of data, or a demux error the ffmpeg CLI would also treat
+                # as the end: flush the decoder.
+                draining[0] = True
+                return 0
+            if self.pkt.stream_index == self.stream_index:
+                return 1
+            av_packet_unref(self.pkt)
+
+    cdef int send(self, bint draining, int *consecutive_errors, DecodeProgress *p) noexcept nogil:
+        """Send the pending packet (or the drain signal); keeps it on EAGAIN."""
+        cdef int ret
+        p.failed_call = "avcodec_send_packet"
+        ret = avcodec_send_packet(self.codec, self.pkt if self.packet_pending else NULL)
+        if ret == AVERROR(EAGAIN):
+            return 0  # receive first, then send the same packet again
+        if self.packet_pending:
+            av_packet_unref(self.pkt)
+            self.packet_pending = False
+        if ret < 0 and ret != AVERROR_EOF:
+            return _count_decode_error(ret, consecutive_errors, p)
+        return 0
+
+    cdef int receive(self, int *consecutive_errors, DecodeProgress *p) noexcept nogil:
+        """Next frame into frame: 1, or 0 when the decoder needs input
+        (AVERROR_EOF once drained), or another AVERROR."""
+        cdef int ret
+        while True:
+            p.failed_call = "avcodec_receive_frame"
+            ret = avcodec_receive_frame(self.codec, self.frame)
+            if ret == AVERROR(EAGAIN):
+                return 0
+            if ret == AVERROR_EOF:
+                return ret
+            if ret < 0:
+                ret = _count_decode_error(ret, consecutive_errors, p)
+                if ret < 0:
+                    return ret
+                continue
+            consecutive_errors[0] = 0
+            p.frames_decoded += 1
+            return 1
+
+    cdef int seek(self, int64_t timestamp, DecodeProgress *p) noexcept nogil:
+        """Flush the decoder and seek the demuxer to the keyframe at or before timestamp."""
+        cdef int ret
+        if self.packet_pending:
+            av_packet_unref(self.pkt)
+            self.packet_pending = False
+        avcodec_flush_buffers(self.codec)
+        p.failed_call = "av_seek_frame"
+        ret = av_seek_frame(self.fmt, self.stream_index, timestamp, AVSEEK_FLAG_BACKWARD)
+        if ret < 0:
+            return ret
+        p.seeks += 1
+        self.fresh = False
+        self.positioned = True
+        self.last_skipped_dec = -1
+        self.last_pkt_dec = -1
+        self.last_out_idx = -1
+        return 0

@@ -1,0 +1,43 @@
+"""The layering rules of the tree (see docs/design.md), checked on the source."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _arch_report():
+    spec = importlib.util.spec_from_file_location("arch_report", ROOT / "dev" / "arch_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_package_has_no_import_cycles():
+    report = _arch_report()
+    graph = report.import_graph()
+    assert "fluxon_video.patcher" in graph and "fluxon_video.pool" in graph["fluxon_video.patcher"]
+    assert report.cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    report = _arch_report()
+    assert report.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
+
+
+def test_the_fs_layer_knows_nothing_of_video():
+    graph = _arch_report().import_graph()
+    for module, imports in graph.items():
+        if module.startswith("fluxon_video.fs"):
+            assert all(i.startswith(("fluxon_video.fs", "fluxon_video.errors",
+                                     "fluxon_video.defaults")) for i in imports), (module, imports)
+    for path in (ROOT / "fluxon_video" / "fs").glob("*.py"):
+        assert "frameindex" not in path.read_text().lower(), path
+
+
+def test_the_bench_does_not_import_the_tests():
+    for path in (ROOT / "bench").glob("*.py"):
+        text = path.read_text()
+        assert "from tests" not in text and "import tests" not in text, path
