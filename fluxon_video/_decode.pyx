@@ -34,7 +34,9 @@ from fluxon_video.libav.swscale cimport swscale_version
 
 from fluxon_video import errors
 from fluxon_video.stats import DecodeStats
-from fluxon_video.validation import frame_indices, positive_int
+from fluxon_video.validation import (
+    frame_indices, output_array, positive_int, resolve_frame_indices,
+)
 
 
 cdef class VideoDecoder:
@@ -89,17 +91,26 @@ cdef class VideoDecoder:
     def __exit__(self, *exc):
         self.close()
 
-    def decode(self, indices, height, width):
+    def decode(self, indices, height, width, out=None):
         """Frames at indices as uint8 (N, height, width, 3) RGB, and this call's DecodeStats.
 
-        Uses self.index when it is trusted, else (and on any disagreement
-        with it) the sequential path.
+        Negative indices count from the end (they need the frame index's
+        count). ``out``, if given, is filled in place and returned. Uses
+        self.index when it is trusted, else (and on any disagreement with it)
+        the sequential path.
         """
         self._assert_open()
         height = positive_int("height", height)
         width = positive_int("width", width)
-        requested = frame_indices(indices)
-        out = np.empty((requested.shape[0], height, width, 3), dtype=np.uint8)
+        index = self.index
+        requested = resolve_frame_indices(frame_indices(indices),
+                                          index.frame_count if index is not None else None,
+                                          self.name)
+        shape = (requested.shape[0], height, width, 3)
+        if out is None:
+            out = np.empty(shape, dtype=np.uint8)
+        else:
+            out = output_array(out, shape, self.name)
         if requested.shape[0] == 0:
             return out, DecodeStats()
         # Decode each distinct frame once, into its first slot; copy duplicates after.
@@ -107,14 +118,12 @@ cdef class VideoDecoder:
                                                  return_inverse=True)
         targets = np.ascontiguousarray(targets, dtype=np.int64)
         first_slot = np.ascontiguousarray(first_slot, dtype=np.int64)
-        index = self.index
-        if index is not None and index.trusted and int(targets[-1]) >= index.frame_count:
-            self._raise_out_of_range(int(targets[-1]), index.frame_count)
         cache_before = self.source.stats()
         io_before = self.pipe.io_totals()
         cdef DecodeProgress p
         memset(&p, 0, sizeof(p))
         path, fallback = "sequential", ""
+        cdef int64_t sequential_from = 0  # frames decoded before the sequential run began
         try:
             if index is not None and index.trusted:
                 path = "indexed"
@@ -125,6 +134,7 @@ cdef class VideoDecoder:
                     path = "sequential"
                     self.pipe.release()  # the sequential path starts from a fresh pipeline
                     p.frames_converted = 0
+                    sequential_from = p.frames_decoded
                     ret = self._run(targets, first_slot, out, None, &p)
             else:
                 if self.pipe.is_open() and not self.pipe.fresh:
@@ -133,8 +143,9 @@ cdef class VideoDecoder:
             if ret < 0:
                 self.pipe.raise_error(ret, &p)
             if p.targets_left:
+                # Only the sequential path can run out of frames: it counted them.
                 self._raise_out_of_range(int(targets[targets.shape[0] - p.targets_left]),
-                                         p.frames_decoded)
+                                         p.frames_decoded - sequential_from)
         except BaseException:
             self.pipe.release()  # a failed pipeline is not reusable
             raise

@@ -8,7 +8,7 @@ byte is fetched; the packets it yields are checked one by one against the
 demuxer's index entries, and any disagreement repeats the scan on real bytes.
 """
 from libc.errno cimport ENOMEM
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, realloc
 from libc.string cimport strncmp
 
@@ -17,16 +17,19 @@ import numpy as np
 from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
 from fluxon_video._errors cimport err_check
 from fluxon_video.libav.avcodec cimport (
-    AVDISCARD_ALL, AVPacket, AV_PKT_FLAG_DISCARD, AV_PKT_FLAG_KEY, av_packet_alloc,
-    av_packet_free, av_packet_unref, avcodec_get_name,
+    AVDISCARD_ALL, AVCodecParameters, AVPacket, AV_PKT_DATA_DISPLAYMATRIX, AV_PKT_FLAG_DISCARD,
+    AV_PKT_FLAG_CORRUPT, AV_PKT_FLAG_KEY, av_packet_alloc, av_packet_free, av_packet_unref, avcodec_get_name,
 )
 from fluxon_video.libav.avformat cimport (
     AVFMT_FLAG_CUSTOM_IO, AVFormatContext, AVINDEX_KEYFRAME, AVIOContext, AVIndexEntry, AVStream,
     AV_DISPOSITION_ATTACHED_PIC, av_read_frame, avformat_alloc_context, avformat_close_input,
     avformat_find_stream_info, avformat_index_get_entries_count, avformat_index_get_entry,
-    avformat_open_input,
+    av_stream_get_side_data, avformat_open_input,
 )
-from fluxon_video.libav.avutil cimport AVERROR, AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVMEDIA_TYPE_VIDEO
+from fluxon_video.libav.avutil cimport (
+    AVERROR, AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVMEDIA_TYPE_VIDEO, AVPixFmtDescriptor,
+    AVRational, av_color_range_name, av_color_space_name, av_pix_fmt_desc_get,
+)
 
 from fluxon_video.frame_index import FrameIndex
 
@@ -76,6 +79,7 @@ cdef struct PacketLog:
     int64_t *pts
     int64_t *pos
     int64_t *size
+    int64_t *duration
     uint8_t *flags
 
 
@@ -99,6 +103,7 @@ cdef int log_append(PacketLog *log, AVPacket *pkt) noexcept nogil:
         log.pts = <int64_t *> _grow(log.pts, cap * sizeof(int64_t), &failed)
         log.pos = <int64_t *> _grow(log.pos, cap * sizeof(int64_t), &failed)
         log.size = <int64_t *> _grow(log.size, cap * sizeof(int64_t), &failed)
+        log.duration = <int64_t *> _grow(log.duration, cap * sizeof(int64_t), &failed)
         log.flags = <uint8_t *> _grow(log.flags, cap * sizeof(uint8_t), &failed)
         if failed:
             return AVERROR(ENOMEM)
@@ -106,8 +111,10 @@ cdef int log_append(PacketLog *log, AVPacket *pkt) noexcept nogil:
     log.pts[log.n] = pkt.pts
     log.pos[log.n] = pkt.pos
     log.size[log.n] = pkt.size
+    log.duration[log.n] = pkt.duration
     log.flags[log.n] = ((1 if pkt.flags & AV_PKT_FLAG_KEY else 0)
-                        | (2 if pkt.flags & AV_PKT_FLAG_DISCARD else 0))
+                        | (2 if pkt.flags & AV_PKT_FLAG_DISCARD else 0)
+                        | (4 if pkt.flags & AV_PKT_FLAG_CORRUPT else 0))
     log.n += 1
     return 0
 
@@ -116,8 +123,9 @@ cdef void log_free(PacketLog *log) noexcept nogil:
     free(log.pts)
     free(log.pos)
     free(log.size)
+    free(log.duration)
     free(log.flags)
-    log.pts = log.pos = log.size = NULL
+    log.pts = log.pos = log.size = log.duration = NULL
     log.flags = NULL
     log.n = log.cap = 0
 
@@ -130,7 +138,9 @@ cdef int scan(AVIOContext *pb, bint zero_fill, PacketLog *log, AVFormatContext *
               int *stream_index, const char **failed_call) noexcept nogil:
     cdef int ret
     cdef AVPacket *pkt
-    ret = fx_open_input(pb, fmt, False, stream_index, failed_call)
+    # Stream info (what the codec says: size as decoded, pix_fmt, colours) comes
+    # from the first packets, on real bytes; the scan after it may zero-fill.
+    ret = fx_open_input(pb, fmt, True, stream_index, failed_call)
     if ret < 0:
         return ret
     fx_avio_cursor(pb).zero_fill = zero_fill and is_mov(fmt[0])
@@ -177,6 +187,38 @@ cdef bint take_sample_table(AVStream *st, PacketLog *log) noexcept nogil:
     return True
 
 
+cdef str _name(const char *text):
+    return text.decode() if text != NULL else ""
+
+
+cdef dict stream_header(AVFormatContext *fmt, AVStream *st, int64_t file_size):
+    """What the container header says of the stream (no decode): sizes, colours, timing."""
+    cdef AVCodecParameters *par = st.codecpar
+    cdef const AVPixFmtDescriptor *desc = av_pix_fmt_desc_get(par.format)
+    cdef size_t matrix_size = 0
+    cdef const int32_t *matrix = <const int32_t *> av_stream_get_side_data(
+        st, AV_PKT_DATA_DISPLAYMATRIX, &matrix_size)
+    cdef AVRational sar = par.sample_aspect_ratio
+    if sar.num <= 0 or sar.den <= 0:
+        sar = st.sample_aspect_ratio
+    sar_pair = (int(sar.num), int(sar.den)) if sar.num > 0 and sar.den > 0 else (1, 1)
+    return {
+        "time_base": (st.time_base.num, st.time_base.den),
+        "avg_frame_rate": (st.avg_frame_rate.num, st.avg_frame_rate.den),
+        "width": par.width,
+        "height": par.height,
+        "sample_aspect_ratio": sar_pair,
+        "pix_fmt": _name(desc.name) if desc != NULL else "",
+        "bit_depth": desc.comp[0].depth if desc != NULL else par.bits_per_raw_sample,
+        "color_range": _name(av_color_range_name(par.color_range)),
+        "color_space": _name(av_color_space_name(par.color_space)),
+        "bit_rate": par.bit_rate if par.bit_rate > 0 else max(fmt.bit_rate, 0),
+        "display_matrix": ([matrix[i] for i in range(9)] if matrix != NULL
+                           and matrix_size >= 9 * sizeof(int32_t) else None),
+        "file_size": file_size,
+    }
+
+
 def scan_packets(ByteSource source, str name=None):
     """Scan the first video stream's packets; returns a FrameIndex."""
     name = name or source.name
@@ -188,7 +230,7 @@ def scan_packets(ByteSource source, str name=None):
     cdef const char *failed_call = NULL
     cdef AVStream *st
     log.n = log.cap = 0
-    log.pts = log.pos = log.size = NULL
+    log.pts = log.pos = log.size = log.duration = NULL
     log.flags = NULL
     try:
         for attempt in range(2):
@@ -212,9 +254,12 @@ def scan_packets(ByteSource source, str name=None):
         pts = np.asarray(<int64_t[:count]> log.pts).copy() if count else np.empty(0, np.int64)
         pos = np.asarray(<int64_t[:count]> log.pos).copy() if count else np.empty(0, np.int64)
         size = np.asarray(<int64_t[:count]> log.size).copy() if count else np.empty(0, np.int64)
+        duration = (np.asarray(<int64_t[:count]> log.duration).copy() if count
+                    else np.empty(0, np.int64))
         flags = np.asarray(<uint8_t[:count]> log.flags).copy() if count else np.empty(0, np.uint8)
         return FrameIndex(fmt.iformat.name.decode(), avcodec_get_name(st.codecpar.codec_id).decode(),
-                          stream_index, pts, pos, size, (flags & 1) != 0, (flags & 2) != 0)
+                          stream_index, pts, pos, size, (flags & 1) != 0, (flags & 2) != 0,
+                          pkt_duration=duration, pkt_cut=(flags & 4) != 0, header=stream_header(fmt, st, source.size))
     finally:
         avformat_close_input(&fmt)
         fx_avio_close(&pb)

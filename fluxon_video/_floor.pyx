@@ -17,7 +17,7 @@ from fluxon_video._progress cimport DecodeProgress, now_ms
 
 from fluxon_video import errors
 from fluxon_video._demux import scan_packets
-from fluxon_video.validation import frame_indices, positive_int
+from fluxon_video.validation import frame_indices, positive_int, resolve_frame_indices
 
 
 def decode_floor(ByteSource source, indices, num_threads=1, str name=None):
@@ -27,11 +27,9 @@ def decode_floor(ByteSource source, indices, num_threads=1, str name=None):
     if not index.trusted:
         raise errors.FluxonFsDecodeError(f"{name}: the decode floor needs a trusted index "
                                          f"({index.reason})")
-    targets = np.ascontiguousarray(np.unique(frame_indices(indices)), dtype=np.int64)
-    if targets.size and int(targets[-1]) >= index.frame_count:
-        raise errors.FluxonFsFrameIndexError(
-            f"{name}: frame index {int(targets[-1])} is out of range: the video has "
-            f"{index.frame_count} frames")
+    targets = np.ascontiguousarray(
+        np.unique(resolve_frame_indices(frame_indices(indices), index.frame_count, name)),
+        dtype=np.int64)
     cdef DecodeProgress p
     cdef IndexedPlan plan
     cdef FrameSink sink

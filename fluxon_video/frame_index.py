@@ -27,13 +27,14 @@ sequential decode on any disagreement.
 from __future__ import annotations
 
 import io
+import json
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 BLOB_KIND = f"frameindex-v{FORMAT_VERSION}"
 SEEKABLE_FORMATS = ("mov", "mp4", "matroska", "webm", "avi")
 AV_NOPTS_VALUE = -(1 << 63)
@@ -52,6 +53,11 @@ class FrameIndex:
     pkt_discard: np.ndarray  # bool
     trusted: bool = True
     reason: str = ""
+    pkt_duration: np.ndarray | None = None  # per packet, in time_base units (0: unknown)
+    pkt_cut: np.ndarray | None = None  # bool: the demuxer returned fewer bytes than the packet has
+    # What the container header says of the stream: time_base, sizes, pix_fmt,
+    # colours, display matrix, file_size ... (see _demux.stream_header).
+    header: dict[str, Any] = field(default_factory=dict)
     # Derived.
     frame_pts: np.ndarray = field(init=False)  # presentation order, sorted
     frame_dec: np.ndarray = field(init=False)  # decode position of each frame's packet
@@ -65,7 +71,11 @@ class FrameIndex:
         self.pkt_size = np.asarray(self.pkt_size, np.int64)
         self.pkt_key = np.asarray(self.pkt_key, bool)
         self.pkt_discard = np.asarray(self.pkt_discard, bool)
-        shown = np.flatnonzero(~self.pkt_discard)
+        self.pkt_duration = (np.zeros_like(self.pkt_pts) if self.pkt_duration is None
+                             else np.asarray(self.pkt_duration, np.int64))
+        self.pkt_cut = (np.zeros(self.pkt_pts.shape, bool) if self.pkt_cut is None
+                        else np.asarray(self.pkt_cut, bool))
+        shown = np.flatnonzero(~self.pkt_discard & ~self.pkt_truncated)
         order = np.argsort(self.pkt_pts[shown], kind="stable")
         self.frame_dec = shown[order]
         self.frame_pts = self.pkt_pts[self.frame_dec]
@@ -74,6 +84,15 @@ class FrameIndex:
         self.pos_sorted = self.pkt_pos[pos_order]
         self.pos_dec = pos_order.astype(np.int64)
         self._check_trust()
+
+    @property
+    def pkt_truncated(self) -> np.ndarray:
+        """Packets the file ends inside of (a truncated file): cut short by the
+        end of the data, they decode to no frame."""
+        file_size = self.header.get("file_size")
+        if file_size is None:
+            return np.zeros(self.pkt_pos.shape, bool)
+        return self.pkt_cut & (self.pkt_pos >= 0) & (self.pkt_pos + self.pkt_size >= file_size)
 
     @property
     def frame_count(self) -> int:
@@ -163,7 +182,9 @@ class FrameIndex:
     def to_bytes(self) -> bytes:
         buf = io.BytesIO()
         np.savez(buf, pkt_pts=self.pkt_pts, pkt_pos=self.pkt_pos, pkt_size=self.pkt_size,
-                 pkt_key=self.pkt_key, pkt_discard=self.pkt_discard,
+                 pkt_key=self.pkt_key, pkt_discard=self.pkt_discard, pkt_duration=self.pkt_duration,
+                 pkt_cut=self.pkt_cut,
+                 header=np.asarray([json.dumps(self.header)]),
                  meta=np.asarray([FORMAT_VERSION, self.stream_index, int(self.trusted)], np.int64),
                  names=np.asarray([self.format_name, self.codec_name, self.reason]))
         return zlib.compress(buf.getvalue(), 3)
@@ -179,6 +200,8 @@ class FrameIndex:
             format_name, codec_name, reason = (str(x) for x in arrays["names"])
             return cls(format_name, codec_name, stream_index, arrays["pkt_pts"], arrays["pkt_pos"],
                        arrays["pkt_size"], arrays["pkt_key"], arrays["pkt_discard"],
-                       trusted=bool(trusted), reason=reason)
+                       trusted=bool(trusted), reason=reason, pkt_duration=arrays["pkt_duration"],
+                       pkt_cut=arrays["pkt_cut"],
+                       header=json.loads(str(arrays["header"][0])))
         except Exception:  # noqa: BLE001 - a damaged blob is just a miss
             return None

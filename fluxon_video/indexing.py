@@ -22,21 +22,26 @@ def load_or_build_index(byte_source: Any, name: str,
                         blobs: BlobStore | None = None) -> tuple[FrameIndex | None, str, float]:
     """(index or None, where it came from: "kv" | "scan" | "none", milliseconds).
 
-    With a blob store the index is shared under the file version. A file the
-    scan cannot read gets no index: the sequential decode then reports the
-    precise error.
+    With a blob store the index is shared under the file version. The scan
+    reads ``byte_source``: a ByteSource, or a callable that makes one (then
+    only on a miss, and closed after the scan). A file the scan cannot read
+    gets no index: the sequential decode then reports the precise error.
     """
-    require_native("building a frame index")
-    from fluxon_video import _demux
-
     t0 = time.perf_counter()
     if blobs is not None:
         blob = blobs.load_blob(BLOB_KIND)
         index = FrameIndex.from_bytes(blob) if blob else None
         if index is not None:
             return index, "kv", (time.perf_counter() - t0) * 1e3
+    require_native("building a frame index")
+    from fluxon_video import _demux
+
     try:
-        index = _demux.scan_packets(byte_source, name)
+        if callable(byte_source):
+            with byte_source() as made:
+                index = _demux.scan_packets(made, name)
+        else:
+            index = _demux.scan_packets(byte_source, name)
     except FluxonFsDecodeError:
         return None, "none", (time.perf_counter() - t0) * 1e3
     if blobs is not None:

@@ -8,8 +8,8 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
-from fluxon_video.errors import FluxonFsClosedError, FluxonFsConfigError
-from fluxon_video.fs.client import FluxonFsClient
+from fluxon_video.errors import FluxonFsClosedError, FluxonFsConfigError, FluxonFsDecodeError
+from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource
 from fluxon_video.fs.config import (
     ClientSettings,
     FluxonFsConfig,
@@ -19,9 +19,12 @@ from fluxon_video.fs.config import (
 )
 from fluxon_video.fs.kv import PieceStore
 from fluxon_video.fs.storage import check_relpath
+from fluxon_video.indexing import load_or_build_index
+from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata
 from fluxon_video.native import require_native
 from fluxon_video.pool import FluxonFsVideoReaderPool
-from fluxon_video.reader import FluxonFsVideoReader
+from fluxon_video.reader import FluxonFsVideoReader, make_byte_source
+from fluxon_video.stats import FluxonFsVideoReadStats
 from fluxon_video.validation import positive_int
 
 
@@ -99,33 +102,77 @@ class FluxonFsPatcher:
 
     # ---- readers ----
 
-    def open_video_reader(self, export_name: str, relpath: str, height: int, width: int,
-                          num_threads: int = 1, *,
-                          identity: RequestIdentity | str | None = None) -> FluxonFsVideoReader:
+    def open_video_reader(self, export_name: str, relpath: str, height: int | None = None,
+                          width: int | None = None, num_threads: int = 1, *,
+                          identity: RequestIdentity | str | None = None,
+                          autorotate: bool = False) -> FluxonFsVideoReader:
         """Open a reader on ``export_name:relpath`` producing ``height`` x ``width`` RGB frames.
 
+        ``height=None, width=None``: the native size; one of them None keeps
+        the display aspect ratio (see :func:`fluxon_video.metadata.output_size`).
+        ``autorotate=True`` turns frames upright as the ffmpeg CLI does (the
+        default is the coded orientation; ``metadata.rotation_deg`` says which).
         The reader reads as ``identity`` (default: the patcher's current one)
         for its whole life.
         """
         t0 = time.perf_counter()
         require_native()
-        height = positive_int("height", height)
-        width = positive_int("width", width)
+        height = None if height is None else positive_int("height", height)
+        width = None if width is None else positive_int("width", width)
         num_threads = positive_int("num_threads", num_threads)
         export = self.config.export(export_name)
         check_relpath(relpath)
+        who = self._who(identity)
+        version = self.client.stat(who, export_name, relpath)
+        return FluxonFsVideoReader(self.client, self.config.client, who, export, relpath, version,
+                                   height, width, num_threads,
+                                   open_ms=(time.perf_counter() - t0) * 1e3,
+                                   autorotate=bool(autorotate))
+
+    def video_metadata(self, export_name: str, relpath: str, *,
+                       identity: RequestIdentity | str | None = None) -> FluxonFsVideoMetadata:
+        """The video's metadata without opening a decoder.
+
+        With the frame index already in the KV (another process or node built
+        it) this is one authorised stat and one KV read; otherwise the index
+        is built by a demux-only scan and stored for everyone else.
+        """
+        return self.video_metadata_with_stats(export_name, relpath, identity=identity)[0]
+
+    def video_metadata_with_stats(
+            self, export_name: str, relpath: str, *,
+            identity: RequestIdentity | str | None = None,
+    ) -> tuple[FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
+        """``video_metadata`` and what it cost (index_source "kv" or "scan", KV and remote reads)."""
+        t0 = time.perf_counter()
+        export = self.config.export(export_name)
+        check_relpath(relpath)
+        who = self._who(identity)
+        version = self.client.stat(who, export_name, relpath)
+        source = FluxonFsRangeSource(self.client, who, export_name, relpath, version)
+        self.client.check_version(who, export_name, relpath, version)
+        index, where, index_ms = load_or_build_index(
+            lambda: make_byte_source(source, export.piece_size, self.config.client),
+            source.name, source)
+        if index is None:
+            raise FluxonFsDecodeError(f"{source.name}: not a video FFmpeg can index")
+        metadata = build_metadata(index, version.size, version.mtime_ns, source.name)
+        stats = FluxonFsVideoReadStats(index_source=where, index_ms=index_ms,
+                                       total_ms=(time.perf_counter() - t0) * 1e3,
+                                       **source.counters.snapshot())
+        return metadata, stats
+
+    def _who(self, identity: RequestIdentity | str | None) -> RequestIdentity:
         who = self._as_identity(identity) if identity is not None else self.identity
         if who is None:
             raise FluxonFsConfigError(
                 "no request identity is set: pass identity= to FluxonFsPatcher or set patcher.identity")
-        version = self.client.stat(who, export_name, relpath)
-        return FluxonFsVideoReader(self.client, self.config.client, who, export, relpath, version,
-                                   height, width, num_threads,
-                                   open_ms=(time.perf_counter() - t0) * 1e3)
+        return who
 
-    def open_video_reader_pool(self, max_readers: int = 32) -> FluxonFsVideoReaderPool:
+    def open_video_reader_pool(self, max_readers: int = 32,
+                               autorotate: bool = False) -> FluxonFsVideoReaderPool:
         """A per-process LRU of readers: the entry point for data loaders."""
-        return FluxonFsVideoReaderPool(self, max_readers)
+        return FluxonFsVideoReaderPool(self, max_readers, autorotate=autorotate)
 
     def close(self) -> None:
         """Stop the client (backfill threads, connections). Safe to call twice."""

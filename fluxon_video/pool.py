@@ -33,11 +33,13 @@ from fluxon_video.errors import (
 )
 from fluxon_video.fs.config import FluxonFsConfig, RequestIdentity
 from fluxon_video.fs.storage import check_relpath
+from fluxon_video.metadata import FluxonFsVideoMetadata
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.stats import FluxonFsVideoReadStats
 from fluxon_video.validation import frame_indices, positive_int
 
-ReaderKey = tuple[str, str, int, int, int, RequestIdentity]
+# (export_name, relpath, height, width, num_threads, identity); None sizes: native/aspect.
+ReaderKey = tuple[str, str, "int | None", "int | None", int, RequestIdentity]
 
 # Errors that say nothing about the reader's health: it goes back to the pool.
 _ARGUMENT_ERRORS = (FluxonFsFrameIndexError, FluxonFsConfigError, TypeError)
@@ -51,19 +53,27 @@ class ReaderOpener(Protocol):
     @property
     def identity(self) -> RequestIdentity | None: ...
 
-    def open_video_reader(self, export_name: str, relpath: str, height: int, width: int,
-                          num_threads: int = 1, *,
-                          identity: RequestIdentity | str | None = None) -> FluxonFsVideoReader: ...
+    def open_video_reader(self, export_name: str, relpath: str, height: int | None = None,
+                          width: int | None = None, num_threads: int = 1, *,
+                          identity: RequestIdentity | str | None = None,
+                          autorotate: bool = False) -> FluxonFsVideoReader: ...
+
+    def video_metadata(self, export_name: str, relpath: str, *,
+                       identity: RequestIdentity | str | None = None) -> FluxonFsVideoMetadata: ...
 
 
 @dataclass(frozen=True)
 class FluxonFsVideoReadRequest:
-    """One clip to read: which video, output size, decoder threads and frame indices."""
+    """One clip to read: which video, output size, decoder threads and frame indices.
+
+    A None height or width means native size / kept aspect ratio (as for
+    ``open_video_reader``); negative indices count from the end.
+    """
 
     export_name: str
     relpath: str
-    height: int
-    width: int
+    height: int | None
+    width: int | None
     num_threads: int
     indices: tuple[int, ...]
 
@@ -71,8 +81,10 @@ class FluxonFsVideoReadRequest:
         if not isinstance(self.export_name, str) or not self.export_name:
             raise FluxonFsConfigError(f"export_name must be a non-empty string, got {self.export_name!r}")
         check_relpath(self.relpath)
-        for name in ("height", "width", "num_threads"):
-            object.__setattr__(self, name, positive_int(name, getattr(self, name)))
+        for name in ("height", "width"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, positive_int(name, getattr(self, name)))
+        object.__setattr__(self, "num_threads", positive_int("num_threads", self.num_threads))
         object.__setattr__(self, "indices", tuple(int(i) for i in frame_indices(self.indices)))
 
 
@@ -130,9 +142,11 @@ class _State:
 class FluxonFsVideoReaderPool:
     """Reads frames through cached readers. Thread-safe and fork-safe; a context manager."""
 
-    def __init__(self, patcher: ReaderOpener, max_readers: int = 32) -> None:
+    def __init__(self, patcher: ReaderOpener, max_readers: int = 32, *,
+                 autorotate: bool = False) -> None:
         self.patcher = patcher
         self.max_readers = positive_int("max_readers", max_readers)
+        self.autorotate = bool(autorotate)
         self._state = _State()
         self._closed = False
 
@@ -169,7 +183,8 @@ class FluxonFsVideoReaderPool:
         if reader is None:
             export_name, relpath, height, width, num_threads, identity = key
             reader = self.patcher.open_video_reader(export_name, relpath, height, width,
-                                                    num_threads, identity=identity)
+                                                    num_threads, identity=identity,
+                                                    autorotate=self.autorotate)
             with state.lock:
                 state.leased.add(reader)
                 state.counters.readers_opened += 1
@@ -210,21 +225,24 @@ class FluxonFsVideoReaderPool:
 
     # ---- reads ----
 
-    def read_frames_numpy(self, *, export_name: str, relpath: str, height: int, width: int,
-                          num_threads: int, indices: Sequence[int]) -> np.ndarray:
-        """Frames at ``indices`` as uint8 ``(len(indices), height, width, 3)`` RGB."""
+    def read_frames_numpy(self, *, export_name: str, relpath: str, height: int | None,
+                          width: int | None, num_threads: int, indices: Sequence[int],
+                          out: np.ndarray | None = None) -> np.ndarray:
+        """Frames at ``indices`` as uint8 ``(len(indices), height, width, 3)`` RGB
+        (into ``out`` when given)."""
         return self.read_frames_numpy_with_stats(
             export_name=export_name, relpath=relpath, height=height, width=width,
-            num_threads=num_threads, indices=indices).frames
+            num_threads=num_threads, indices=indices, out=out).frames
 
-    def read_frames_numpy_with_stats(self, *, export_name: str, relpath: str, height: int,
-                                     width: int, num_threads: int,
-                                     indices: Sequence[int]) -> FluxonFsVideoReadResult:
+    def read_frames_numpy_with_stats(self, *, export_name: str, relpath: str,
+                                     height: int | None, width: int | None, num_threads: int,
+                                     indices: Sequence[int],
+                                     out: np.ndarray | None = None) -> FluxonFsVideoReadResult:
         request = FluxonFsVideoReadRequest(export_name, relpath, height, width, num_threads,
                                            tuple(indices))
         t0 = time.perf_counter()
         with self._lease(self._key(request)) as (reader, reused):
-            frames = reader.read_frames_numpy(request.indices)
+            frames = reader.read_frames_numpy(request.indices, out=out)
             stats = reader.last_stats
             self._count_native_call()
         assert stats is not None
@@ -292,6 +310,13 @@ class FluxonFsVideoReaderPool:
             out.append((position, FluxonFsVideoReadResult(frames[rows], stats, reused,
                                                            group_size=len(positions))))
         return out
+
+    def video_metadata(self, export_name: str, relpath: str) -> FluxonFsVideoMetadata:
+        """The video's metadata without opening a decoder (see FluxonFsPatcher.video_metadata)."""
+        self._local()
+        if self._closed:
+            raise FluxonFsClosedError("the reader pool is closed")
+        return self.patcher.video_metadata(export_name, relpath, identity=self.patcher.identity)
 
     # ---- life cycle ----
 

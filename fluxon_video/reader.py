@@ -10,93 +10,154 @@ from typing import Any
 
 import numpy as np
 
-from fluxon_video.errors import FluxonFsClosedError
+from fluxon_video.errors import FluxonFsClosedError, FluxonFsDecodeError
 from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource, ReadCounters
 from fluxon_video.fs.config import ClientSettings, FluxonFsExport, RequestIdentity
 from fluxon_video.fs.storage import FileStat
+from fluxon_video.frame_index import FrameIndex
 from fluxon_video.indexing import load_or_build_index
+from fluxon_video.metadata import (
+    FluxonFsVideoMetadata,
+    build_metadata,
+    indices_at_times,
+    output_size,
+    timestamps_s,
+)
 from fluxon_video.native import require_native
 from fluxon_video.stats import FluxonFsVideoReadStats
+
+
+def make_byte_source(range_source: FluxonFsRangeSource, page_size: int,
+                     settings: ClientSettings) -> Any:
+    """A ByteSource over a FluxonFS file version, sized by the client settings."""
+    avio, _ = require_native()
+    return avio.ByteSource(
+        range_source, range_source.size, page_size=page_size,
+        cache_bytes=settings.reader_cache_bytes, readahead_pages=settings.readahead_pages,
+        fetch_workers=settings.fetch_workers, fetch_timeout_s=3 * settings.agent_timeout_s + 1,
+        name=range_source.name)
 
 
 class FluxonFsVideoReader:
     """Reads frames of one video through FluxonFS; use as a context manager.
 
     Opened by :meth:`FluxonFsPatcher.open_video_reader`. Holds the file
-    version and the request identity captured at open, and a page cache that
-    later reads reuse. One read runs at a time; ``close()`` is idempotent and
-    every read after it fails.
+    version and the request identity captured at open, the frame index
+    (loaded at open: ``metadata``, ``len()`` and times need no decode), and a
+    page cache that later reads reuse. One read runs at a time; ``close()``
+    is idempotent and every read after it fails.
     """
 
     def __init__(self, client: FluxonFsClient, settings: ClientSettings,
                  identity: RequestIdentity, export: FluxonFsExport, relpath: str,
-                 version: FileStat, height: int, width: int, num_threads: int,
-                 open_ms: float) -> None:
-        self._avio, self._decode = require_native()
+                 version: FileStat, height: int | None, width: int | None, num_threads: int,
+                 open_ms: float, autorotate: bool = False) -> None:
+        _, self._decode = require_native()
+        t0 = time.perf_counter()
         self.export_name = export.name
         self.relpath = relpath
         self.identity = identity
         self.version = version
-        self.height = height
-        self.width = width
         self.num_threads = num_threads
+        self.autorotate = autorotate
         self.name = f"{export.name}:{relpath}"
         self._client = client
         self._settings = settings
         self._page_size = export.piece_size
         self._lock = threading.Lock()
         self._closed = False
-        self._open_ms = open_ms
-        self._index_ms = 0.0
-        self._index_source = ""
         self._range_source = FluxonFsRangeSource(client, identity, export.name, relpath, version)
         self._byte_source: Any = None
         self._decoder: Any = None
-        self._make_decoder()
+        self._metadata: FluxonFsVideoMetadata | None = None
+        # Client counters already reported; the first read also reports what
+        # opening (the frame index) fetched.
+        self._counted = ReadCounters().snapshot()
+        self.last_stats: FluxonFsVideoReadStats | None = None
+        try:
+            self._make_decoder(None)
+            index, self._index_source, self._index_ms = load_or_build_index(
+                self._byte_source, self.name, self._range_source)
+            self._decoder.index = index
+            if index is not None:
+                self._metadata = build_metadata(index, version.size, version.mtime_ns, self.name)
+            if height is None or width is None:
+                height, width = output_size(self.metadata, height, width, autorotate)
+        except BaseException:
+            self.close()
+            raise
+        self.height: int = height
+        self.width: int = width
+        self._open_ms = open_ms + (time.perf_counter() - t0) * 1e3 - self._index_ms
 
-    def _make_decoder(self) -> None:
+    def _make_decoder(self, index: FrameIndex | None) -> None:
         """A byte source and decoder of this process (again after fork)."""
-        settings = self._settings
-        self._byte_source = self._avio.ByteSource(
-            self._range_source, self.version.size, page_size=self._page_size,
-            cache_bytes=settings.reader_cache_bytes, readahead_pages=settings.readahead_pages,
-            fetch_workers=settings.fetch_workers,
-            fetch_timeout_s=3 * settings.agent_timeout_s + 1, name=self.name)
+        self._byte_source = make_byte_source(self._range_source, self._page_size, self._settings)
         # The decoder lives as long as the reader: a request ahead of where it
-        # stands continues without seeking. Its frame index comes on first read
-        # (and survives a rebuild after fork: it is plain data).
-        index = self._decoder.index if self._decoder is not None else None
+        # stands continues without seeking.
         self._decoder = self._decode.VideoDecoder(self._byte_source, self.num_threads, self.name)
         self._decoder.index = index
+
+    # ---- what is known without decoding ----
+
+    @property
+    def metadata(self) -> FluxonFsVideoMetadata:
+        """Frame count, fps, duration, native size, rotation, codec, keyframes, ..."""
+        if self._metadata is None:
+            raise FluxonFsDecodeError(
+                f"{self.name}: no metadata: the container could not be indexed "
+                "(read_frames_numpy reports why)")
+        return self._metadata
+
+    def __len__(self) -> int:
+        return self.metadata.num_frames
+
+    def timestamps_s(self) -> np.ndarray:
+        """Presentation time of every frame in seconds (float64), in frame-index order."""
+        self.metadata  # noqa: B018 - raises for a file without an index
+        return timestamps_s(self._index())
+
+    def indices_at_times(self, seconds: float | Sequence[float] | np.ndarray) -> list[int]:
+        """For each time, the index of the frame displayed then (the last frame
+        whose pts <= t), for t in [begin_s, end_s); else FluxonFsFrameIndexError."""
+        return indices_at_times(self._index(), self.metadata, seconds, self.name)
+
+    def _index(self) -> FrameIndex:
+        decoder = self._decoder
+        if decoder is None:
+            raise FluxonFsClosedError(f"{self.name}: the reader is closed")
+        return decoder.index
+
+    # ---- reading ----
 
     @property
     def closed(self) -> bool:
         return self._closed
 
-    def read_frames_numpy(self, indices: Sequence[int]) -> np.ndarray:
-        """Frames at ``indices`` as uint8 ``(len(indices), height, width, 3)`` RGB."""
+    def read_frames_numpy(self, indices: Sequence[int] | np.ndarray,
+                          out: np.ndarray | None = None) -> np.ndarray:
+        """Frames at ``indices`` as uint8 ``(len(indices), height, width, 3)`` RGB.
+
+        Negative indices count from the end. With ``out`` (a C-contiguous
+        uint8 array of exactly that shape) the frames are decoded into it and
+        it is returned.
+        """
         with self._lock:
             if self._closed:
                 raise FluxonFsClosedError(f"{self.name}: the reader is closed")
             if self._byte_source.pid != os.getpid():
                 # Forked: the parent's fetch workers and page cache are not ours.
-                self._make_decoder()
+                self._make_decoder(self._decoder.index)
             t0 = time.perf_counter()
-            before = self._range_source.counters.snapshot()
             self._client.check_version(self.identity, self.export_name, self.relpath, self.version)
-            if not self._index_source:
-                self._decoder.index, self._index_source, self._index_ms = load_or_build_index(
-                    self._byte_source, self.name, self._range_source)
-            frames, native = self._decoder.decode(indices, self.height, self.width)
-            self.last_stats = self._stats(native, before, len(frames), time.perf_counter() - t0)
+            frames, native = self._decoder.decode(indices, self.height, self.width, out)
+            self.last_stats = self._stats(native, len(frames), time.perf_counter() - t0)
             return frames
 
-    last_stats: FluxonFsVideoReadStats | None = None
-
-    def _stats(self, native: Any, before: dict[str, int], returned: int,
-               seconds: float) -> FluxonFsVideoReadStats:
+    def _stats(self, native: Any, returned: int, seconds: float) -> FluxonFsVideoReadStats:
         after = self._range_source.counters.snapshot()
-        fetched = {k: after[k] - before[k] for k in ReadCounters.__dataclass_fields__}
+        fetched = {k: after[k] - self._counted[k] for k in after}
+        self._counted = after
         open_ms, self._open_ms = self._open_ms, 0.0
         index_ms, self._index_ms = self._index_ms, 0.0
         return FluxonFsVideoReadStats(
@@ -124,5 +185,5 @@ class FluxonFsVideoReader:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return (f"<FluxonFsVideoReader {self.name} {self.height}x{self.width} "
-                f"identity={self.identity.name} {state}>")
+        return (f"<FluxonFsVideoReader {self.name} {getattr(self, 'height', '?')}x"
+                f"{getattr(self, 'width', '?')} identity={self.identity.name} {state}>")

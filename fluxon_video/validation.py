@@ -19,8 +19,7 @@ def positive_int(name: str, value: Any) -> int:
 
 
 def frame_indices(indices: Iterable[Any]) -> np.ndarray:
-    """indices as a 1-D int64 array; non-integers raise TypeError, negatives
-    FluxonFsFrameIndexError."""
+    """indices as a 1-D int64 array (negatives kept); non-integers raise TypeError."""
     if isinstance(indices, (str, bytes)):
         raise TypeError("frame indices must be a sequence of ints, not a string")
     if isinstance(indices, np.ndarray) and indices.dtype.kind in "iu":
@@ -36,7 +35,38 @@ def frame_indices(indices: Iterable[Any]) -> np.ndarray:
                 raise TypeError(f"frame index at position {position} is {type(value).__name__}, "
                                 "not an int") from None
         array = np.asarray(values, dtype=np.int64)
-    if array.size and array.min() < 0:
-        bad = int(array[array < 0][0])
-        raise FluxonFsFrameIndexError(f"frame index {bad} is negative")
     return array
+
+
+def resolve_frame_indices(array: np.ndarray, num_frames: int | None, name: str) -> np.ndarray:
+    """Negative indices counted from the end (Python's rule); out of range raises.
+
+    num_frames None (unknown): negatives raise, the rest pass unchecked.
+    """
+    if not array.size:
+        return array
+    if num_frames is None:
+        if array.min() < 0:
+            bad = int(array[array < 0][0])
+            raise FluxonFsFrameIndexError(
+                f"{name}: frame index {bad} is negative, and the frame count is unknown "
+                "(no frame index)")
+        return array
+    outside = (array < -num_frames) | (array >= num_frames)
+    if outside.any():
+        bad = int(array[outside][0])
+        raise FluxonFsFrameIndexError(
+            f"{name}: frame index {bad} is out of range: the video has {num_frames} frames")
+    return np.where(array < 0, array + num_frames, array)
+
+
+def output_array(out: Any, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """out if it can take frames of this shape in place, else ValueError."""
+    if not isinstance(out, np.ndarray):
+        raise ValueError(f"{name}: out must be a numpy array, got {type(out).__name__}")
+    if out.dtype != np.uint8 or out.shape != shape:
+        raise ValueError(f"{name}: out must be uint8 with shape {shape}, got {out.dtype} "
+                         f"{out.shape}")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(f"{name}: out must be a writeable C-contiguous array")
+    return out

@@ -10,6 +10,7 @@ from fluxon_video.fs.config import (
     RequestIdentity,
     load_config,
 )
+from fluxon_video.metadata import FluxonFsVideoMetadata
 from fluxon_video.patcher import FluxonFsPatcher
 from fluxon_video.pool import (
     FluxonFsVideoReaderPool,
@@ -25,6 +26,7 @@ __all__ = [
     "FluxonFsConfig",
     "FluxonFsExport",
     "FluxonFsPatcher",
+    "FluxonFsVideoMetadata",
     "FluxonFsVideoReader",
     "FluxonFsVideoReaderPool",
     "FluxonFsVideoReadRequest",

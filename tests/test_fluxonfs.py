@@ -126,8 +126,10 @@ def test_failure_table_on_open(agent, export_root, route):
 def test_failure_table_on_read(agent, export_root):
     with make_patcher(agent.url, export_root) as patcher:
         reader = patcher.open_video_reader("train", VIDEO, 16, 16, 1)
-        with pytest.raises(errors.FluxonFsFrameIndexError, match="-1 is negative"):
-            reader.read_frames_numpy([-1])
+        np.testing.assert_array_equal(reader.read_frames_numpy([-1]), reader.read_frames_numpy([71]))
+        with pytest.raises(errors.FluxonFsFrameIndexError,
+                           match="-73 is out of range: the video has 72 frames"):
+            reader.read_frames_numpy([-73])
         with pytest.raises(IndexError, match=f"train:{VIDEO}: frame index 500 is out of range"):
             reader.read_frames_numpy([500])
         assert reader.read_frames_numpy([3]).shape == (1, 16, 16, 3)  # still usable
@@ -152,13 +154,14 @@ def test_short_read_from_the_remote_fails_that_read(agent, export_root, monkeypa
         data = real_get(self, path, params, token, what)
         return data[:-10] if path == "/v1/read" else data
 
-    with make_patcher(agent.url, export_root) as patcher:
+    # Small pieces, a late frame: its bytes were not fetched when the reader opened.
+    with make_patcher(agent.url, export_root, piece_size=4096) as patcher:
         reader = patcher.open_video_reader("train", VIDEO, 16, 16, 1)
         monkeypatch.setattr(AgentRoute, "_get", short_get)
         with pytest.raises(errors.FluxonFsShortReadError, match="returned .* of .* bytes"):
-            reader.read_frames_numpy([0])
+            reader.read_frames_numpy([70])
         monkeypatch.undo()
-        assert reader.read_frames_numpy([0]).shape == (1, 16, 16, 3)  # the next read retries
+        assert reader.read_frames_numpy([70]).shape == (1, 16, 16, 3)  # the next read retries
         reader.close()
 
 
@@ -271,12 +274,13 @@ def test_agent_refuses_stale_versions_even_with_a_long_metadata_ttl(agent, expor
     relpath = "bucket/videos/rewritten_ttl.mp4"
     path = export_root / relpath
     shutil.copy(export_root / VIDEO, path)
-    with make_patcher(agent.url, export_root, metadata_cache_ttl_ms=600_000) as patcher:
+    with make_patcher(agent.url, export_root, metadata_cache_ttl_ms=600_000,
+                      piece_size=4096) as patcher:
         reader = patcher.open_video_reader("train", relpath, 16, 16, 1)
         with open(path, "ab") as f:
             f.write(b"\0")
         with pytest.raises(errors.FluxonFsFileChangedError):
-            reader.read_frames_numpy([0])
+            reader.read_frames_numpy([70])  # pages not fetched at open
         reader.close()
 
 
@@ -329,13 +333,13 @@ def test_corrupt_and_truncated_pieces_are_detected_and_repaired(media, agent, ex
 def test_agent_stopped_gives_a_clear_error_within_the_timeout(agent_config, export_root):
     process = AgentProcess(agent_config).start()
     try:
-        with make_patcher(process.url, export_root,
+        with make_patcher(process.url, export_root, piece_size=4096,
                           client={"agent_timeout_s": 1.0, "agent_connect_timeout_s": 0.5}) as patcher:
             reader = patcher.open_video_reader("train", VIDEO, 16, 16, 1)
             process.stop()
             t0 = time.monotonic()
             with pytest.raises(errors.FluxonFsIOError, match=f"train:{VIDEO}.*unreachable"):
-                reader.read_frames_numpy([0])
+                reader.read_frames_numpy([70])  # pages not fetched at open
             assert time.monotonic() - t0 < 5
             reader.close()
     finally:

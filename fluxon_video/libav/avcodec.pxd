@@ -2,7 +2,9 @@
 # https://ffmpeg.org/doxygen/5.1/group__libavc.html
 from libc.stdint cimport int64_t, uint8_t
 
-from fluxon_video.libav.avutil cimport AVFrame, AVMediaType, AVRational
+from fluxon_video.libav.avutil cimport (
+    AVColorRange, AVColorSpace, AVFrame, AVMediaType, AVRational,
+)
 
 
 cdef extern from "libavcodec/codec_id.h" nogil:
@@ -25,14 +27,24 @@ cdef extern from "libavcodec/codec_par.h" nogil:
     ctypedef struct AVCodecParameters:
         AVMediaType codec_type
         AVCodecID codec_id
+        int format
+        int64_t bit_rate
+        int bits_per_raw_sample
         int width
         int height
+        AVRational sample_aspect_ratio
+        AVColorRange color_range
+        AVColorSpace color_space
 
 
 # https://ffmpeg.org/doxygen/5.1/group__lavc__packet.html
 cdef extern from "libavcodec/packet.h" nogil:
     int AV_PKT_FLAG_KEY
     int AV_PKT_FLAG_DISCARD
+    int AV_PKT_FLAG_CORRUPT
+
+    cdef enum AVPacketSideDataType:
+        AV_PKT_DATA_DISPLAYMATRIX
 
     ctypedef struct AVPacket:
         int64_t pts
@@ -40,6 +52,7 @@ cdef extern from "libavcodec/packet.h" nogil:
         int size
         int stream_index
         int flags
+        int64_t duration
         int64_t pos
 
     AVPacket *av_packet_alloc()

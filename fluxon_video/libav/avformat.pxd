@@ -2,7 +2,7 @@
 # https://ffmpeg.org/doxygen/5.1/group__libavf.html
 from libc.stdint cimport int64_t, uint8_t
 
-from fluxon_video.libav.avcodec cimport AVCodecParameters, AVDiscard, AVPacket
+from fluxon_video.libav.avcodec cimport AVCodecParameters, AVDiscard, AVPacket, AVPacketSideDataType
 from fluxon_video.libav.avutil cimport AVRational
 
 
@@ -54,12 +54,17 @@ cdef extern from "libavformat/avformat.h" nogil:
         int64_t nb_frames
         int disposition
         AVDiscard discard
+        AVRational sample_aspect_ratio
+        AVRational avg_frame_rate
 
     ctypedef struct AVFormatContext:
         const AVInputFormat *iformat
         AVIOContext *pb
         unsigned int nb_streams
         AVStream **streams
+        int64_t start_time
+        int64_t duration
+        int64_t bit_rate
         int flags
 
     unsigned avformat_version()
@@ -69,5 +74,7 @@ cdef extern from "libavformat/avformat.h" nogil:
     int avformat_find_stream_info(AVFormatContext *ic, void *options)
     int av_read_frame(AVFormatContext *s, AVPacket *pkt)
     int av_seek_frame(AVFormatContext *s, int stream_index, int64_t timestamp, int flags)
+    uint8_t *av_stream_get_side_data(const AVStream *stream, AVPacketSideDataType type,
+                                     size_t *size)
     int avformat_index_get_entries_count(const AVStream *st)
     const AVIndexEntry *avformat_index_get_entry(AVStream *st, int idx)

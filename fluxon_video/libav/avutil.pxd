@@ -1,6 +1,6 @@
 # libavutil: the handful of utility types and functions the decoder touches.
 # https://ffmpeg.org/doxygen/5.1/group__lavu.html
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint8_t, uint64_t
 
 
 cdef extern from "libavutil/avutil.h" nogil:
@@ -46,6 +46,31 @@ cdef extern from "libavutil/pixfmt.h" nogil:
     cdef enum AVColorRange:
         AVCOL_RANGE_UNSPECIFIED
         AVCOL_RANGE_JPEG
+
+
+# https://ffmpeg.org/doxygen/5.1/pixdesc_8h.html
+cdef extern from "libavutil/pixdesc.h" nogil:
+    int AV_PIX_FMT_FLAG_PAL
+    int AV_PIX_FMT_FLAG_BITSTREAM
+    int AV_PIX_FMT_FLAG_HWACCEL
+    int AV_PIX_FMT_FLAG_PLANAR
+
+    ctypedef struct AVComponentDescriptor:
+        int plane
+        int step
+        int depth
+
+    ctypedef struct AVPixFmtDescriptor:
+        const char *name
+        uint8_t nb_components
+        uint8_t log2_chroma_w
+        uint8_t log2_chroma_h
+        uint64_t flags
+        AVComponentDescriptor comp[4]
+
+    const AVPixFmtDescriptor *av_pix_fmt_desc_get(int pix_fmt)
+    const char *av_color_range_name(AVColorRange range)
+    const char *av_color_space_name(AVColorSpace space)
 
 
 # https://ffmpeg.org/doxygen/5.1/structAVFrame.html

@@ -1,0 +1,175 @@
+"""FluxonFsVideoMetadata: what a loader needs to know before it decodes.
+
+Everything here comes from the frame index (the demux-only packet scan) and
+the container header recorded with it; nothing is decoded. Frame ``i`` is the
+i-th frame in presentation order, as everywhere in fluxon_video.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fluxon_video.errors import FluxonFsDecodeError, FluxonFsFrameIndexError
+from fluxon_video.frame_index import FrameIndex
+from fluxon_video.validation import positive_int
+
+
+@dataclass(frozen=True)
+class FluxonFsVideoMetadata:
+    """A video's frame count, timing, size, rotation, codec and keyframes."""
+
+    num_frames: int                 # frames a sequential decode yields
+    average_fps: float              # num_frames / duration_s
+    duration_s: float               # end_s - begin_s
+    begin_s: float                  # presentation time of the first frame
+    end_s: float                    # ... of the end of the last frame
+    width: int                      # native, as decoded (before any rotation)
+    height: int
+    sample_aspect_ratio: tuple[int, int]
+    rotation_deg: int               # display rotation: 0, 90, 180 or 270 (clockwise)
+    codec: str                      # e.g. "h264", "hevc", "vp9", "av1"
+    pix_fmt: str                    # e.g. "yuv420p"; "" if the header does not say
+    bit_depth: int
+    color_range: str                # "tv", "pc" or "unknown"
+    color_space: str                # e.g. "bt709" or "unknown"
+    container: str                  # FFmpeg's demuxer name, e.g. "mov,mp4,m4a,3gp,3g2,mj2"
+    bit_rate: int                   # bits/s, 0 if unknown
+    keyframe_indices: tuple[int, ...]
+    size_bytes: int
+    mtime_ns: int
+
+    @property
+    def display_width(self) -> int:
+        """Width as displayed: sample aspect ratio applied, then rotation."""
+        return self._display()[0]
+
+    @property
+    def display_height(self) -> int:
+        return self._display()[1]
+
+    def _display(self) -> tuple[int, int]:
+        num, den = self.sample_aspect_ratio
+        width, height = _round_even(self.width * num / den), self.height
+        return (height, width) if self.rotation_deg in (90, 270) else (width, height)
+
+
+def rotation_from_matrix(matrix: Iterable[int] | None) -> int:
+    """The clockwise display rotation the ffmpeg CLI applies for a display matrix."""
+    if matrix is None:
+        return 0
+    m = [v / 65536.0 for v in matrix]
+    scale0, scale1 = math.hypot(m[0], m[3]), math.hypot(m[1], m[4])
+    if scale0 == 0 or scale1 == 0:
+        return 0
+    # av_display_rotation_get gives the counter-clockwise angle; the CLI negates it.
+    theta = -round(-math.degrees(math.atan2(m[1] / scale1, m[0] / scale0)))
+    theta -= 360 * math.floor(theta / 360 + 0.9 / 360)
+    for right in (0, 90, 180, 270):
+        if abs(theta - right) < 1:
+            return right
+    return 0
+
+
+def timestamps_s(index: FrameIndex) -> np.ndarray:
+    """Presentation time of every frame, in frame-index order (pts x time_base)."""
+    num, den = index.header.get("time_base", (1, 1))
+    return index.frame_pts.astype(np.float64) * (num / den)
+
+
+def _frame_end_s(index: FrameIndex, times: np.ndarray) -> float:
+    """When the last frame stops being shown: its pts plus its duration."""
+    num, den = index.header.get("time_base", (1, 1))
+    last = int(index.frame_dec[-1])
+    duration = int(index.pkt_duration[last]) * num / den
+    if duration <= 0:
+        if times.shape[0] > 1:
+            duration = float(np.median(np.diff(times)))
+        else:
+            rate_num, rate_den = index.header.get("avg_frame_rate", (0, 1))
+            duration = rate_den / rate_num if rate_num > 0 else 0.0
+    return float(times[-1] + duration)
+
+
+def build_metadata(index: FrameIndex, size_bytes: int, mtime_ns: int,
+                   name: str = "") -> FluxonFsVideoMetadata:
+    header: dict[str, Any] = index.header
+    if index.frame_count == 0:
+        raise FluxonFsDecodeError(f"{name}: the video stream has no frames")
+    times = timestamps_s(index)
+    begin = float(times[0])
+    end = _frame_end_s(index, times)
+    duration = end - begin
+    keyframes = np.flatnonzero(index.pkt_key[index.frame_dec])
+    return FluxonFsVideoMetadata(
+        num_frames=index.frame_count,
+        average_fps=index.frame_count / duration if duration > 0 else 0.0,
+        duration_s=duration,
+        begin_s=begin,
+        end_s=end,
+        width=int(header.get("width", 0)),
+        height=int(header.get("height", 0)),
+        sample_aspect_ratio=tuple(header.get("sample_aspect_ratio", (1, 1))),  # type: ignore[arg-type]
+        rotation_deg=rotation_from_matrix(header.get("display_matrix")),
+        codec=index.codec_name,
+        pix_fmt=str(header.get("pix_fmt", "")),
+        bit_depth=int(header.get("bit_depth", 0)),
+        color_range=str(header.get("color_range", "unknown")),
+        color_space=str(header.get("color_space", "unknown")),
+        container=index.format_name,
+        bit_rate=int(header.get("bit_rate", 0)),
+        keyframe_indices=tuple(int(k) for k in keyframes),
+        size_bytes=int(size_bytes),
+        mtime_ns=int(mtime_ns),
+    )
+
+
+def indices_at_times(index: FrameIndex, metadata: FluxonFsVideoMetadata, seconds: Any,
+                     name: str = "") -> list[int]:
+    """For each time, the frame displayed then: the last frame whose pts <= t."""
+    times = np.asarray(seconds, dtype=np.float64).reshape(-1)
+    if times.size and not np.isfinite(times).all():
+        raise FluxonFsFrameIndexError(f"{name}: times must be finite numbers")
+    outside = (times < metadata.begin_s) | (times >= metadata.end_s)
+    if outside.any():
+        bad = float(times[outside][0])
+        raise FluxonFsFrameIndexError(
+            f"{name}: time {bad} s is outside the video [{metadata.begin_s}, {metadata.end_s}) s")
+    frame_times = timestamps_s(index)
+    return [int(i) for i in np.searchsorted(frame_times, times, side="right") - 1]
+
+
+def _round_even(value: float) -> int:
+    """The nearest even integer, at least 2."""
+    return max(2, 2 * int(math.floor(value / 2 + 0.5)))
+
+
+def output_size(metadata: FluxonFsVideoMetadata, height: int | None, width: int | None,
+                autorotate: bool) -> tuple[int, int]:
+    """(height, width) of output frames.
+
+    Both None: the native size as decoded (rotated when autorotate turns it
+    by 90 or 270 degrees). One None: kept from the display aspect ratio (the
+    sample aspect ratio applied, and the rotation when autorotate), rounded
+    to the nearest even number.
+    """
+    if height is not None:
+        height = positive_int("height", height)
+    if width is not None:
+        width = positive_int("width", width)
+    turned = autorotate and metadata.rotation_deg in (90, 270)
+    if height is None and width is None:
+        return (metadata.width, metadata.height) if turned else (metadata.height, metadata.width)
+    num, den = metadata.sample_aspect_ratio
+    display_w, display_h = metadata.width * num / den, float(metadata.height)
+    if turned:
+        display_w, display_h = display_h, display_w
+    if width is None:
+        assert height is not None
+        return height, _round_even(height * display_w / display_h)
+    assert width is not None
+    return (_round_even(width * display_h / display_w) if height is None else height), width
