@@ -5,6 +5,15 @@ from fluxon_video.libav.avutil cimport AVFrame
 from fluxon_video.libav.swscale cimport SwsContext
 
 
+# Orientation of output frames (what the ffmpeg CLI's autorotate inserts):
+# transpose, then mirror x and/or y. Output pixel (x, y) is input pixel
+# (u, v) = (y, x) if TRANSPOSE else (x, y), mirrored where asked.
+cdef enum:
+    FX_ORIENT_TRANSPOSE = 1
+    FX_ORIENT_MIRROR_X = 2
+    FX_ORIENT_MIRROR_Y = 4
+
+
 # A cached SwsContext and the inputs it was built for; a change rebuilds it.
 cdef struct fx_converter:
     SwsContext *sws
@@ -12,6 +21,8 @@ cdef struct fx_converter:
     uint8_t *scratch       # padded rows for unscaled conversions
     size_t scratch_size
     int scratch_stride
+    int orient             # FX_ORIENT_* bits; 0: the coded orientation
+    AVFrame *oriented      # the frame turned upright, before conversion
 
 
 # Where decoded target frames go: slot i of an NHWC uint8 buffer.

@@ -1,18 +1,23 @@
 # cython: language_level=3
-"""Frame conversion: swscale into RGB24 rows, with the ffmpeg CLI's colour policy.
+"""Frame conversion: orientation, then swscale into RGB24 rows, with the ffmpeg
+CLI's colour policy.
 
-fx_converter owns one SwsContext, the frame properties it was built for,
-and a scratch buffer of padded rows; fx_sink_put is the one place a decoded
+fx_converter owns one SwsContext, the frame properties it was built for, a
+scratch buffer of padded rows and a frame for the oriented picture (the CLI
+turns frames upright before it scales them, so we do too); fx_sink_put is the one place a decoded
 target frame becomes pixels in the caller's NHWC buffer, for every decode
 path.
 """
-from libc.errno cimport EINVAL, ENOMEM
+from libc.errno cimport EINVAL, ENOMEM, ENOSYS
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcmp, memcpy, memset
 
 from fluxon_video.libav.avutil cimport (
-    AVCOL_RANGE_JPEG, AVCOL_RANGE_UNSPECIFIED, AVCOL_SPC_BT470BG, AVERROR, AV_PIX_FMT_RGB24,
+    AVCOL_RANGE_JPEG, AVCOL_RANGE_UNSPECIFIED, AVCOL_SPC_BT470BG, AVERROR, AVPixFmtDescriptor,
+    AV_PIX_FMT_FLAG_BITSTREAM, AV_PIX_FMT_FLAG_HWACCEL, AV_PIX_FMT_FLAG_PAL, AV_PIX_FMT_RGB24,
+    av_frame_alloc, av_frame_copy_props, av_frame_free, av_frame_get_buffer, av_frame_unref,
     av_free, av_malloc,
+    av_pix_fmt_desc_get,
 )
 from fluxon_video.libav.swscale cimport (
     SWS_BILINEAR, sws_freeContext, sws_getCoefficients, sws_getColorspaceDetails,
@@ -21,6 +26,7 @@ from fluxon_video.libav.swscale cimport (
 
 
 cdef void fx_converter_free(fx_converter *c) noexcept nogil:
+    av_frame_free(&c.oriented)
     if c.sws != NULL:
         sws_freeContext(c.sws)
         c.sws = NULL
@@ -83,12 +89,85 @@ cdef int _ensure_scratch(fx_converter *c, int height, int row_bytes) noexcept no
     return 0
 
 
+cdef int _plane_sizes(const AVPixFmtDescriptor *desc, int width, int height, int *widths,
+                      int *heights, int *steps) noexcept nogil:
+    """Per plane: width and height in pixels and bytes per pixel; returns the plane count."""
+    cdef int k, plane, planes = 0
+    for k in range(4):
+        widths[k] = heights[k] = steps[k] = 0
+    for k in range(desc.nb_components):
+        plane = desc.comp[k].plane
+        planes = plane + 1 if plane + 1 > planes else planes
+        if desc.comp[k].step > steps[plane]:
+            steps[plane] = desc.comp[k].step
+        if k == 1 or k == 2:  # chroma: subsampled, rounding up as FFmpeg does
+            widths[plane] = -((-width) >> desc.log2_chroma_w)
+            heights[plane] = -((-height) >> desc.log2_chroma_h)
+        else:
+            widths[plane] = width
+            heights[plane] = height
+    return planes
+
+
+cdef int _orient(fx_converter *c, AVFrame *f) noexcept nogil:
+    """c.oriented = f transposed and/or mirrored per c.orient (a pixel permutation per plane)."""
+    cdef const AVPixFmtDescriptor *desc = av_pix_fmt_desc_get(f.format)
+    cdef int widths[4]
+    cdef int heights[4]
+    cdef int steps[4]
+    cdef int planes, plane, ret, x, y, u, v, step, src_w, src_h
+    cdef bint transpose = c.orient & FX_ORIENT_TRANSPOSE
+    cdef const uint8_t *src
+    cdef uint8_t *row
+    if desc == NULL or desc.flags & (AV_PIX_FMT_FLAG_PAL | AV_PIX_FMT_FLAG_BITSTREAM
+                                     | AV_PIX_FMT_FLAG_HWACCEL):
+        return AVERROR(ENOSYS)
+    if transpose and desc.log2_chroma_w != desc.log2_chroma_h:
+        return AVERROR(ENOSYS)  # 4:2:2 turned by 90 degrees is not 4:2:2
+    if c.oriented == NULL:
+        c.oriented = av_frame_alloc()
+        if c.oriented == NULL:
+            return AVERROR(ENOMEM)
+    if (c.oriented.format != f.format or c.oriented.width != (f.height if transpose else f.width)
+            or c.oriented.height != (f.width if transpose else f.height)):
+        av_frame_unref(c.oriented)
+        c.oriented.format = f.format
+        c.oriented.width = f.height if transpose else f.width
+        c.oriented.height = f.width if transpose else f.height
+        ret = av_frame_get_buffer(c.oriented, 0)
+        if ret < 0:
+            return ret
+    ret = av_frame_copy_props(c.oriented, f)
+    if ret < 0:
+        return ret
+    planes = _plane_sizes(desc, f.width, f.height, widths, heights, steps)
+    for plane in range(planes):
+        step = steps[plane]
+        src_w, src_h = widths[plane], heights[plane]
+        src = f.data[plane]
+        for y in range(src_w if transpose else src_h):
+            row = c.oriented.data[plane] + <int64_t> y * c.oriented.linesize[plane]
+            for x in range(src_h if transpose else src_w):
+                u, v = (y, x) if transpose else (x, y)
+                if c.orient & FX_ORIENT_MIRROR_X:
+                    u = src_w - 1 - u
+                if c.orient & FX_ORIENT_MIRROR_Y:
+                    v = src_h - 1 - v
+                memcpy(row + x * step, src + <int64_t> v * f.linesize[plane] + u * step, step)
+    return 0
+
+
 cdef int fx_convert(fx_converter *c, AVFrame *f, uint8_t *dst, int height, int width) noexcept nogil:
-    """Scale and convert f to RGB24 rows of stride width*3 at dst."""
+    """Orient (if asked), scale and convert f to RGB24 rows of stride width*3 at dst."""
     cdef uint8_t *dst_planes[4]
     cdef int dst_strides[4]
     cdef int ret, y
     cdef int row_bytes = width * 3
+    if c.orient:
+        ret = _orient(c, f)
+        if ret < 0:
+            return ret
+        f = c.oriented
     if (c.sws == NULL or f.width != c.src_w or f.height != c.src_h or f.format != c.src_fmt
             or width != c.dst_w or height != c.dst_h or <int> f.colorspace != c.colorspace
             or <int> f.color_range != c.color_range):

@@ -63,6 +63,17 @@ cdef class VideoDecoder:
             fx_converter_free(&self.converter)
 
     @property
+    def orient(self):
+        """FX_ORIENT_* bits applied before conversion (0: the coded orientation)."""
+        return self.converter.orient
+
+    @orient.setter
+    def orient(self, int bits):
+        if bits < 0 or bits > 7:
+            raise ValueError(f"orient must be 0..7, got {bits}")
+        self.converter.orient = bits
+
+    @property
     def is_open(self):
         """Whether a pipeline is open (False after reset, close or a failed open)."""
         return self.pipe.is_open()

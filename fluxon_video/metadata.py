@@ -31,7 +31,7 @@ class FluxonFsVideoMetadata:
     width: int                      # native, as decoded (before any rotation)
     height: int
     sample_aspect_ratio: tuple[int, int]
-    rotation_deg: int               # display rotation: 0, 90, 180 or 270 (clockwise)
+    rotation_deg: int               # counter-clockwise turn for display: 0, 90, 180, 270
     codec: str                      # e.g. "h264", "hevc", "vp9", "av1"
     pix_fmt: str                    # e.g. "yuv420p"; "" if the header does not say
     bit_depth: int
@@ -58,21 +58,53 @@ class FluxonFsVideoMetadata:
         return (height, width) if self.rotation_deg in (90, 270) else (width, height)
 
 
-def rotation_from_matrix(matrix: Iterable[int] | None) -> int:
-    """The clockwise display rotation the ffmpeg CLI applies for a display matrix."""
-    if matrix is None:
-        return 0
+# Bits of the orientation the decoder applies (_convert.pxd FX_ORIENT_*).
+ORIENT_TRANSPOSE, ORIENT_MIRROR_X, ORIENT_MIRROR_Y = 1, 2, 4
+
+
+def _theta(matrix: list[int]) -> float | None:
+    """The ffmpeg CLI's get_rotation: clockwise degrees in [0, 360), None if degenerate."""
     m = [v / 65536.0 for v in matrix]
     scale0, scale1 = math.hypot(m[0], m[3]), math.hypot(m[1], m[4])
     if scale0 == 0 or scale1 == 0:
-        return 0
+        return None
     # av_display_rotation_get gives the counter-clockwise angle; the CLI negates it.
     theta = -round(-math.degrees(math.atan2(m[1] / scale1, m[0] / scale0)))
-    theta -= 360 * math.floor(theta / 360 + 0.9 / 360)
-    for right in (0, 90, 180, 270):
+    return theta - 360 * math.floor(theta / 360 + 0.9 / 360)
+
+
+def rotation_from_matrix(matrix: Iterable[int] | None) -> int:
+    """How far the picture turns counter-clockwise for display: 0, 90, 180 or 270
+    (ffprobe's "rotation", normalised; another angle reports 0)."""
+    theta = _theta(list(matrix)) if matrix is not None else None
+    if theta is None:
+        return 0
+    for right in (90, 180, 270):
         if abs(theta - right) < 1:
-            return right
+            return 360 - right
     return 0
+
+
+def orientation_from_matrix(matrix: Iterable[int] | None) -> int | None:
+    """The pixel permutation the ffmpeg CLI's autorotate applies, as ORIENT_* bits
+    (0: none); None for an angle that is not a multiple of 90 degrees (the
+    CLI then interpolates with its rotate filter, which this does not do)."""
+    if matrix is None:
+        return 0
+    m = list(matrix)
+    theta = _theta(m)
+    if theta is None:
+        return 0
+    if abs(theta - 90) < 1:  # transpose=clock, or cclock_flip when mirrored
+        return ORIENT_TRANSPOSE if m[3] > 0 else ORIENT_TRANSPOSE | ORIENT_MIRROR_Y
+    if abs(theta - 180) < 1:  # hflip and/or vflip
+        return (ORIENT_MIRROR_X if m[0] < 0 else 0) | (ORIENT_MIRROR_Y if m[4] < 0 else 0)
+    if abs(theta - 270) < 1:  # transpose=cclock, or clock_flip when mirrored
+        return (ORIENT_TRANSPOSE | ORIENT_MIRROR_X | ORIENT_MIRROR_Y if m[3] < 0
+                else ORIENT_TRANSPOSE | ORIENT_MIRROR_X)
+    if abs(theta) < 1:
+        return ORIENT_MIRROR_Y if m[4] < 0 else 0
+    return None
 
 
 def timestamps_s(index: FrameIndex) -> np.ndarray:

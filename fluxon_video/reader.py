@@ -20,6 +20,7 @@ from fluxon_video.metadata import (
     FluxonFsVideoMetadata,
     build_metadata,
     indices_at_times,
+    orientation_from_matrix,
     output_size,
     timestamps_s,
 )
@@ -81,6 +82,8 @@ class FluxonFsVideoReader:
             self._decoder.index = index
             if index is not None:
                 self._metadata = build_metadata(index, version.size, version.mtime_ns, self.name)
+            if autorotate:
+                self._decoder.orient = self._orientation(index)
             if height is None or width is None:
                 height, width = output_size(self.metadata, height, width, autorotate)
         except BaseException:
@@ -90,13 +93,24 @@ class FluxonFsVideoReader:
         self.width: int = width
         self._open_ms = open_ms + (time.perf_counter() - t0) * 1e3 - self._index_ms
 
+    def _orientation(self, index: FrameIndex | None) -> int:
+        orient = orientation_from_matrix(index.header.get("display_matrix")
+                                         if index is not None else None)
+        if orient is None:
+            raise FluxonFsDecodeError(
+                f"{self.name}: autorotate turns frames by multiples of 90 degrees; this video's "
+                "display matrix asks for another angle (open it without autorotate)")
+        return orient
+
     def _make_decoder(self, index: FrameIndex | None) -> None:
         """A byte source and decoder of this process (again after fork)."""
         self._byte_source = make_byte_source(self._range_source, self._page_size, self._settings)
         # The decoder lives as long as the reader: a request ahead of where it
         # stands continues without seeking.
+        orient = self._decoder.orient if self._decoder is not None else 0
         self._decoder = self._decode.VideoDecoder(self._byte_source, self.num_threads, self.name)
         self._decoder.index = index
+        self._decoder.orient = orient
 
     # ---- what is known without decoding ----
 

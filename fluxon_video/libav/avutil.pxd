@@ -88,3 +88,5 @@ cdef extern from "libavutil/frame.h" nogil:
     AVFrame *av_frame_alloc()
     void av_frame_free(AVFrame **frame)
     void av_frame_unref(AVFrame *frame)
+    int av_frame_get_buffer(AVFrame *frame, int align)
+    int av_frame_copy_props(AVFrame *dst, const AVFrame *src)
