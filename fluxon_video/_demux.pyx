@@ -21,7 +21,7 @@ from fluxon_video.libav.avcodec cimport (
     AV_PKT_FLAG_CORRUPT, AV_PKT_FLAG_KEY, av_packet_alloc, av_packet_free, av_packet_unref, avcodec_get_name,
 )
 from fluxon_video.libav.avformat cimport (
-    AVFMT_FLAG_CUSTOM_IO, AVFormatContext, AVINDEX_KEYFRAME, AVIOContext, AVIndexEntry, AVStream,
+    AVFMT_FLAG_CUSTOM_IO, AVFMT_FLAG_GENPTS, AVFormatContext, AVINDEX_KEYFRAME, AVIOContext, AVIndexEntry, AVStream,
     AV_DISPOSITION_ATTACHED_PIC, av_read_frame, avformat_alloc_context, avformat_close_input,
     avformat_find_stream_info, avformat_index_get_entries_count, avformat_index_get_entry,
     av_stream_get_side_data, avformat_open_input,
@@ -143,6 +143,9 @@ cdef int scan(AVIOContext *pb, bint zero_fill, PacketLog *log, AVFormatContext *
     ret = fx_open_input(pb, fmt, True, stream_index, failed_call)
     if ret < 0:
         return ret
+    # Packets without a pts (AVI's I and P frames) get the one the demuxer
+    # can infer, as the decoder's best-effort timestamps do.
+    fmt[0].flags |= AVFMT_FLAG_GENPTS
     fx_avio_cursor(pb).zero_fill = zero_fill and is_mov(fmt[0])
     pkt = av_packet_alloc()
     if pkt == NULL:

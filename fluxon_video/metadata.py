@@ -110,7 +110,8 @@ def orientation_from_matrix(matrix: Iterable[int] | None) -> int | None:
 def timestamps_s(index: FrameIndex) -> np.ndarray:
     """Presentation time of every frame, in frame-index order (pts x time_base)."""
     num, den = index.header.get("time_base", (1, 1))
-    return index.frame_pts.astype(np.float64) * (num / den)
+    # pts * num / den, not pts * (num / den): 208 * 0.001 is 0.20800000000000002.
+    return index.frame_pts.astype(np.float64) * num / den
 
 
 def _frame_end_s(index: FrameIndex, times: np.ndarray) -> float:
@@ -160,9 +161,12 @@ def build_metadata(index: FrameIndex, size_bytes: int, mtime_ns: int,
     )
 
 
-def indices_at_times(index: FrameIndex, metadata: FluxonFsVideoMetadata, seconds: Any,
+def indices_at_times(frame_times: np.ndarray, metadata: FluxonFsVideoMetadata, seconds: Any,
                      name: str = "") -> list[int]:
-    """For each time, the frame displayed then: the last frame whose pts <= t."""
+    """For each time, the frame displayed then: the last frame whose pts <= t.
+
+    ``frame_times`` is ``timestamps_s(index)`` of the same video.
+    """
     times = np.asarray(seconds, dtype=np.float64).reshape(-1)
     if times.size and not np.isfinite(times).all():
         raise FluxonFsFrameIndexError(f"{name}: times must be finite numbers")
@@ -171,7 +175,6 @@ def indices_at_times(index: FrameIndex, metadata: FluxonFsVideoMetadata, seconds
         bad = float(times[outside][0])
         raise FluxonFsFrameIndexError(
             f"{name}: time {bad} s is outside the video [{metadata.begin_s}, {metadata.end_s}) s")
-    frame_times = timestamps_s(index)
     return [int(i) for i in np.searchsorted(frame_times, times, side="right") - 1]
 
 

@@ -8,6 +8,8 @@ import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
 
+import numpy as np
+
 from fluxon_video.errors import FluxonFsClosedError, FluxonFsConfigError, FluxonFsDecodeError
 from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource
 from fluxon_video.fs.config import (
@@ -20,11 +22,12 @@ from fluxon_video.fs.config import (
 from fluxon_video.fs.kv import PieceStore
 from fluxon_video.fs.storage import check_relpath
 from fluxon_video.indexing import load_or_build_index
-from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata
+from fluxon_video.frame_index import FrameIndex
+from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata, timestamps_s
 from fluxon_video.native import require_native
 from fluxon_video.pool import FluxonFsVideoReaderPool
 from fluxon_video.reader import FluxonFsVideoReader, make_byte_source
-from fluxon_video.stats import FluxonFsVideoReadStats
+from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
 from fluxon_video.validation import positive_int
 
 
@@ -52,13 +55,26 @@ class FluxonFsPatcher:
         elif exports is not None or identities is not None or client is not None:
             raise FluxonFsConfigError("pass either config or exports/identities/client, not both")
         self.config = config
+        self._kv_store = kv_store
         self._client = FluxonFsClient(config, kv_store)
+        self._stats = StatsAccumulator()
         self._closed = False
         self._identity: RequestIdentity | None = None
         self._temporary_identity: contextvars.ContextVar[RequestIdentity | None] = \
             contextvars.ContextVar(f"fluxon_identity_{id(self)}", default=None)
         if identity is not None:
             self.identity = identity  # type: ignore[assignment]
+
+    # ---- pickling: configuration only; the receiver builds its own client ----
+
+    def __getstate__(self) -> dict[str, object]:
+        if self._kv_store is not None:
+            raise TypeError("a FluxonFsPatcher built with kv_store= does not pickle (the store "
+                            "belongs to this process); configure client.redis_url instead")
+        return {"config": self.config, "identity": self._identity}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__(state["config"], identity=state["identity"])  # type: ignore[misc, arg-type]
 
     @classmethod
     def from_config_file(cls, path: str | os.PathLike[str],
@@ -127,7 +143,7 @@ class FluxonFsPatcher:
         return FluxonFsVideoReader(self.client, self.config.client, who, export, relpath, version,
                                    height, width, num_threads,
                                    open_ms=(time.perf_counter() - t0) * 1e3,
-                                   autorotate=bool(autorotate))
+                                   autorotate=bool(autorotate), on_read=self._stats.add_read)
 
     def video_metadata(self, export_name: str, relpath: str, *,
                        identity: RequestIdentity | str | None = None) -> FluxonFsVideoMetadata:
@@ -144,6 +160,19 @@ class FluxonFsPatcher:
             identity: RequestIdentity | str | None = None,
     ) -> tuple[FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
         """``video_metadata`` and what it cost (index_source "kv" or "scan", KV and remote reads)."""
+        _, metadata, stats = self._video_index(export_name, relpath, identity)
+        return metadata, stats
+
+    def video_timestamps_s(self, export_name: str, relpath: str, *,
+                           identity: RequestIdentity | str | None = None) -> np.ndarray:
+        """Presentation time of every frame (float64 seconds, frame order), like
+        ``reader.timestamps_s()``, without opening a decoder."""
+        index, _, _ = self._video_index(export_name, relpath, identity)
+        return timestamps_s(index)
+
+    def _video_index(self, export_name: str, relpath: str,
+                     identity: RequestIdentity | str | None
+                     ) -> tuple[FrameIndex, FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
         t0 = time.perf_counter()
         export = self.config.export(export_name)
         check_relpath(relpath)
@@ -160,7 +189,12 @@ class FluxonFsPatcher:
         stats = FluxonFsVideoReadStats(index_source=where, index_ms=index_ms,
                                        total_ms=(time.perf_counter() - t0) * 1e3,
                                        **source.counters.snapshot())
-        return metadata, stats
+        self._stats.add_read(stats, metadata=True)
+        return index, metadata, stats
+
+    def stats(self) -> FluxonFsProcessStats:
+        """What this patcher's readers and metadata calls did in this process, so far."""
+        return self._stats.snapshot()
 
     def _who(self, identity: RequestIdentity | str | None) -> RequestIdentity:
         who = self._as_identity(identity) if identity is not None else self.identity

@@ -35,7 +35,7 @@ from fluxon_video.fs.config import FluxonFsConfig, RequestIdentity
 from fluxon_video.fs.storage import check_relpath
 from fluxon_video.metadata import FluxonFsVideoMetadata
 from fluxon_video.reader import FluxonFsVideoReader
-from fluxon_video.stats import FluxonFsVideoReadStats
+from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats
 from fluxon_video.validation import frame_indices, positive_int
 
 # (export_name, relpath, height, width, num_threads, identity); None sizes: native/aspect.
@@ -60,6 +60,11 @@ class ReaderOpener(Protocol):
 
     def video_metadata(self, export_name: str, relpath: str, *,
                        identity: RequestIdentity | str | None = None) -> FluxonFsVideoMetadata: ...
+
+    def video_timestamps_s(self, export_name: str, relpath: str, *,
+                           identity: RequestIdentity | str | None = None) -> np.ndarray: ...
+
+    def stats(self) -> FluxonFsProcessStats: ...
 
 
 @dataclass(frozen=True)
@@ -310,6 +315,27 @@ class FluxonFsVideoReaderPool:
             out.append((position, FluxonFsVideoReadResult(frames[rows], stats, reused,
                                                            group_size=len(positions))))
         return out
+
+    def __getstate__(self) -> dict[str, object]:
+        """Configuration only: the receiving process starts with no readers."""
+        return {"patcher": self.patcher, "max_readers": self.max_readers,
+                "autorotate": self.autorotate, "closed": self._closed}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__init__(state["patcher"], state["max_readers"],  # type: ignore[misc, arg-type]
+                      autorotate=state["autorotate"])
+        self._closed = bool(state["closed"])
+
+    def video_timestamps_s(self, export_name: str, relpath: str) -> np.ndarray:
+        """Every frame's presentation time (see FluxonFsPatcher.video_timestamps_s)."""
+        self._local()
+        if self._closed:
+            raise FluxonFsClosedError("the reader pool is closed")
+        return self.patcher.video_timestamps_s(export_name, relpath, identity=self.patcher.identity)
+
+    def stats(self) -> FluxonFsProcessStats:
+        """The patcher's cumulative figures in this process (``FluxonFsPatcher.stats``)."""
+        return self.patcher.stats()
 
     def video_metadata(self, export_name: str, relpath: str) -> FluxonFsVideoMetadata:
         """The video's metadata without opening a decoder (see FluxonFsPatcher.video_metadata)."""

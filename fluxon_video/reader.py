@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -52,7 +52,8 @@ class FluxonFsVideoReader:
     def __init__(self, client: FluxonFsClient, settings: ClientSettings,
                  identity: RequestIdentity, export: FluxonFsExport, relpath: str,
                  version: FileStat, height: int | None, width: int | None, num_threads: int,
-                 open_ms: float, autorotate: bool = False) -> None:
+                 open_ms: float, autorotate: bool = False,
+                 on_read: Callable[[FluxonFsVideoReadStats], None] | None = None) -> None:
         _, self._decode = require_native()
         t0 = time.perf_counter()
         self.export_name = export.name
@@ -63,6 +64,7 @@ class FluxonFsVideoReader:
         self.autorotate = autorotate
         self.name = f"{export.name}:{relpath}"
         self._client = client
+        self._on_read = on_read  # the patcher's cumulative stats
         self._settings = settings
         self._page_size = export.piece_size
         self._lock = threading.Lock()
@@ -134,7 +136,8 @@ class FluxonFsVideoReader:
     def indices_at_times(self, seconds: float | Sequence[float] | np.ndarray) -> list[int]:
         """For each time, the index of the frame displayed then (the last frame
         whose pts <= t), for t in [begin_s, end_s); else FluxonFsFrameIndexError."""
-        return indices_at_times(self._index(), self.metadata, seconds, self.name)
+        metadata = self.metadata  # raises for a file without an index
+        return indices_at_times(timestamps_s(self._index()), metadata, seconds, self.name)
 
     def _index(self) -> FrameIndex:
         decoder = self._decoder
@@ -166,6 +169,8 @@ class FluxonFsVideoReader:
             self._client.check_version(self.identity, self.export_name, self.relpath, self.version)
             frames, native = self._decoder.decode(indices, self.height, self.width, out)
             self.last_stats = self._stats(native, len(frames), time.perf_counter() - t0)
+            if self._on_read is not None:
+                self._on_read(self.last_stats)
             return frames
 
     def _stats(self, native: Any, returned: int, seconds: float) -> FluxonFsVideoReadStats:
@@ -196,6 +201,11 @@ class FluxonFsVideoReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __reduce__(self) -> Any:
+        raise TypeError(f"{self.name}: a FluxonFsVideoReader holds threads and FFmpeg state and "
+                        "does not pickle; pickle the FluxonFsPatcher or the reader pool, which "
+                        "rebuild their readers in the receiving process")
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

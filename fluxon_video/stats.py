@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -44,6 +46,7 @@ class FluxonFsVideoReadStats(DecodeStats):
     total_ms: float = 0.0           # end to end, this call
     kv_hits: int = 0                # KV piece cache
     kv_misses: int = 0
+    kv_bytes: int = 0               # bytes served by KV hits
     kv_errors: int = 0              # KV unreachable or skipped (circuit open)
     kv_corrupt: int = 0             # KV entries that failed verification
     remote_reads: int = 0           # reads from the agent (or in-process export)
@@ -57,3 +60,82 @@ class FluxonFsVideoReadStats(DecodeStats):
         return FluxonFsVideoReadStats(**{
             k: (getattr(other, k) or v) if isinstance(v, str) else v + getattr(other, k)
             for k, v in asdict(self).items()})
+
+
+@dataclass(frozen=True)
+class FluxonFsProcessStats:
+    """Cumulative figures of one patcher in one process (``patcher.stats()``).
+
+    A data loader logs them every N steps; ``later - earlier`` gives what
+    happened in between. Each process (every DataLoader worker) counts its
+    own: nothing is shared across fork or spawn.
+    """
+
+    reads: int = 0                  # read_frames_numpy calls (a batched group is one)
+    fallbacks: int = 0              # reads redone sequentially after disagreeing with the index
+    metadata_calls: int = 0         # video_metadata calls
+    index_scans: int = 0            # frame indexes built by a scan (else taken from the KV)
+    index_from_kv: int = 0
+    frames_returned: int = 0
+    frames_decoded: int = 0
+    decoder_seeks: int = 0
+    range_bytes: int = 0            # bytes FFmpeg read through the page cache
+    kv_hits: int = 0
+    kv_misses: int = 0
+    kv_errors: int = 0
+    kv_corrupt: int = 0
+    remote_reads: int = 0
+    remote_bytes: int = 0           # bytes from the agent (or in-process export)
+    kv_bytes: int = 0               # bytes served by KV hits
+    backfills_queued: int = 0
+    backfills_dropped: int = 0
+    open_ms: float = 0.0
+    index_ms: float = 0.0
+    decode_ms: float = 0.0
+    total_ms: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __sub__(self, earlier: FluxonFsProcessStats) -> FluxonFsProcessStats:
+        return FluxonFsProcessStats(**{k: v - getattr(earlier, k)
+                                       for k, v in asdict(self).items()})
+
+    def __add__(self, other: FluxonFsProcessStats) -> FluxonFsProcessStats:
+        return FluxonFsProcessStats(**{k: v + getattr(other, k) for k, v in asdict(self).items()})
+
+
+_SUMMED = [f for f in FluxonFsProcessStats.__dataclass_fields__
+           if f in FluxonFsVideoReadStats.__dataclass_fields__]
+
+
+class StatsAccumulator:
+    """Adds up read stats for FluxonFsProcessStats; thread-safe, starts from zero after fork."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._totals: dict[str, float] = dict.fromkeys(FluxonFsProcessStats.__dataclass_fields__, 0)
+
+    def _local(self) -> None:
+        if self._pid != os.getpid():
+            self._reset()
+
+    def add_read(self, stats: FluxonFsVideoReadStats, *, metadata: bool = False) -> None:
+        self._local()
+        with self._lock:
+            totals = self._totals
+            totals["metadata_calls" if metadata else "reads"] += 1
+            totals["fallbacks"] += bool(stats.fallback)
+            totals["index_scans"] += stats.index_source == "scan"
+            totals["index_from_kv"] += stats.index_source == "kv"
+            for name in _SUMMED:
+                totals[name] += getattr(stats, name)
+
+    def snapshot(self) -> FluxonFsProcessStats:
+        self._local()
+        with self._lock:
+            return FluxonFsProcessStats(**self._totals)  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from fluxon_video.pool import (
     FluxonFsVideoReadResult,
 )
 from fluxon_video.reader import FluxonFsVideoReader
-from fluxon_video.stats import FluxonFsVideoReadStats
+from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats
 
 __all__ = [
     *_error_names,
@@ -31,6 +31,7 @@ __all__ = [
     "FluxonFsVideoReaderPool",
     "FluxonFsVideoReadRequest",
     "FluxonFsVideoReadResult",
+    "FluxonFsProcessStats",
     "FluxonFsVideoReadStats",
     "MissPolicy",
     "RequestIdentity",

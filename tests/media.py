@@ -32,10 +32,15 @@ class Clip:
     video: bool = True
     pix_fmt: str = "yuv420p"
     derive_from: str | None = None  # stream-copy this clip instead of encoding a source
+    truncate_tail: int = 0  # bytes cut off the end of the file after muxing
 
 
 X264 = ("-c:v", "libx264", "-preset", "veryfast", "-bf", "3", "-g", "24", "-keyint_min", "24",
         "-sc_threshold", "0")
+# Variable frame rate: 24 frames at 24 fps (0-1 s), 16 at 8 fps (1-3 s), then 12 fps to the end
+# (every pts a multiple of 1/24 s, so no two frames share one). Passthrough keeps the timing.
+VFR = ("-vf", "setpts='if(lt(N,24),N/24,if(lt(N,40),1+(N-24)/8,3+(N-40)/12))/TB'",
+       "-fps_mode", "passthrough")
 
 CLIPS = {c.name: c for c in [
     # H.264 with B-frames, moov first; also carries an audio track.
@@ -70,6 +75,15 @@ CLIPS = {c.name: c for c in [
     # A longer, larger clip for GIL and throughput checks.
     Clip("long_640x360.mp4", 640, 360, 12, X264 + ("-movflags", "+faststart")),
     Clip("audio_only.m4a", 0, 0, 1, ("-c:a", "aac"), audio=True, video=False),
+    # Variable frame rate (52 frames over 4 s; see VFR), in Matroska and in MP4.
+    Clip("h264_vfr.mkv", 256, 144, 4, VFR + X264),
+    Clip("h264_vfr.mp4", 256, 144, 4, VFR + X264),
+    # Non-square pixels: sample aspect ratio 4:3, so 256x144 displays as 341.33x144.
+    Clip("h264_sar4x3.mp4", 256, 144, 1, ("-vf", "setsar=4/3") + X264),
+    # 90 frames, moov first, the last 300 bytes cut off: the last sample (in file order) is
+    # incomplete and does not decode, so 89 frames decode where the sample table lists 90.
+    Clip("h264_truncated.mp4", 256, 144, 3.75, X264 + ("-movflags", "+faststart"),
+         truncate_tail=300),
 ]}
 
 
@@ -118,7 +132,9 @@ def make_clip(clip: Clip, out: Path, source: Path | None = None) -> None:
     cmd += [*clip.args, str(out) + ".part" + out.suffix]
     # SVT_LOG=1: the AV1 encoder prints its banner unless told errors only.
     subprocess.run(cmd, check=True, env={**os.environ, "SVT_LOG": "1"})
-    os.replace(str(out) + ".part" + out.suffix, out)
+    if clip.truncate_tail:
+        os.truncate(part, os.path.getsize(part) - clip.truncate_tail)
+    os.replace(part, out)
 
 
 def reference_frames(path: Path, height: int, width: int) -> np.ndarray:

@@ -51,6 +51,7 @@ class ReadCounters:
 
     kv_hits: int = 0
     kv_misses: int = 0
+    kv_bytes: int = 0  # bytes served by hits
     kv_errors: int = 0  # KV unreachable or skipped by the open circuit
     kv_corrupt: int = 0  # entries that failed verification and were deleted
     remote_reads: int = 0
@@ -319,7 +320,7 @@ class FluxonFsClient:
                 counters.add(kv_corrupt=1)
             counters.add(kv_misses=1)
             return None
-        counters.add(kv_hits=1)
+        counters.add(kv_hits=1, kv_bytes=len(data))
         return data
 
     def _remote(self, export: FluxonFsExport, relpath: str, version: FileStat, offset: int,

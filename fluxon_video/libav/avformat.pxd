@@ -30,6 +30,7 @@ cdef extern from "libavformat/avio.h" nogil:
 # https://ffmpeg.org/doxygen/5.1/structAVFormatContext.html
 cdef extern from "libavformat/avformat.h" nogil:
     int AVFMT_FLAG_CUSTOM_IO
+    int AVFMT_FLAG_GENPTS
     int AV_DISPOSITION_ATTACHED_PIC
     int AVSEEK_FLAG_BACKWARD
     int AVINDEX_KEYFRAME
