@@ -10,6 +10,9 @@ APT_PACKAGES := libavformat-dev libavcodec-dev libavutil-dev libswscale-dev \
 NATIVE_SOURCES := $(wildcard fluxon_video/*.pyx fluxon_video/*.pxd fluxon_video/*.c \
                   fluxon_video/*.h fluxon_video/libav/*.pxd) setup.py pyproject.toml
 STAMP  := $(VENV)/.fluxon-installed
+# The PyTorch CPU build these machines keep on disk (a plain `pip install torch`
+# would pull gigabytes of CUDA wheels). The tests run fluxon_video.torch with it.
+TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
 .PHONY: build system-deps test demo bench clean
@@ -32,7 +35,8 @@ $(STAMP): $(NATIVE_SOURCES)
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel "Cython>=3.0" "pkgconfig>=1.5"
-	$(PY) -m pip install -q --no-build-isolation -e ".[test]"
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q --no-build-isolation -e ".[test,torch]"
 	$(PY) setup.py -q build_ext --inplace
 	@touch $(STAMP)
 
