@@ -54,6 +54,8 @@ class FluxonFsPatcher:
             config = FluxonFsConfig.build(exports or [], identities, client)
         elif exports is not None or identities is not None or client is not None:
             raise FluxonFsConfigError("pass either config or exports/identities/client, not both")
+        # Exports served by this process get the agent's start-up checks.
+        config.check_served(e for e in config.exports.values() if e.in_process)
         self.config = config
         self._kv_store = kv_store
         self._client = FluxonFsClient(config, kv_store)
@@ -137,7 +139,7 @@ class FluxonFsPatcher:
         width = None if width is None else positive_int("width", width)
         num_threads = positive_int("num_threads", num_threads)
         export = self.config.export(export_name)
-        check_relpath(relpath)
+        relpath = check_relpath(relpath)
         who = self._who(identity)
         version = self.client.stat(who, export_name, relpath)
         return FluxonFsVideoReader(self.client, self.config.client, who, export, relpath, version,
@@ -175,7 +177,7 @@ class FluxonFsPatcher:
                      ) -> tuple[FrameIndex, FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
         t0 = time.perf_counter()
         export = self.config.export(export_name)
-        check_relpath(relpath)
+        relpath = check_relpath(relpath)
         who = self._who(identity)
         version = self.client.stat(who, export_name, relpath)
         source = FluxonFsRangeSource(self.client, who, export_name, relpath, version)

@@ -85,7 +85,7 @@ class FluxonFsVideoReadRequest:
     def __post_init__(self) -> None:
         if not isinstance(self.export_name, str) or not self.export_name:
             raise FluxonFsConfigError(f"export_name must be a non-empty string, got {self.export_name!r}")
-        check_relpath(self.relpath)
+        object.__setattr__(self, "relpath", check_relpath(self.relpath))
         for name in ("height", "width"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, positive_int(name, getattr(self, name)))

@@ -34,7 +34,8 @@ def test_stat_and_read_wait_the_injected_latency(agent_config, export_root):
         body, stat_s = get(f"{agent.url}/v1/stat?{urlencode(query)}")
         stat = json.loads(body)
         assert stat["size"] == (export_root / VIDEO).stat().st_size
-        query.update(offset=100, length=1000, size=stat["size"], mtime_ns=stat["mtime_ns"])
+        query.update(offset=100, length=1000, size=stat["size"], mtime_ns=stat["mtime_ns"],
+                     ctime_ns=stat["ctime_ns"], inode=stat["inode"])
         data, read_s = get(f"{agent.url}/v1/read?{urlencode(query)}")
         assert data == (export_root / VIDEO).read_bytes()[100:1100]
     finally:

@@ -240,8 +240,8 @@ def test_agent_status_codes(agent):
     assert status(f"/v1/stat?{q}", token="token-bob") == 403
     assert status("/v1/stat?" + urlencode({"export": "train", "path": "nope.mp4"})) == 404
     assert status("/v1/stat?" + urlencode({"export": "zzz", "path": VIDEO})) == 404
-    assert status(f"/v1/read?{q}&offset=0&length=10&size=1&mtime_ns=1") == 409
-    assert status(f"/v1/read?{q}&offset=x&length=10&size=1&mtime_ns=1") == 400
+    assert status(f"/v1/read?{q}&offset=0&length=10&size=1&mtime_ns=1&ctime_ns=1&inode=1") == 409
+    assert status(f"/v1/read?{q}&offset=x&length=10&size=1&mtime_ns=1&ctime_ns=1&inode=1") == 400
 
 
 # ---- file versions ----

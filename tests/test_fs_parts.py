@@ -86,22 +86,24 @@ def test_piece_keys_never_collide():
 
 
 def test_piece_entries_are_verified():
-    fields = encode_piece(b"hello world", "bytes")
-    assert decode_piece(fields, "bytes", 11) == b"hello world"
-    assert decode_piece(fields, "bytes", 12) is None  # not the length the file implies
-    assert decode_piece({**fields, "bytes": b"hello worle"}, "bytes", 11) is None  # CRC
-    assert decode_piece({**fields, "crc32": b"zz"}, "bytes", 11) is None
-    assert decode_piece({"bytes": b"x"}, "bytes", 1) is None
-    assert decode_piece(None, "bytes", 1) is None
+    fields = encode_piece("k", b"hello world", "bytes")
+    assert decode_piece("k", fields, "bytes", 11) == b"hello world"
+    assert decode_piece("k", fields, "bytes", 12) is None  # not the length the file implies
+    assert decode_piece("k", {**fields, "bytes": b"hello worle"}, "bytes", 11) is None  # CRC
+    assert decode_piece("k", {**fields, "crc32": b"zz"}, "bytes", 11) is None
+    assert decode_piece("k", {"bytes": b"x"}, "bytes", 1) is None
+    assert decode_piece("k", None, "bytes", 1) is None
+    # A valid entry under another key (moved or copied there) is caught like corruption.
+    assert decode_piece("k2", fields, "bytes", 11) is None
 
 
 def test_embedded_store_is_bounded():
     store = EmbeddedPieceStore(max_bytes=10_000)
     for i in range(10):
-        store.put(f"k{i}", encode_piece(bytes(3000), "bytes"))
+        store.put(f"k{i}", encode_piece(f"k{i}", bytes(3000), "bytes"))
     kept = [i for i in range(10) if store.get(f"k{i}")]
     assert kept == [7, 8, 9]
-    store.put("huge", encode_piece(bytes(20_000), "bytes"))  # larger than the store: skipped
+    store.put("huge", encode_piece("huge", bytes(20_000), "bytes"))  # larger than the store: skipped
     assert store.get("huge") is None
 
 

@@ -9,8 +9,10 @@ and never reads more of a file than the range asked for.
 
 Protocol (every request carries ``Authorization: Bearer <token>``):
 
-    GET /v1/stat?export=E&path=P                      -> {"size": N, "mtime_ns": T}
-    GET /v1/read?export=E&path=P&offset=O&length=L&size=N&mtime_ns=T -> bytes
+    GET /v1/stat?export=E&path=P
+        -> {"size": N, "mtime_ns": T, "ctime_ns": C, "inode": I}
+    GET /v1/read?export=E&path=P&offset=O&length=L&size=N&mtime_ns=T&ctime_ns=C&inode=I
+        -> bytes
     GET /healthz                                      -> "ok"
 
 Errors are JSON ``{"error": kind, "message": text}`` with status 400 (bad
@@ -52,8 +54,10 @@ def _error_response(exc: BaseException) -> web.Response:
             if status == 403 and "token" in str(exc):
                 status = 401
             return web.json_response({"error": kind, "message": str(exc)}, status=status)
-    log.exception("internal error", exc_info=exc)
-    return web.json_response({"error": "internal", "message": str(exc)}, status=500)
+    # Details stay in the agent's log: an unexpected error's text may name host paths.
+    log.error("internal error: %s", exc, exc_info=exc)
+    return web.json_response({"error": "internal", "message": "internal error (see the agent's log)"},
+                             status=500)
 
 
 def _bearer(request: web.Request) -> str | None:
@@ -88,12 +92,14 @@ async def handle_stat(request: web.Request) -> web.Response:
                             _bearer(request))
     except Exception as exc:  # noqa: BLE001 - every error becomes a status
         return _error_response(exc)
-    return web.json_response({"size": st.size, "mtime_ns": st.mtime_ns, "is_file": True})
+    return web.json_response({"size": st.size, "mtime_ns": st.mtime_ns, "ctime_ns": st.ctime_ns,
+                              "inode": st.inode, "is_file": True})
 
 
 async def handle_read(request: web.Request) -> web.Response:
     try:
-        expected = FileStat(_int_param(request, "size"), _int_param(request, "mtime_ns"))
+        expected = FileStat(_int_param(request, "size"), _int_param(request, "mtime_ns"),
+                            _int_param(request, "ctime_ns"), _int_param(request, "inode"))
         data = await _in_pool(request, request.app[STORAGE_KEY].read_chunk,
                               _str_param(request, "export"), _str_param(request, "path"),
                               _int_param(request, "offset"), _int_param(request, "length"),
@@ -123,6 +129,7 @@ def make_app(config: FluxonFsConfig, threads: int = 32,
              inject_latency_ms: float = 0.0) -> web.Application:
     if inject_latency_ms < 0:
         raise errors.FluxonFsConfigError(f"inject_latency_ms must be >= 0, got {inject_latency_ms}")
+    config.check_served(config.exports.values())
     app = web.Application(middlewares=[_latency_middleware(inject_latency_ms / 1e3)]
                           if inject_latency_ms else [])
     app[STORAGE_KEY] = ExportStorage(config)

@@ -39,7 +39,13 @@ from fluxon_video.fs.kv import (
     encode_piece,
     piece_key,
 )
-from fluxon_video.fs.routes import AgentRoute, InProcessRoute, Route
+from fluxon_video.fs.routes import (
+    AgentRoute,
+    InProcessRoute,
+    ReplicatedRoute,
+    Route,
+    is_unreachable,
+)
 from fluxon_video.fs.storage import ExportStorage, FileStat
 
 T = TypeVar("T")
@@ -178,6 +184,8 @@ class _ProcessState:
     kv: GuardedPieceStore
     routes: dict[str, Route]
     stats: cachetools.TLRUCache[tuple, tuple[float, FileStat]]
+    # (monotonic time, stat) of the last authorised stat, for stale_if_error_s.
+    last_good: cachetools.LRUCache[tuple, tuple[float, FileStat]]
     stats_lock: threading.Lock
     flights: SingleFlight
     backfill: Backfiller
@@ -210,8 +218,10 @@ class FluxonFsClient:
         for export in self.config.exports.values():
             routes[export.name] = (
                 InProcessRoute(storage) if export.in_process else
-                AgentRoute(export.agent_url, settings.agent_timeout_s,
-                           settings.agent_connect_timeout_s, settings.agent_pool_size))
+                ReplicatedRoute([AgentRoute(url, settings.agent_timeout_s,
+                                            settings.agent_connect_timeout_s,
+                                            settings.agent_pool_size)
+                                 for url in export.agent_urls], settings.agent_failover_skip_s))
         store = self._piece_store if self._piece_store is not None else make_piece_store(self.config)
         return _ProcessState(
             pid=os.getpid(),
@@ -219,6 +229,7 @@ class FluxonFsClient:
             routes=routes,
             stats=cachetools.TLRUCache(maxsize=65536, ttu=lambda _key, value, now: value[0],
                                        timer=time.monotonic),
+            last_good=cachetools.LRUCache(maxsize=65536),
             stats_lock=threading.Lock(),
             flights=SingleFlight(),
             backfill=Backfiller(settings.backfill_workers, settings.backfill_queue_size))
@@ -251,12 +262,32 @@ class FluxonFsClient:
             cached = state.stats.get(key)
         if cached is not None:
             return cached[1]
-        st = state.routes[export_name].stat(export_name, relpath, identity.token)
+        try:
+            st = state.routes[export_name].stat(export_name, relpath, identity.token)
+        except errors.FluxonFsIOError as exc:
+            stale = self._stale_stat(state, export, key, exc)
+            if stale is None:
+                raise
+            return stale
+        now = time.monotonic()
         ttl = export.metadata_cache_ttl_ms / 1000
-        if ttl > 0:
-            with state.stats_lock:
-                state.stats[key] = (time.monotonic() + ttl, st)
+        with state.stats_lock:
+            if ttl > 0:
+                state.stats[key] = (now + ttl, st)
+            if export.stale_if_error_s > 0:
+                state.last_good[key] = (now, st)
         return st
+
+    def _stale_stat(self, state: _ProcessState, export: FluxonFsExport, key: tuple,
+                    exc: errors.FluxonFsIOError) -> FileStat | None:
+        """With stale_if_error_s, the last authorised stat while no agent answers."""
+        if export.stale_if_error_s <= 0 or not is_unreachable(exc):
+            return None
+        with state.stats_lock:
+            good = state.last_good.get(key)
+        if good is None or time.monotonic() - good[0] > export.stale_if_error_s:
+            return None
+        return good[1]
 
     def check_version(self, identity: RequestIdentity, export_name: str, relpath: str,
                       version: FileStat) -> None:
@@ -265,8 +296,7 @@ class FluxonFsClient:
         if current != version:
             raise errors.FluxonFsFileChangedError(
                 f"{export_name}:{relpath}: the file changed since the reader opened it "
-                f"(size {version.size} -> {current.size}, mtime_ns {version.mtime_ns} -> "
-                f"{current.mtime_ns})")
+                f"({version.describe_change(current)})")
 
     # ---- the range read ----
 
@@ -312,7 +342,7 @@ class FluxonFsClient:
         if not reachable:
             counters.add(kv_errors=1)
             return None
-        data = decode_piece(entry, export.cache_bytes_field_key,
+        data = decode_piece(key, entry, export.cache_bytes_field_key,
                             self._piece_len(export, version, index))
         if data is None:
             if entry:  # present but damaged: drop it so it gets rewritten
@@ -332,8 +362,8 @@ class FluxonFsClient:
 
     def _store(self, export: FluxonFsExport, relpath: str, version: FileStat, index: int,
                data: bytes) -> None:
-        self.kv.put(self._key(export, relpath, version, index),
-                    encode_piece(data, export.cache_bytes_field_key))
+        key = self._key(export, relpath, version, index)
+        self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key))
 
     def _stage_piece(self, export: FluxonFsExport, relpath: str, version: FileStat, index: int,
                      identity: RequestIdentity, counters: ReadCounters) -> bytes:
@@ -379,7 +409,7 @@ class FluxonFsClient:
             return None
         key = blob_key(export.cache_kv_key_prefix, kind, export_name, relpath, version)
         reachable, entry = self.kv.get(key)
-        data = decode_piece(entry, export.cache_bytes_field_key, None) if reachable else None
+        data = decode_piece(key, entry, export.cache_bytes_field_key, None) if reachable else None
         if entry and data is None:
             self.kv.delete(key)
         return data
@@ -389,8 +419,8 @@ class FluxonFsClient:
         export = self.config.export(export_name)
         if version.size > export.cache_max_bytes:
             return
-        self.kv.put(blob_key(export.cache_kv_key_prefix, kind, export_name, relpath, version),
-                    encode_piece(data, export.cache_bytes_field_key))
+        key = blob_key(export.cache_kv_key_prefix, kind, export_name, relpath, version)
+        self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key))
 
     def close(self) -> None:
         """Stop this process's threads and connections; later calls raise. Safe to call twice."""

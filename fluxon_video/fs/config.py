@@ -15,6 +15,7 @@ A config file looks like::
     agent_url = "http://storage-01:8765"       # omit to serve in-process
     allow = ["trainer"]
     piece_size = 262144                       # one KV piece = one reader page
+    # agent_url = ["http://storage-01:8765", "http://storage-02:8765"]  # replicas
     kv_miss_policy = "RemoteRead"              # or "StageToKvThenRead"
 
 Unknown keys and bad values raise FluxonFsConfigError naming the file and key.
@@ -22,6 +23,7 @@ Unknown keys and bad values raise FluxonFsConfigError naming the file and key.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 import tomllib
@@ -65,7 +67,8 @@ class FluxonFsExport:
 
     name: str
     root: str
-    agent_url: str | None = None
+    # One agent URL, or several: replicas serving the same storage (failover).
+    agent_url: str | tuple[str, ...] | None = None
     allow: tuple[str, ...] = ()
     cache_kv_key_prefix: str = "fluxonfs"
     cache_bytes_field_key: str = "bytes"
@@ -74,15 +77,25 @@ class FluxonFsExport:
     async_backfill_enabled: bool = True
     piece_size: int = defaults.PAGE_SIZE
     kv_miss_policy: MissPolicy = MissPolicy.RemoteRead
+    # Off by default. While no agent answers, keep serving KV bytes of a file
+    # whose stat was authorised within this many seconds (see the README's
+    # security note: a revoked identity or a changed file goes unnoticed that long).
+    stale_if_error_s: float = 0.0
 
     def __post_init__(self) -> None:
         where = f"export {self.name!r}"
         _require(isinstance(self.name, str) and self.name, f"{where}: name must be a non-empty string")
         _require(isinstance(self.root, str) and self.root, f"{where}: root must be a path")
-        if self.agent_url is not None:
-            _require(isinstance(self.agent_url, str)
-                     and self.agent_url.startswith(("http://", "https://")),
-                     f"{where}: agent_url must be an http:// or https:// URL, got {self.agent_url!r}")
+        if isinstance(self.agent_url, (list, tuple)):
+            _require(len(self.agent_url) > 0, f"{where}: agent_url is an empty list")
+            object.__setattr__(self, "agent_url", tuple(self.agent_url))
+        for url in self.agent_urls:
+            _require(isinstance(url, str) and url.startswith(("http://", "https://")),
+                     f"{where}: agent_url must be an http:// or https:// URL (or a list of "
+                     f"them), got {url!r}")
+        _require(isinstance(self.stale_if_error_s, (int, float))
+                 and not isinstance(self.stale_if_error_s, bool) and self.stale_if_error_s >= 0,
+                 f"{where}: stale_if_error_s must be a number >= 0")
         object.__setattr__(self, "allow", tuple(self.allow))
         _require(all(isinstance(a, str) and a for a in self.allow),
                  f"{where}: allow must be a list of identity names")
@@ -108,6 +121,12 @@ class FluxonFsExport:
     def in_process(self) -> bool:
         return self.agent_url is None
 
+    @property
+    def agent_urls(self) -> tuple[str, ...]:
+        if self.agent_url is None:
+            return ()
+        return (self.agent_url,) if isinstance(self.agent_url, str) else tuple(self.agent_url)
+
 
 @dataclass(frozen=True)
 class ClientSettings:
@@ -120,6 +139,7 @@ class ClientSettings:
     agent_timeout_s: float = 10.0
     agent_connect_timeout_s: float = 2.0
     agent_pool_size: int = 16
+    agent_failover_skip_s: float = 10.0  # a replica that did not answer is tried last this long
     backfill_workers: int = 2
     backfill_queue_size: int = 256
     fetch_workers: int = 4
@@ -133,7 +153,7 @@ class ClientSettings:
                      f"client.redis_url must be a redis://, rediss:// or unix:// URL, "
                      f"got {self.redis_url!r}")
         for name in ("redis_timeout_s", "redis_retry_after_s", "agent_timeout_s",
-                     "agent_connect_timeout_s"):
+                     "agent_connect_timeout_s", "agent_failover_skip_s"):
             value = getattr(self, name)
             _require(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
                      f"client.{name} must be a positive number, got {value!r}")
@@ -150,6 +170,23 @@ class FluxonFsConfig:
     exports: Mapping[str, FluxonFsExport]
     identities: Mapping[str, str] = field(default_factory=dict)  # name -> token
     client: ClientSettings = field(default_factory=ClientSettings)
+    source: str = field(default="", compare=False)  # the file it was read from, for messages
+
+    def check_served(self, exports: Iterable[FluxonFsExport]) -> None:
+        """Refuse to serve an export whose root is not a directory here, or whose
+        access list names an identity this config does not define."""
+        where = f"{self.source}: " if self.source else ""
+        names = list(self.exports)
+        for export in exports:
+            key = f"exports[{names.index(export.name)}] ({export.name})"
+            if not os.path.isdir(export.root):
+                raise FluxonFsConfigError(f"{where}{key}: root {export.root!r} is not a directory "
+                                          "on this host")
+            unknown = [name for name in export.allow if name not in self.identities]
+            if unknown:
+                raise FluxonFsConfigError(
+                    f"{where}{key}: allow names {', '.join(map(repr, unknown))}, which "
+                    f"[identities] does not define")
 
     @classmethod
     def build(cls, exports: Iterable[FluxonFsExport], identities: Mapping[str, str] | None = None,
@@ -196,9 +233,10 @@ def load_config(path: str | os.PathLike[str]) -> FluxonFsConfig:
     except tomllib.TOMLDecodeError as exc:
         raise FluxonFsConfigError(f"{path}: not valid TOML: {exc}") from None
     try:
-        return config_from_dict(data)
+        config = config_from_dict(data)
     except FluxonFsConfigError as exc:
         raise FluxonFsConfigError(f"{path}: {exc}") from None
+    return dataclasses.replace(config, source=str(path))
 
 
 def config_from_dict(data: Mapping[str, Any]) -> FluxonFsConfig:

@@ -1,9 +1,13 @@
 """KV piece stores: Redis (shared by every node) or an in-process LRU.
 
 A piece is one hash: the bytes under the export's ``cache_bytes_field_key``,
-plus ``len`` and ``crc32``; every hit is verified against both before use.
-Redis trouble never fails a read: GuardedPieceStore turns errors and
-timeouts into misses and opens a circuit for a while, then tries again.
+plus ``len`` and ``crc32``, a CRC-32 over the entry's own key and then its
+bytes; every hit is verified against both before use, so damaged bytes and
+an entry moved or copied under another key read as corrupt.
+Redis trouble never fails a read: GuardedPieceStore turns connection errors
+and timeouts into misses and opens a circuit for a while, then tries again.
+An entry of the wrong type or a refused write (Redis full under
+``noeviction``) is not Redis being down: the circuit stays closed.
 """
 
 from __future__ import annotations
@@ -23,38 +27,55 @@ from fluxon_video.fs.storage import FileStat
 Fields = Mapping[str, bytes]
 
 
+def _version(version: FileStat) -> str:
+    # Every part of the version: a rewrite that restores size and mtime still
+    # has another ctime (or inode), so its pieces never share a key.
+    return f"{version.size}:{version.mtime_ns}:{version.ctime_ns}:{version.inode}"
+
+
 def piece_key(prefix: str, export: str, relpath: str, version: FileStat, piece_size: int,
               index: int) -> str:
     """The KV key of one piece. Strings are length-prefixed, so no two tuples collide."""
     return (f"{prefix}:piece:{len(export)}:{export}:{len(relpath.encode())}:{relpath}:"
-            f"{version.size}:{version.mtime_ns}:{piece_size}:{index}")
+            f"{_version(version)}:{piece_size}:{index}")
 
 
 def blob_key(prefix: str, kind: str, export: str, relpath: str, version: FileStat) -> str:
     """The KV key of a per-file-version blob (e.g. the frame index), same encoding."""
     return (f"{prefix}:{kind}:{len(export)}:{export}:{len(relpath.encode())}:{relpath}:"
-            f"{version.size}:{version.mtime_ns}")
+            f"{_version(version)}")
 
 
-def encode_piece(data: bytes, bytes_field: str) -> dict[str, bytes]:
+def _checksum(key: str, data: bytes) -> int:
+    return zlib.crc32(data, zlib.crc32(key.encode()))
+
+
+def encode_piece(key: str, data: bytes, bytes_field: str) -> dict[str, bytes]:
+    """The entry stored under key: bytes, length and a checksum bound to key."""
     return {bytes_field: data, "len": str(len(data)).encode(),
-            "crc32": str(zlib.crc32(data)).encode()}
+            "crc32": str(_checksum(key, data)).encode()}
 
 
-def decode_piece(fields: Fields | None, bytes_field: str,
+def decode_piece(key: str, fields: Fields | None, bytes_field: str,
                  expected_len: int | None) -> bytes | None:
-    """The entry's bytes if it is whole and intact (and expected_len long), else None."""
+    """The entry's bytes if it is whole, intact, written for key (and expected_len
+    long), else None."""
     if not fields:
         return None
     try:
         data = fields[bytes_field]
         if int(fields["len"]) != len(data) or expected_len not in (None, len(data)):
             return None
-        if int(fields["crc32"]) != zlib.crc32(data):
+        if int(fields["crc32"]) != _checksum(key, data):
             return None
     except (KeyError, ValueError, TypeError):
         return None
     return bytes(data)
+
+
+# What a store returns for a key holding something that is not a piece entry
+# (a Redis STRING or LIST, say): present, and fails verification like corruption.
+DAMAGED: Fields = {"damaged": b""}
 
 
 class PieceStore(Protocol):
@@ -111,7 +132,12 @@ class RedisPieceStore:
         self.url = url
 
     def get(self, key: str) -> Fields | None:
-        raw = self._redis.hgetall(key)
+        try:
+            raw = self._redis.hgetall(key)
+        except redis.exceptions.ResponseError as exc:
+            if str(exc).startswith("WRONGTYPE"):
+                return DAMAGED  # deleted and rewritten by the client
+            raise
         return {k.decode(): v for k, v in raw.items()} if raw else None
 
     def put(self, key: str, fields: Fields) -> None:
@@ -132,6 +158,9 @@ class GuardedPieceStore:
     """
 
     KV_ERRORS = (redis.exceptions.RedisError, OSError)
+    # Answers from a healthy server (WRONGTYPE, OOM under noeviction, ...): the
+    # call failed, Redis is not down. Loading/busy replies are connection errors.
+    SERVER_REFUSALS = (redis.exceptions.ResponseError,)
 
     def __init__(self, store: PieceStore, retry_after_s: float) -> None:
         self.store = store
@@ -147,6 +176,8 @@ class GuardedPieceStore:
             return False, None
         try:
             result = fn(*args)
+        except self.SERVER_REFUSALS:
+            return False, None
         except self.KV_ERRORS:
             self._open_until = time.monotonic() + self.retry_after_s
             return False, None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from typing import Protocol
 from urllib.parse import urlencode
 
@@ -89,9 +90,15 @@ class AgentRoute:
         try:
             response = self._pool().request("GET", url, headers={"Authorization": f"Bearer {token}"},
                                             preload_content=True)
-        except urllib3.exceptions.TimeoutError as exc:
-            raise errors.FluxonFsTimeoutError(f"{what}: agent {self.url} timed out ({exc})") from None
         except urllib3.exceptions.HTTPError as exc:
+            # With retries, urllib3 wraps the cause in MaxRetryError.
+            cause = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
+            # (a refused connection is a NewConnectionError, which urllib3 2 derives
+            # from ConnectTimeoutError: it is no timeout)
+            if (isinstance(cause, urllib3.exceptions.TimeoutError)
+                    and not isinstance(cause, urllib3.exceptions.NewConnectionError)):
+                raise errors.FluxonFsTimeoutError(
+                    f"{what}: agent {self.url} timed out ({cause})") from None
             raise errors.FluxonFsIOError(f"{what}: agent {self.url} unreachable ({exc})") from None
         if response.status == 200:
             return response.data
@@ -108,13 +115,15 @@ class AgentRoute:
         body = self._get("/v1/stat", {"export": export, "path": relpath}, token,
                          f"{export}:{relpath}")
         info = json.loads(body)
-        return FileStat(int(info["size"]), int(info["mtime_ns"]))
+        return FileStat(int(info["size"]), int(info["mtime_ns"]), int(info["ctime_ns"]),
+                        int(info["inode"]))
 
     def read_chunk(self, export: str, relpath: str, offset: int, length: int,
                    expected: FileStat, token: str) -> bytes:
         data = self._get("/v1/read", {"export": export, "path": relpath, "offset": offset,
                                       "length": length, "size": expected.size,
-                                      "mtime_ns": expected.mtime_ns},
+                                      "mtime_ns": expected.mtime_ns,
+                                      "ctime_ns": expected.ctime_ns, "inode": expected.inode},
                          token, f"{export}:{relpath}")
         if len(data) != length:
             raise errors.FluxonFsShortReadError(
@@ -127,3 +136,62 @@ class AgentRoute:
                 self._http.clear()
             self._http = None
             self._pid = -1
+
+
+class ReplicatedRoute:
+    """Agents serving the same storage: fail over, and skip a dead one for a while.
+
+    stat and read_chunk are idempotent, so a call that finds a replica
+    unreachable or timing out is retried on the next one. An answer (file not
+    found, permission, changed) is authoritative and is not retried. A
+    replica that failed is tried last until ``skip_s`` have passed.
+    """
+
+    def __init__(self, replicas: list[AgentRoute], skip_s: float) -> None:
+        self.replicas = replicas
+        self.skip_s = skip_s
+        self._dead_until = [0.0] * len(replicas)
+        self._lock = threading.Lock()
+
+    def _order(self) -> list[int]:
+        now = time.monotonic()
+        with self._lock:
+            alive = [i for i, until in enumerate(self._dead_until) if until <= now]
+            dead = sorted((i for i, until in enumerate(self._dead_until) if until > now),
+                          key=lambda i: self._dead_until[i])
+        return alive + dead
+
+    def _call(self, method: str, *args: object) -> object:
+        last: errors.FluxonFsIOError | None = None
+        for i in self._order():
+            try:
+                result = getattr(self.replicas[i], method)(*args)
+            except errors.FluxonFsIOError as exc:
+                if not is_unreachable(exc):
+                    raise  # the storage answered: not found, permission, changed, short read
+                with self._lock:
+                    self._dead_until[i] = time.monotonic() + self.skip_s
+                last = exc
+                continue
+            with self._lock:
+                self._dead_until[i] = 0.0
+            return result
+        assert last is not None
+        raise last
+
+    def stat(self, export: str, relpath: str, token: str) -> FileStat:
+        return self._call("stat", export, relpath, token)  # type: ignore[return-value]
+
+    def read_chunk(self, export: str, relpath: str, offset: int, length: int,
+                   expected: FileStat, token: str) -> bytes:
+        return self._call("read_chunk", export, relpath, offset, length, expected,
+                          token)  # type: ignore[return-value]
+
+    def close(self) -> None:
+        for replica in self.replicas:
+            replica.close()
+
+
+def is_unreachable(exc: errors.FluxonFsIOError) -> bool:
+    """A transport failure (no answer), as opposed to an answer from the agent."""
+    return type(exc) in (errors.FluxonFsIOError, errors.FluxonFsTimeoutError)

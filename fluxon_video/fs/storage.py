@@ -5,17 +5,25 @@ served by the same object in-process, so both routes apply the same checks:
 the bearer token must name an identity on the export's access list, the path
 must stay inside the root (no '..', no absolute paths, no NUL bytes, no
 symlink leading out), and only regular files are read. A read names the
-version (size, mtime_ns) the caller expects and is refused if the file changed.
+version the caller expects (size, mtime_ns, ctime_ns, inode) and is refused
+if the file changed: ctime cannot be set by a user, so a rewrite that
+restores size and mtime is still a new version.
+
+Every OS error becomes a clean refusal (not found, or a bad request for a
+name the OS cannot take) whose message names export:relpath only, never a
+path on the storage host.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat as stat_mod
 from dataclasses import dataclass
 
 from fluxon_video.errors import (
     FluxonFsBadRequestError,
+    FluxonFsError,
     FluxonFsFileChangedError,
     FluxonFsNotFoundError,
     FluxonFsPermissionError,
@@ -28,23 +36,53 @@ MAX_CHUNK_BYTES = 64 << 20
 
 @dataclass(frozen=True)
 class FileStat:
-    """A file version: what cache keys and version checks are built from."""
+    """A file version: what cache keys and version checks are built from.
+
+    Any change the storage host can see (size, mtime, ctime, inode) is a new
+    version.
+    """
 
     size: int
     mtime_ns: int
+    ctime_ns: int = 0
+    inode: int = 0
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileStat:
+        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+    def describe_change(self, current: FileStat) -> str:
+        changed = [f"{name} {getattr(self, name)} -> {getattr(current, name)}"
+                   for name in ("size", "mtime_ns", "ctime_ns", "inode")
+                   if getattr(self, name) != getattr(current, name)]
+        return ", ".join(changed) or "no change"
 
 
 def check_relpath(relpath: object) -> str:
-    """relpath if it is a plain relative path inside a root, else BadRequest."""
+    """relpath normalised (``./``, ``//`` and a trailing ``/`` removed) if it is a
+    plain relative path inside a root, else BadRequest. ``..`` is refused."""
     if not isinstance(relpath, str) or not relpath:
         raise FluxonFsBadRequestError(f"relpath must be a non-empty string, got {relpath!r}")
     if "\x00" in relpath:
         raise FluxonFsBadRequestError(f"relpath {relpath!r} contains a NUL byte")
     if relpath.startswith("/") or os.path.isabs(relpath):
         raise FluxonFsBadRequestError(f"relpath {relpath!r} is absolute")
-    if ".." in relpath.split("/"):
+    parts = relpath.split("/")
+    if ".." in parts:
         raise FluxonFsBadRequestError(f"relpath {relpath!r} leaves the export root")
-    return relpath
+    normal = "/".join(part for part in parts if part not in ("", "."))
+    if not normal:
+        raise FluxonFsBadRequestError(f"relpath {relpath!r} names no file")
+    return normal
+
+
+def _refusal(exc: OSError, name: str) -> Exception:
+    """The clean refusal for an OS error on name (export:relpath): no host path in it."""
+    if exc.errno in (errno.ENAMETOOLONG, errno.EINVAL):
+        return FluxonFsBadRequestError(f"{name}: the storage host cannot take this name "
+                                       f"({os.strerror(exc.errno)})")
+    reason = os.strerror(exc.errno) if exc.errno else type(exc).__name__
+    return FluxonFsNotFoundError(f"{name}: cannot be read ({reason})")
 
 
 class ExportStorage:
@@ -65,48 +103,62 @@ class ExportStorage:
                 f"{export_name}: identity {identity!r} is not allowed to read this export")
         return export, identity
 
-    def _resolve(self, export: FluxonFsExport, relpath: str) -> str:
-        check_relpath(relpath)
-        root = os.path.realpath(export.root)
-        path = os.path.realpath(os.path.join(root, relpath))
+    def _resolve(self, export: FluxonFsExport, relpath: str) -> tuple[str, str]:
+        """(path on this host, export:relpath) for a relpath inside the export root."""
+        relpath = check_relpath(relpath)
+        name = f"{export.name}:{relpath}"
+        try:
+            root = os.path.realpath(export.root)
+            path = os.path.realpath(os.path.join(root, relpath))
+        except OSError as exc:  # a symlink loop or an over-long name, on some Pythons
+            raise _refusal(exc, name) from None
         if os.path.commonpath([root, path]) != root:
-            raise FluxonFsPermissionError(f"{export.name}:{relpath}: resolves outside the export root")
-        return path
+            raise FluxonFsPermissionError(f"{name}: resolves outside the export root")
+        return path, name
 
     def stat(self, export_name: str, relpath: str, token: str | None) -> FileStat:
         export, _ = self.authorize(export_name, token)
-        path = self._resolve(export, relpath)
+        path, name = self._resolve(export, relpath)
         try:
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
-            raise FluxonFsNotFoundError(f"{export_name}:{relpath}: no such file") from None
+            raise FluxonFsNotFoundError(f"{name}: no such file") from None
+        except OSError as exc:
+            raise _refusal(exc, name) from None
         if not stat_mod.S_ISREG(st.st_mode):
-            raise FluxonFsNotFoundError(f"{export_name}:{relpath}: not a regular file")
-        return FileStat(st.st_size, st.st_mtime_ns)
+            raise FluxonFsNotFoundError(f"{name}: not a regular file")
+        return FileStat.of(st)
 
     def read_chunk(self, export_name: str, relpath: str, offset: int, length: int,
                    expected: FileStat, token: str | None) -> bytes:
         export, _ = self.authorize(export_name, token)
-        path = self._resolve(export, relpath)
-        name = f"{export_name}:{relpath}"
+        path, name = self._resolve(export, relpath)
         if offset < 0 or length < 0 or length > MAX_CHUNK_BYTES:
             raise FluxonFsBadRequestError(f"{name}: bad range offset={offset} length={length}")
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            # O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer;
+            # the type is then checked on the descriptor, not on the path.
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
         except (FileNotFoundError, NotADirectoryError):
             raise FluxonFsFileChangedError(f"{name}: the file is gone") from None
+        except OSError as exc:
+            raise _refusal(exc, name) from None
         try:
             st = os.fstat(fd)
             if not stat_mod.S_ISREG(st.st_mode):
                 raise FluxonFsNotFoundError(f"{name}: not a regular file")
-            if (st.st_size, st.st_mtime_ns) != (expected.size, expected.mtime_ns):
+            current = FileStat.of(st)
+            if current != expected:
                 raise FluxonFsFileChangedError(
-                    f"{name}: the file changed (size {expected.size} -> {st.st_size}, "
-                    f"mtime_ns {expected.mtime_ns} -> {st.st_mtime_ns})")
+                    f"{name}: the file changed ({expected.describe_change(current)})")
             if offset + length > st.st_size:
                 raise FluxonFsBadRequestError(
                     f"{name}: range {offset}+{length} is past the end ({st.st_size} bytes)")
             data = os.pread(fd, length, offset)
+        except FluxonFsError:
+            raise
+        except OSError as exc:
+            raise _refusal(exc, name) from None
         finally:
             os.close(fd)
         if len(data) != length:
