@@ -3,6 +3,7 @@
 The public API lives in :mod:`fluxon_video.video` and is re-exported here.
 """
 
+from fluxon_video import logs as _logs  # noqa: F401 - installs the NullHandler
 from fluxon_video.local import decode_local_frames
 from fluxon_video.native import HAVE_FFMPEG
 from fluxon_video.sources import BytesRangeSource, LocalFileRangeSource, RangeSource

@@ -1,18 +1,100 @@
-"""The `fluxon-video` command line (also `python -m fluxon_video`)."""
+"""The `fluxon-video` command line (also `python -m fluxon_video`).
+
+    fluxon-video ls EXPORT[:PREFIX]            list files
+    fluxon-video stat EXPORT:RELPATH           file version and video metadata
+    fluxon-video index EXPORT [--glob G]       frame indexes into the KV
+    fluxon-video warm EXPORT [--glob G]        every piece (and index) into the KV
+    fluxon-video read EXPORT:RELPATH --frames 0,8,-1 --size 224x224 --out DIR
+    fluxon-video agent --config F --listen H:P serve exports (storage host)
+    fluxon-video demo | versions | --version
+
+Client commands read the config from --config or $FLUXON_VIDEO_CONFIG and
+act as --identity (or $FLUXON_VIDEO_IDENTITY, or the config's only
+identity). Output is text for people; --json prints JSON for machines.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+CONFIG_ENV = "FLUXON_VIDEO_CONFIG"
+IDENTITY_ENV = "FLUXON_VIDEO_IDENTITY"
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=os.environ.get(CONFIG_ENV),
+                        help=f"TOML config (default: ${CONFIG_ENV})")
+    parser.add_argument("--identity", default=os.environ.get(IDENTITY_ENV),
+                        help=f"identity to act as (default: ${IDENTITY_ENV}, or the config's "
+                             "only identity)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fluxon_video import __version__
+
     parser = argparse.ArgumentParser(
         prog="fluxon-video",
-        description="Decode video frames from FluxonFS exports into NHWC uint8 arrays.",
-    )
+        description="Decode video frames from FluxonFS exports into NHWC uint8 arrays; "
+                    "list, inspect, index and warm exports; run the storage agent.",
+        epilog=f"Client commands read --config (default ${CONFIG_ENV}).")
+    parser.add_argument("--version", action="version", version=f"fluxon-video {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log fluxon_video's messages (-v info, -vv debug)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    ls = sub.add_parser("ls", help="list the files of an export",
+                        description="List the files under EXPORT[:PREFIX] (one level; -r for "
+                                    "everything below), as the agent serves them.")
+    ls.add_argument("target", metavar="EXPORT[:PREFIX]")
+    ls.add_argument("-r", "--recursive", action="store_true", help="list every level")
+    ls.add_argument("--glob", help="only relpaths matching this pattern (* crosses /)")
+    _client_options(ls)
+    ls.set_defaults(run=_run_ls)
+
+    stat = sub.add_parser("stat", help="a file's version and video metadata",
+                          description="Print a file's version (size, mtime, ctime, inode) and "
+                                      "its video metadata (from the KV when indexed).")
+    stat.add_argument("target", metavar="EXPORT:RELPATH")
+    _client_options(stat)
+    stat.set_defaults(run=_run_stat)
+
+    for name, what in (("index", "build and store the frame index of every video"),
+                       ("warm", "prefetch every piece (and index) of every file into the KV")):
+        bulk = sub.add_parser(name, help=what, description=(
+            f"{what[0].upper()}{what[1:]} of EXPORT, in parallel with a progress bar, skipping "
+            "what the KV already holds at the file's current version (so a run can be "
+            "interrupted with Ctrl-C and resumed). A file that fails is reported and skipped."))
+        bulk.add_argument("export", metavar="EXPORT")
+        bulk.add_argument("--glob", help="only relpaths matching this pattern (* crosses /)")
+        bulk.add_argument("--workers", type=int, default=4,
+                          help="files handled at once (default: %(default)s)")
+        bulk.add_argument("--no-progress", action="store_true", help="no progress bar")
+        if name == "warm":
+            bulk.add_argument("--index-only", action="store_true",
+                              help="store the frame indexes only (as `index`)")
+        _client_options(bulk)
+        bulk.set_defaults(run=_run_bulk, bulk=name)
+
+    read = sub.add_parser("read", help="decode frames to PNG or .npy files",
+                          description="Decode frames of EXPORT:RELPATH (by index, negative from "
+                                      "the end, and/or by time) into --out.")
+    read.add_argument("target", metavar="EXPORT:RELPATH")
+    read.add_argument("--frames", help="frame indices, e.g. 0,8,-1")
+    read.add_argument("--times", help="times in seconds, e.g. 1.5,3.0 (the frame shown then)")
+    read.add_argument("--size", default="native",
+                      help="WxH, or 224x / x224 to keep the aspect ratio (default: native)")
+    read.add_argument("--format", choices=["png", "npy"], default="png")
+    read.add_argument("--autorotate", action="store_true", help="turn frames as displayed")
+    read.add_argument("--out", required=True, type=Path, help="directory for the files")
+    _client_options(read)
+    read.set_defaults(run=_run_read)
 
     demo = sub.add_parser(
         "demo", help="generate a few clips and read them, cold then warm",
@@ -25,15 +107,19 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=_run_demo)
 
     agent = sub.add_parser(
-        "agent", help="serve export roots to FluxonFS clients (stat, read_chunk)",
-        description="Run the FluxonFS agent on the storage host: it answers stat and "
-                    "read_chunk over HTTP/1.1 for the exports in --config, checking each "
-                    "request's bearer token against the export's access list.")
-    agent.add_argument("--config", required=True, help="TOML file with [identities] and [[exports]]")
+        "agent", help="serve export roots to FluxonFS clients (stat, list, read_chunk)",
+        description="Run the FluxonFS agent on the storage host: it answers stat, list and "
+                    "read_chunk over HTTP/1.1 (HTTPS with --tls-cert/--tls-key) for the exports "
+                    "in --config, checking each request's bearer token against the export's "
+                    "access list. SIGTERM stops it gracefully.")
+    agent.add_argument("--config", default=os.environ.get(CONFIG_ENV),
+                       help=f"TOML file with [identities] and [[exports]] (default: ${CONFIG_ENV})")
     agent.add_argument("--listen", default="127.0.0.1:8765",
                        help="HOST:PORT to listen on (default: %(default)s)")
     agent.add_argument("--io-threads", type=int, default=32,
-                       help="threads reading files (default: %(default)s)")
+                       help="threads reading files: concurrent reads (default: %(default)s)")
+    agent.add_argument("--tls-cert", help="PEM certificate chain: serve HTTPS")
+    agent.add_argument("--tls-key", help="PEM private key of --tls-cert")
     agent.add_argument("--access-log", action="store_true", help="log every request")
     agent.add_argument("--inject-latency-ms", type=float, default=0.0, metavar="MS",
                        help="wait MS milliseconds before answering each stat and read, to "
@@ -45,6 +131,122 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# ---- client commands ----
+
+def _patcher(args: argparse.Namespace) -> Any:
+    from fluxon_video.errors import FluxonFsConfigError
+    from fluxon_video.fs.config import load_config
+    from fluxon_video.patcher import FluxonFsPatcher
+
+    if not args.config:
+        raise FluxonFsConfigError(f"no config: pass --config or set ${CONFIG_ENV}")
+    config = load_config(args.config)
+    identity = args.identity
+    if identity is None:
+        if len(config.identities) != 1:
+            raise FluxonFsConfigError(
+                f"{args.config}: pass --identity (or set ${IDENTITY_ENV}); the config defines "
+                f"{', '.join(sorted(config.identities)) or 'no identities'}")
+        identity = next(iter(config.identities))
+    return FluxonFsPatcher(config, identity=identity)
+
+
+def _run_ls(args: argparse.Namespace) -> int:
+    from fluxon_video.ops.report import emit, human_bytes
+    from fluxon_video.ops.targets import split_target
+
+    export, prefix = split_target(args.target)
+    with _patcher(args) as patcher:
+        entries = patcher.list_files(export, prefix, args.recursive, args.glob)
+        rows = ({**e.as_dict(), "size_h": "-" if e.is_dir else human_bytes(e.size),
+                 "name": e.relpath + ("/" if e.is_dir else "")} for e in entries)
+        if args.json:
+            rows = ({k: v for k, v in row.items() if k not in ("size_h", "name")} for row in rows)
+        count = emit(rows, [("size_h", "size"), ("name", "relpath")], args.json)
+    if not args.json:
+        print(f"{count} entr{'y' if count == 1 else 'ies'}", file=sys.stderr)
+    return 0
+
+
+def _run_stat(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from fluxon_video.errors import FluxonFsDecodeError
+    from fluxon_video.ops.report import emit_record, human_bytes
+    from fluxon_video.ops.targets import split_target
+
+    export, relpath = split_target(args.target)
+    with _patcher(args) as patcher:
+        version = patcher.client.stat(patcher._who(None), export, relpath)
+        record: dict[str, Any] = {"file": f"{export}:{relpath}", **asdict(version)}
+        try:
+            metadata, stats = patcher.video_metadata_with_stats(export, relpath)
+        except FluxonFsDecodeError as exc:
+            record["video"] = f"none ({exc})"
+        else:
+            record.update({k: v for k, v in asdict(metadata).items()
+                           if k not in ("size_bytes", "mtime_ns")})
+            record["index_from"] = stats.index_source
+            if not args.json:
+                record["keyframe_indices"] = _abbreviate(metadata.keyframe_indices)
+                record["size"] = f"{version.size} ({human_bytes(version.size)})"
+    emit_record(record, args.json)
+    return 0
+
+
+def _abbreviate(values: Sequence[int], keep: int = 8) -> str:
+    shown = ", ".join(map(str, values[:keep]))
+    return f"[{shown}{', ...' if len(values) > keep else ''}] ({len(values)})"
+
+
+def _run_bulk(args: argparse.Namespace) -> int:
+    from fluxon_video.ops.bulk import BulkRun
+    from fluxon_video.ops.report import emit_record, human_bytes
+
+    with _patcher(args) as patcher:
+        if not patcher.config.client.redis_url:
+            print("fluxon-video: warning: no redis_url in the config: the in-process KV "
+                  "lasts only as long as this command", file=sys.stderr)
+        run = BulkRun(patcher, args.export, args.glob, args.workers,
+                      progress=not args.no_progress and sys.stderr.isatty())
+        report = run.warm(args.index_only) if args.bulk == "warm" else run.index()
+    if args.json:
+        emit_record(report.as_dict(), True)
+    else:
+        verb = "indexed" if args.bulk == "index" or getattr(args, "index_only", False) else "warmed"
+        print(f"{report.files} files: {report.done} {verb}, {report.skipped} already in the KV, "
+              f"{report.not_video} not video, {len(report.errors)} errors; "
+              f"{human_bytes(report.bytes)} from the agent"
+              + (f" ({report.pieces} pieces stored)" if args.bulk == "warm" else "")
+              + f" in {report.seconds:.1f} s" + (" (interrupted)" if report.interrupted else ""))
+        for relpath, message in report.errors:
+            print(f"  error: {relpath}: {message}", file=sys.stderr)
+    if report.interrupted:
+        return 130
+    return 1 if report.errors else 0
+
+
+def _run_read(args: argparse.Namespace) -> int:
+    from fluxon_video.errors import FluxonFsConfigError
+    from fluxon_video.ops.frames_out import read_frames
+    from fluxon_video.ops.report import emit
+    from fluxon_video.ops.targets import parse_numbers, parse_size, split_target
+
+    export, relpath = split_target(args.target)
+    frames = parse_numbers(args.frames, int, "--frames")
+    times = parse_numbers(args.times, float, "--times")
+    if not frames and not times:
+        raise FluxonFsConfigError("read needs --frames and/or --times")
+    height, width = parse_size(args.size)
+    with _patcher(args) as patcher:
+        rows = read_frames(patcher, export, relpath, frames, times, height, width, args.out,
+                           args.format, args.autorotate)
+    emit(rows, [("frame", "frame"), ("time_s", "time"), ("file", "file")], args.json)
+    return 0
+
+
+# ---- other commands ----
+
 def _run_demo(args: argparse.Namespace) -> int:
     from fluxon_video.demo import run_demo
 
@@ -52,14 +254,16 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 
 def _run_agent(args: argparse.Namespace) -> int:
-    import logging
-
+    from fluxon_video.errors import FluxonFsConfigError
     from fluxon_video.fs.agent import run_agent
     from fluxon_video.fs.config import load_config
 
+    if not args.config:
+        raise FluxonFsConfigError(f"the agent needs --config (or ${CONFIG_ENV})")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    tls = {"tls_cert": args.tls_cert, "tls_key": args.tls_key} if (args.tls_cert or args.tls_key) else {}
     run_agent(load_config(args.config), args.listen, args.io_threads, args.access_log,
-              args.inject_latency_ms)
+              args.inject_latency_ms, **tls)
     return 0
 
 
@@ -74,6 +278,9 @@ def _run_versions(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(level=logging.DEBUG if args.verbose > 1 else logging.INFO,
+                            format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return args.run(args)
     except KeyboardInterrupt:

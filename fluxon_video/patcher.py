@@ -20,7 +20,8 @@ from fluxon_video.fs.config import (
     load_config,
 )
 from fluxon_video.fs.kv import PieceStore
-from fluxon_video.fs.storage import check_relpath
+from fluxon_video.fs.listing import FluxonFsFileEntry
+from fluxon_video.fs.paths import check_relpath
 from fluxon_video.indexing import load_or_build_index
 from fluxon_video.frame_index import FrameIndex
 from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata, timestamps_s
@@ -146,6 +147,16 @@ class FluxonFsPatcher:
                                    height, width, num_threads,
                                    open_ms=(time.perf_counter() - t0) * 1e3,
                                    autorotate=bool(autorotate), on_read=self._stats.add_read)
+
+    def list_files(self, export_name: str, prefix: str = "", recursive: bool = True,
+                   pattern: str | None = None, *,
+                   identity: RequestIdentity | str | None = None) -> Iterator[FluxonFsFileEntry]:
+        """The export's files (relpath, size, mtime_ns) under ``prefix``, in a fixed
+        order, fetched a page at a time. ``pattern`` is an fnmatch pattern on the
+        relpath (``*`` crosses ``/``); ``recursive=False`` lists one level,
+        directories included (``is_dir``)."""
+        return self.client.list_files(self._who(identity), export_name, prefix, recursive,
+                                      pattern)
 
     def video_metadata(self, export_name: str, relpath: str, *,
                        identity: RequestIdentity | str | None = None) -> FluxonFsVideoMetadata:

@@ -32,7 +32,7 @@ from fluxon_video.errors import (
     FluxonFsFrameIndexError,
 )
 from fluxon_video.fs.config import FluxonFsConfig, RequestIdentity
-from fluxon_video.fs.storage import check_relpath
+from fluxon_video.fs.paths import check_relpath
 from fluxon_video.metadata import FluxonFsVideoMetadata
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats

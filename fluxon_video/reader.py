@@ -24,6 +24,7 @@ from fluxon_video.metadata import (
     output_size,
     timestamps_s,
 )
+from fluxon_video.logs import get_logger
 from fluxon_video.native import require_native
 from fluxon_video.stats import FluxonFsVideoReadStats
 
@@ -37,6 +38,9 @@ def make_byte_source(range_source: FluxonFsRangeSource, page_size: int,
         cache_bytes=settings.reader_cache_bytes, readahead_pages=settings.readahead_pages,
         fetch_workers=settings.fetch_workers, fetch_timeout_s=3 * settings.agent_timeout_s + 1,
         name=range_source.name)
+
+
+log = get_logger("reader")
 
 
 class FluxonFsVideoReader:
@@ -169,6 +173,10 @@ class FluxonFsVideoReader:
             self._client.check_version(self.identity, self.export_name, self.relpath, self.version)
             frames, native = self._decoder.decode(indices, self.height, self.width, out)
             self.last_stats = self._stats(native, len(frames), time.perf_counter() - t0)
+            if self.last_stats.fallback:
+                log.info("%s: the decode disagreed with the frame index (%s); read sequentially, "
+                         "and this reader stays on the sequential path", self.name,
+                         self.last_stats.fallback)
             if self._on_read is not None:
                 self._on_read(self.last_stats)
             return frames

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -209,20 +210,32 @@ class AgentProcess(_Server):
     ``["--inject-latency-ms", "2"]`` or ``["--io-threads", "4"]``. The agent's
     output goes to ``log`` (next to the config file, ``<config>.<port>.log``).
     ``stop()`` then ``start()`` keeps the port.
+
+    ``tls=(cert_path, key_path)`` serves HTTPS (``--tls-cert``/``--tls-key``):
+    ``url`` is then ``https://...`` and ``ca_bundle`` is the certificate, which
+    the readiness check (and a client, as ``agent_ca_bundle``) trusts; the
+    certificate must name 127.0.0.1 (subjectAltName ``IP:127.0.0.1``).
     """
 
     def __init__(self, config_path: str | os.PathLike[str], args: Sequence[str] = (),
-                 port: int | None = None) -> None:
+                 port: int | None = None,
+                 tls: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None) -> None:
         self.config_path = Path(config_path)
         self.args = list(args)
         self.port = port if port is not None else free_port()
         self.proc = None
         self.log = self.config_path.with_suffix(f".{self.port}.log")
+        self.tls = (str(tls[0]), str(tls[1])) if tls is not None else None
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:<port>``, for ``FluxonFsExport(agent_url=...)``."""
-        return f"http://{LOOPBACK}:{self.port}"
+        """``http://127.0.0.1:<port>`` (``https://`` with ``tls``), for ``FluxonFsExport(agent_url=...)``."""
+        return f"{'https' if self.tls else 'http'}://{LOOPBACK}:{self.port}"
+
+    @property
+    def ca_bundle(self) -> str | None:
+        """The certificate served with ``tls`` (for ``ClientSettings(agent_ca_bundle=...)``), else None."""
+        return self.tls[0] if self.tls else None
 
     def start(self, timeout: float = 20.0) -> AgentProcess:
         """Start the agent and wait until ``GET /healthz`` answers ``ok``. Returns ``self``.
@@ -235,10 +248,12 @@ class AgentProcess(_Server):
             return self
         if not self.config_path.is_file():
             raise ServerStartError(f"agent config {self.config_path} does not exist")
+        tls_args = ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]] if self.tls else []
+        context = ssl.create_default_context(cafile=self.ca_bundle) if self.tls else None
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "fluxon_video", "agent", "--config", str(self.config_path),
-                 "--listen", f"{LOOPBACK}:{self.port}", *self.args],
+                 "--listen", f"{LOOPBACK}:{self.port}", *tls_args, *self.args],
                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         proc = self.proc
 
@@ -246,7 +261,8 @@ class AgentProcess(_Server):
             if proc.poll() is not None:
                 raise ServerStartError(f"the agent exited with {proc.returncode}:\n"
                                        f"{_tail(self.log)}")
-            with urllib.request.urlopen(self.url + "/healthz", timeout=1) as response:
+            with urllib.request.urlopen(self.url + "/healthz", timeout=1,
+                                        context=context) as response:
                 return response.read() == b"ok"
 
         try:

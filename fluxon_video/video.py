@@ -10,6 +10,7 @@ from fluxon_video.fs.config import (
     RequestIdentity,
     load_config,
 )
+from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.metadata import FluxonFsVideoMetadata
 from fluxon_video.patcher import FluxonFsPatcher
 from fluxon_video.pool import (
@@ -25,6 +26,7 @@ __all__ = [
     "ClientSettings",
     "FluxonFsConfig",
     "FluxonFsExport",
+    "FluxonFsFileEntry",
     "FluxonFsPatcher",
     "FluxonFsVideoMetadata",
     "FluxonFsVideoReader",

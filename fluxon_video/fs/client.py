@@ -21,7 +21,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -39,6 +39,7 @@ from fluxon_video.fs.kv import (
     encode_piece,
     piece_key,
 )
+from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.routes import (
     AgentRoute,
     InProcessRoute,
@@ -47,8 +48,11 @@ from fluxon_video.fs.routes import (
     is_unreachable,
 )
 from fluxon_video.fs.storage import ExportStorage, FileStat
+from fluxon_video.logs import RateLimited, get_logger
 
 T = TypeVar("T")
+log = get_logger("client")
+_warn = RateLimited(log)
 
 
 @dataclass
@@ -220,7 +224,7 @@ class FluxonFsClient:
                 InProcessRoute(storage) if export.in_process else
                 ReplicatedRoute([AgentRoute(url, settings.agent_timeout_s,
                                             settings.agent_connect_timeout_s,
-                                            settings.agent_pool_size)
+                                            settings.agent_pool_size, settings.agent_ca_bundle)
                                  for url in export.agent_urls], settings.agent_failover_skip_s))
         store = self._piece_store if self._piece_store is not None else make_piece_store(self.config)
         return _ProcessState(
@@ -267,7 +271,12 @@ class FluxonFsClient:
         except errors.FluxonFsIOError as exc:
             stale = self._stale_stat(state, export, key, exc)
             if stale is None:
+                if is_unreachable(exc):
+                    _warn.warning("agent", "%s:%s: stat failed: %s", export_name, relpath, exc)
                 raise
+            _warn.warning("stale", "%s:%s: no agent answers (%s); serving the stat authorised "
+                          "%.1f s ago (stale_if_error_s)", export_name, relpath, exc,
+                          time.monotonic() - state.last_good[key][0])
             return stale
         now = time.monotonic()
         ttl = export.metadata_cache_ttl_ms / 1000
@@ -297,6 +306,19 @@ class FluxonFsClient:
             raise errors.FluxonFsFileChangedError(
                 f"{export_name}:{relpath}: the file changed since the reader opened it "
                 f"({version.describe_change(current)})")
+
+    def list_files(self, identity: RequestIdentity, export_name: str, prefix: str = "",
+                   recursive: bool = True, pattern: str | None = None,
+                   page_size: int = 1000) -> Iterator[FluxonFsFileEntry]:
+        """The export's files under prefix, fetched a page at a time as you iterate."""
+        self.config.export(export_name)
+        cursor: str | None = None
+        while True:
+            entries, cursor = self._checkpid().routes[export_name].list(
+                export_name, prefix, recursive, pattern, cursor, page_size, identity.token)
+            yield from entries
+            if cursor is None:
+                return
 
     # ---- the range read ----
 
@@ -348,6 +370,8 @@ class FluxonFsClient:
             if entry:  # present but damaged: drop it so it gets rewritten
                 self.kv.delete(key)
                 counters.add(kv_corrupt=1)
+                _warn.warning("corrupt", "%s:%s: KV entry %s failed verification; deleted and "
+                              "read again", export.name, relpath, key)
             counters.add(kv_misses=1)
             return None
         counters.add(kv_hits=1, kv_bytes=len(data))
@@ -355,8 +379,13 @@ class FluxonFsClient:
 
     def _remote(self, export: FluxonFsExport, relpath: str, version: FileStat, offset: int,
                 length: int, identity: RequestIdentity, counters: ReadCounters) -> bytes:
-        data = self._checkpid().routes[export.name].read_chunk(export.name, relpath, offset, length,
-                                                    version, identity.token)
+        try:
+            data = self._checkpid().routes[export.name].read_chunk(
+                export.name, relpath, offset, length, version, identity.token)
+        except errors.FluxonFsIOError as exc:
+            _warn.warning("agent", "%s:%s: reading %d bytes at %d failed: %s", export.name,
+                          relpath, length, offset, exc)
+            raise
         counters.add(remote_reads=1, remote_bytes=len(data))
         return data
 
@@ -397,6 +426,30 @@ class FluxonFsClient:
             elif queued is False:
                 counters.add(backfills_dropped=1)
         return data
+
+    # ---- warming ----
+
+    def warm_piece(self, identity: RequestIdentity, export_name: str, relpath: str,
+                   version: FileStat, index: int, counters: ReadCounters) -> int:
+        """Make sure piece ``index`` is in the KV: bytes fetched for it (0: it was there).
+
+        Raises FluxonFsIOError when the KV cannot be reached or refuses the write,
+        so a warm run does not report pieces it did not store.
+        """
+        export = self.config.export(export_name)
+        if version.size > export.cache_max_bytes:
+            return 0  # the file stays out of the KV
+        key = self._key(export, relpath, version, index)
+        reachable, present = self.kv.exists(key)
+        if not reachable:
+            raise errors.FluxonFsIOError(f"{export_name}:{relpath}: the KV is unreachable")
+        if present:
+            return 0
+        start, length = index * export.piece_size, self._piece_len(export, version, index)
+        data = self._remote(export, relpath, version, start, length, identity, counters)
+        if not self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key)):
+            raise errors.FluxonFsIOError(f"{export_name}:{relpath}: the KV refused piece {index}")
+        return len(data)
 
     # ---- per-version blobs (opaque to the client; e.g. a frame index) ----
 

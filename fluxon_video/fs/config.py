@@ -145,6 +145,7 @@ class ClientSettings:
     fetch_workers: int = 4
     readahead_pages: int = 2
     reader_cache_bytes: int = 64 * MiB
+    agent_ca_bundle: str | None = None  # PEM CA certificates verifying https:// agents
 
     def __post_init__(self) -> None:
         if self.redis_url is not None:
@@ -163,6 +164,10 @@ class ClientSettings:
             _require(_is_int(value) and value > 0, f"client.{name} must be a positive int, got {value!r}")
         _require(_is_int(self.readahead_pages) and self.readahead_pages >= 0,
                  f"client.readahead_pages must be an int >= 0, got {self.readahead_pages!r}")
+        _require(self.agent_ca_bundle is None
+                 or (isinstance(self.agent_ca_bundle, str) and self.agent_ca_bundle),
+                 f"client.agent_ca_bundle must be the path of a PEM file, got "
+                 f"{self.agent_ca_bundle!r}")
 
 
 @dataclass(frozen=True)

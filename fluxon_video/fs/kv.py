@@ -23,6 +23,9 @@ import redis
 import redis.exceptions
 
 from fluxon_video.fs.storage import FileStat
+from fluxon_video.logs import RateLimited, get_logger
+
+log = get_logger("kv")
 
 Fields = Mapping[str, bytes]
 
@@ -85,6 +88,8 @@ class PieceStore(Protocol):
 
     def delete(self, key: str) -> None: ...
 
+    def exists(self, key: str) -> bool: ...
+
     def close(self) -> None: ...
 
 
@@ -110,6 +115,10 @@ class EmbeddedPieceStore:
     def delete(self, key: str) -> None:
         with self._lock:
             self._cache.pop(key, None)
+
+    def exists(self, key: str) -> bool:
+        with self._lock:
+            return key in self._cache
 
     def close(self) -> None:
         with self._lock:
@@ -146,6 +155,9 @@ class RedisPieceStore:
     def delete(self, key: str) -> None:
         self._redis.delete(key)
 
+    def exists(self, key: str) -> bool:
+        return bool(self._redis.exists(key))
+
     def close(self) -> None:
         self._redis.close()
 
@@ -166,6 +178,8 @@ class GuardedPieceStore:
         self.store = store
         self.retry_after_s = retry_after_s
         self._open_until = 0.0
+        self._tripped = False  # the circuit opened and no call has succeeded since
+        self._refusals = RateLimited(log)
 
     @property
     def circuit_open(self) -> bool:
@@ -176,12 +190,25 @@ class GuardedPieceStore:
             return False, None
         try:
             result = fn(*args)
-        except self.SERVER_REFUSALS:
+        except self.SERVER_REFUSALS as exc:
+            self._refusals.warning("refused", "the KV refused a %s: %s", fn.__name__, exc)
             return False, None
-        except self.KV_ERRORS:
+        except self.KV_ERRORS as exc:
             self._open_until = time.monotonic() + self.retry_after_s
+            if not self._tripped:
+                self._tripped = True
+                log.warning("the KV %s is unreachable (%s: %s): reads go to the agent; "
+                            "trying it again in %.1f s", self._name, type(exc).__name__, exc,
+                            self.retry_after_s)
             return False, None
+        if self._tripped:
+            self._tripped = False
+            log.info("the KV %s answers again: reads use it", self._name)
         return True, result
+
+    @property
+    def _name(self) -> str:
+        return getattr(self.store, "url", "(in-process)")
 
     def get(self, key: str) -> tuple[bool, Fields | None]:
         """(reachable, fields): reachable False means the KV was skipped or failed."""
@@ -192,6 +219,11 @@ class GuardedPieceStore:
 
     def delete(self, key: str) -> bool:
         return self._call(self.store.delete, key)[0]
+
+    def exists(self, key: str) -> tuple[bool, bool]:
+        """(reachable, present)."""
+        reachable, present = self._call(self.store.exists, key)
+        return reachable, bool(present)
 
     def close(self) -> None:
         self.store.close()

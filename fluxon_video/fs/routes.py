@@ -16,7 +16,11 @@ from urllib.parse import urlencode
 import urllib3
 
 from fluxon_video import errors
+from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.storage import ExportStorage, FileStat
+from fluxon_video.logs import get_logger
+
+log = get_logger("routes")
 
 _ERROR_KINDS: dict[str, type[errors.FluxonFsError]] = {
     "bad_request": errors.FluxonFsBadRequestError,
@@ -36,6 +40,9 @@ _STATUS_ERRORS: dict[int, type[errors.FluxonFsError]] = {
 class Route(Protocol):
     def stat(self, export: str, relpath: str, token: str) -> FileStat: ...
 
+    def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
+             cursor: str | None, limit: int, token: str) -> tuple[list[FluxonFsFileEntry], str | None]: ...
+
     def read_chunk(self, export: str, relpath: str, offset: int, length: int,
                    expected: FileStat, token: str) -> bytes: ...
 
@@ -51,6 +58,10 @@ class InProcessRoute:
     def stat(self, export: str, relpath: str, token: str) -> FileStat:
         return self.storage.stat(export, relpath, token)
 
+    def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
+             cursor: str | None, limit: int, token: str) -> tuple[list[FluxonFsFileEntry], str | None]:
+        return self.storage.list(export, prefix, recursive, pattern, cursor, limit, token)
+
     def read_chunk(self, export: str, relpath: str, offset: int, length: int,
                    expected: FileStat, token: str) -> bytes:
         return self.storage.read_chunk(export, relpath, offset, length, expected, token)
@@ -60,10 +71,20 @@ class InProcessRoute:
 
 
 class AgentRoute:
-    """HTTP/1.1 keep-alive connections to one agent (urllib3's thread-safe pool)."""
+    """HTTP/1.1 keep-alive connections to one agent (urllib3's thread-safe pool).
 
-    def __init__(self, url: str, timeout_s: float, connect_timeout_s: float, pool_size: int) -> None:
+    An ``https://`` URL is verified against ``ca_bundle`` (a PEM file of CA
+    certificates) when given, else against the system's trust store; the
+    certificate must name the URL's host.
+    """
+
+    def __init__(self, url: str, timeout_s: float, connect_timeout_s: float, pool_size: int,
+                 ca_bundle: str | None = None) -> None:
         self.url = url.rstrip("/")
+        self.ca_bundle = ca_bundle
+        if ca_bundle is not None and self.url.startswith("https://") and not os.path.isfile(ca_bundle):
+            raise errors.FluxonFsConfigError(
+                f"client.agent_ca_bundle {ca_bundle!r} is not a file (needed for {self.url})")
         self._timeout = urllib3.Timeout(connect=connect_timeout_s, read=timeout_s)
         # One retry covers a keep-alive connection the agent closed meanwhile.
         self._retries = urllib3.Retry(total=1, connect=1, read=0, status=0, redirect=0,
@@ -78,9 +99,12 @@ class AgentRoute:
         if self._pid != os.getpid():
             with self._lock:
                 if self._pid != os.getpid():
+                    # (the TLS options apply to https:// only)
                     self._http = urllib3.PoolManager(num_pools=4, maxsize=self._pool_size,
                                                      block=False, timeout=self._timeout,
-                                                     retries=self._retries)
+                                                     retries=self._retries,
+                                                     cert_reqs="CERT_REQUIRED",
+                                                     ca_certs=self.ca_bundle)
                     self._pid = os.getpid()
         assert self._http is not None
         return self._http
@@ -99,6 +123,11 @@ class AgentRoute:
                     and not isinstance(cause, urllib3.exceptions.NewConnectionError)):
                 raise errors.FluxonFsTimeoutError(
                     f"{what}: agent {self.url} timed out ({cause})") from None
+            if isinstance(cause, urllib3.exceptions.SSLError):
+                # A failed handshake: the certificate did not verify against the CA
+                # bundle or name this host, or the agent does not speak TLS.
+                raise errors.FluxonFsIOError(
+                    f"{what}: TLS connection to agent {self.url} failed ({cause})") from None
             raise errors.FluxonFsIOError(f"{what}: agent {self.url} unreachable ({exc})") from None
         if response.status == 200:
             return response.data
@@ -117,6 +146,17 @@ class AgentRoute:
         info = json.loads(body)
         return FileStat(int(info["size"]), int(info["mtime_ns"]), int(info["ctime_ns"]),
                         int(info["inode"]))
+
+    def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
+             cursor: str | None, limit: int, token: str) -> tuple[list[FluxonFsFileEntry], str | None]:
+        params: dict[str, object] = {"export": export, "prefix": prefix,
+                                     "recursive": int(recursive), "limit": limit}
+        if pattern:
+            params["pattern"] = pattern
+        if cursor:
+            params["cursor"] = cursor
+        page = json.loads(self._get("/v1/list", params, token, f"{export}:{prefix}"))
+        return [FluxonFsFileEntry(**e) for e in page["entries"]], page["next"]
 
     def read_chunk(self, export: str, relpath: str, offset: int, length: int,
                    expected: FileStat, token: str) -> bytes:
@@ -171,6 +211,9 @@ class ReplicatedRoute:
                     raise  # the storage answered: not found, permission, changed, short read
                 with self._lock:
                     self._dead_until[i] = time.monotonic() + self.skip_s
+                if len(self.replicas) > 1:
+                    log.warning("agent %s did not answer (%s); skipping it for %.0f s",
+                                self.replicas[i].url, exc, self.skip_s)
                 last = exc
                 continue
             with self._lock:
@@ -181,6 +224,11 @@ class ReplicatedRoute:
 
     def stat(self, export: str, relpath: str, token: str) -> FileStat:
         return self._call("stat", export, relpath, token)  # type: ignore[return-value]
+
+    def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
+             cursor: str | None, limit: int, token: str) -> tuple[list[FluxonFsFileEntry], str | None]:
+        return self._call("list", export, prefix, recursive, pattern, cursor, limit,
+                          token)  # type: ignore[return-value]
 
     def read_chunk(self, export: str, relpath: str, offset: int, length: int,
                    expected: FileStat, token: str) -> bytes:

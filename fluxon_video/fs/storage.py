@@ -30,6 +30,8 @@ from fluxon_video.errors import (
     FluxonFsShortReadError,
 )
 from fluxon_video.fs.config import FluxonFsConfig, FluxonFsExport
+from fluxon_video.fs.listing import list_page
+from fluxon_video.fs.paths import check_relpath
 
 MAX_CHUNK_BYTES = 64 << 20
 
@@ -56,24 +58,6 @@ class FileStat:
                    for name in ("size", "mtime_ns", "ctime_ns", "inode")
                    if getattr(self, name) != getattr(current, name)]
         return ", ".join(changed) or "no change"
-
-
-def check_relpath(relpath: object) -> str:
-    """relpath normalised (``./``, ``//`` and a trailing ``/`` removed) if it is a
-    plain relative path inside a root, else BadRequest. ``..`` is refused."""
-    if not isinstance(relpath, str) or not relpath:
-        raise FluxonFsBadRequestError(f"relpath must be a non-empty string, got {relpath!r}")
-    if "\x00" in relpath:
-        raise FluxonFsBadRequestError(f"relpath {relpath!r} contains a NUL byte")
-    if relpath.startswith("/") or os.path.isabs(relpath):
-        raise FluxonFsBadRequestError(f"relpath {relpath!r} is absolute")
-    parts = relpath.split("/")
-    if ".." in parts:
-        raise FluxonFsBadRequestError(f"relpath {relpath!r} leaves the export root")
-    normal = "/".join(part for part in parts if part not in ("", "."))
-    if not normal:
-        raise FluxonFsBadRequestError(f"relpath {relpath!r} names no file")
-    return normal
 
 
 def _refusal(exc: OSError, name: str) -> Exception:
@@ -128,6 +112,17 @@ class ExportStorage:
         if not stat_mod.S_ISREG(st.st_mode):
             raise FluxonFsNotFoundError(f"{name}: not a regular file")
         return FileStat.of(st)
+
+    def list(self, export_name: str, prefix: str, recursive: bool, pattern: str | None,
+             cursor: str | None, limit: int, token: str | None) -> tuple[list, str | None]:
+        """One page of the export's files under prefix (see fs/listing.py)."""
+        export, _ = self.authorize(export_name, token)
+        try:
+            return list_page(export_name, export.root, prefix, recursive, pattern, cursor, limit)
+        except OSError as exc:
+            if isinstance(exc, FluxonFsError):
+                raise
+            raise _refusal(exc, f"{export_name}:{prefix}") from None
 
     def read_chunk(self, export_name: str, relpath: str, offset: int, length: int,
                    expected: FileStat, token: str | None) -> bytes:

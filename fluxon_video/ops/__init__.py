@@ -1,0 +1,1 @@
+"""Operations behind the `fluxon-video` command line: list, stat, index, warm, read."""

@@ -1,0 +1,151 @@
+"""`index` and `warm`: put an export's frame indexes (and pieces) into the KV.
+
+Both run over the files ``patcher.list_files`` yields (filtered by a glob),
+on a thread pool (the scan and the fetches release the GIL), with a tqdm
+progress bar, and end with a report: files done and skipped, bytes, seconds,
+errors. One bad file is reported and skipped, never fatal. Both are
+resumable: a file whose index is in the KV at its current version is
+skipped, and so is every piece already there. Ctrl-C stops cleanly: no new
+work starts, running work finishes, and the report says what was done.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from tqdm import tqdm
+
+from fluxon_video.errors import FluxonFsDecodeError, FluxonFsError
+from fluxon_video.fs.client import ReadCounters
+from fluxon_video.fs.listing import FluxonFsFileEntry
+from fluxon_video.patcher import FluxonFsPatcher
+
+
+@dataclass
+class BulkReport:
+    files: int = 0            # files looked at
+    done: int = 0             # files indexed / warmed by this run
+    skipped: int = 0          # already in the KV at their current version
+    not_video: int = 0        # files FFmpeg could not index (skipped, not errors)
+    bytes: int = 0            # bytes fetched from the agent
+    pieces: int = 0           # pieces stored (warm)
+    errors: list[tuple[str, str]] = field(default_factory=list)  # (relpath, message)
+    seconds: float = 0.0
+    interrupted: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        return {"files": self.files, "done": self.done, "skipped": self.skipped,
+                "not_video": self.not_video, "bytes": self.bytes, "pieces": self.pieces,
+                "errors": [{"relpath": r, "message": m} for r, m in self.errors],
+                "seconds": round(self.seconds, 3), "interrupted": self.interrupted}
+
+
+class BulkRun:
+    """One index or warm run over an export."""
+
+    def __init__(self, patcher: FluxonFsPatcher, export_name: str, pattern: str | None,
+                 workers: int = 4, progress: bool = True) -> None:
+        self.patcher = patcher
+        self.export = patcher.config.export(export_name)
+        self.identity = patcher._who(None)
+        self.pattern = pattern
+        self.workers = workers
+        self.progress = progress
+        self.report = BulkReport()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def files(self) -> list[FluxonFsFileEntry]:
+        return list(self.patcher.list_files(self.export.name, "", True, self.pattern))
+
+    def index(self) -> BulkReport:
+        """Build and store the frame index of every video not indexed yet."""
+        entries = self.files()
+        with tqdm(total=len(entries), unit="file", desc="index", disable=not self.progress) as bar:
+            self._run(entries, lambda entry: self._index_one(entry, bar))
+        return self.report
+
+    def warm(self, index_only: bool = False) -> BulkReport:
+        """Every piece (and the index) of every file into the KV."""
+        if index_only:
+            return self.index()
+        entries = self.files()
+        total = sum(e.size for e in entries)
+        with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="warm",
+                  disable=not self.progress) as bar:
+            self._run(entries, lambda entry: self._warm_one(entry, bar))
+        return self.report
+
+    # ---- per file ----
+
+    def _index_one(self, entry: FluxonFsFileEntry, bar: tqdm) -> None:
+        try:
+            _, stats = self.patcher.video_metadata_with_stats(
+                self.export.name, entry.relpath, identity=self.identity)
+        except FluxonFsDecodeError:
+            self._count(not_video=1)
+        else:
+            self._count(**({"skipped": 1} if stats.index_source == "kv" else
+                           {"done": 1, "bytes": stats.remote_bytes}))
+        finally:
+            bar.update(1)
+
+    def _warm_one(self, entry: FluxonFsFileEntry, bar: tqdm) -> None:
+        client = self.patcher.client
+        version = client.stat(self.identity, self.export.name, entry.relpath)
+        counters = ReadCounters()
+        stored = 0
+        pieces = -(-version.size // self.export.piece_size)
+        for index in range(pieces):
+            if self._stop.is_set():
+                return
+            got = client.warm_piece(self.identity, self.export.name, entry.relpath, version, index,
+                                    counters)
+            if got:  # counted as stored, so an interrupted run reports what it did
+                stored += 1
+                self._count(bytes=got, pieces=1)
+            bar.update(min(self.export.piece_size, version.size - index * self.export.piece_size))
+        try:  # the index too: a warm read then opens with one KV round trip
+            self.patcher.video_metadata_with_stats(self.export.name, entry.relpath,
+                                                   identity=self.identity)
+        except FluxonFsDecodeError:
+            self._count(not_video=1)
+        self._count(**({"done": 1} if stored else {"skipped": 1}))
+
+    # ---- the pool ----
+
+    def _count(self, **deltas: int) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self.report, name, getattr(self.report, name) + delta)
+
+    def _run(self, entries: Iterable[FluxonFsFileEntry],
+             work: Callable[[FluxonFsFileEntry], None]) -> None:
+        t0 = time.perf_counter()
+        entries = list(entries)
+        self.report.files = len(entries)
+        executor = concurrent.futures.ThreadPoolExecutor(self.workers, "fluxon-bulk")
+        futures = {executor.submit(self._guarded, work, e): e for e in entries}
+        try:
+            for _ in concurrent.futures.as_completed(futures):
+                pass
+        except KeyboardInterrupt:
+            self._stop.set()
+            self.report.interrupted = True
+            executor.shutdown(wait=True, cancel_futures=True)
+        else:
+            executor.shutdown(wait=True)
+        self.report.seconds = time.perf_counter() - t0
+
+    def _guarded(self, work: Callable[[FluxonFsFileEntry], None], entry: FluxonFsFileEntry) -> None:
+        if self._stop.is_set():
+            return
+        try:
+            work(entry)
+        except FluxonFsError as exc:
+            with self._lock:
+                self.report.errors.append((entry.relpath, str(exc)))

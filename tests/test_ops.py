@@ -1,0 +1,227 @@
+"""Operations: listing through the agent, the CLI (ls, stat, index, warm, read), logging."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fluxon_video as fv
+from fluxon_video import errors
+from fluxon_video.testing import AgentProcess, RedisServer
+from tests.helpers import IDENTITIES, make_patcher
+
+H, W = 48, 64
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory, media):
+    """A small export: nested folders, a symlink out of the root, a FIFO, a non-video."""
+    root = tmp_path_factory.mktemp("ops") / "root"
+    for rel, name in [("a/one.mp4", "h264_faststart.mp4"), ("a/two.webm", "vp9.webm"),
+                      ("a/b/three.mp4", "hevc.mp4"), ("c/four.mkv", "h264_bframes.mkv")]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(media.path(name), root / rel)
+    (root / "c" / "notes.txt").write_text("not a video")
+    (root / "c" / "pipe").parent.mkdir(exist_ok=True)
+    os.mkfifo(root / "c" / "pipe")
+    outside = root.parent / "secret.mp4"
+    shutil.copy(media.path("hevc.mp4"), outside)
+    (root / "c" / "escape.mp4").symlink_to(outside)
+    (root / "c" / "inside.mp4").symlink_to(root / "a" / "one.mp4")
+    return root
+
+
+FILES = ["a/b/three.mp4", "a/one.mp4", "a/two.webm", "c/four.mkv", "c/inside.mp4", "c/notes.txt"]
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory, tree):
+    """A config file for both the agent and CLI clients (alice reads, bob is refused)."""
+    def write(redis_url: str | None = None, agent_url: str | None = None) -> Path:
+        client = f'[client]\nredis_url = "{redis_url}"\n\n' if redis_url else ""
+        agent = f'agent_url = "{agent_url}"\n' if agent_url else ""
+        path = tmp_path_factory.mktemp("ops-config") / "fluxon.toml"
+        identities = "\n".join(f'{n} = "{t}"' for n, t in IDENTITIES.items())
+        path.write_text(f'{client}[identities]\n{identities}\n\n[[exports]]\nname = "data"\n'
+                        f'root = "{tree}"\n{agent}allow = ["alice"]\npiece_size = 16384\n')
+        return path
+    return write
+
+
+@pytest.fixture(scope="module")
+def agent(config):
+    with AgentProcess(config()) as process:
+        yield process
+
+
+def cli(*args: str, config: Path, identity: str = "alice", check: bool = True,
+        timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "FLUXON_VIDEO_CONFIG": str(config), "FLUXON_VIDEO_IDENTITY": identity}
+    proc = subprocess.run([sys.executable, "-m", "fluxon_video", *args], capture_output=True,
+                          text=True, env=env, timeout=timeout)
+    if check:
+        assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+# ---- listing ----
+
+def test_listing_through_the_agent_pages_and_checks_access(agent, tree):
+    patcher = fv.FluxonFsPatcher(
+        exports=[fv.FluxonFsExport("data", str(tree), agent_url=agent.url, allow=["alice"])],
+        identities=IDENTITIES, identity="alice")
+    with patcher:
+        entries = list(patcher.list_files("data"))
+        assert [e.relpath for e in entries] == FILES  # sorted walk; no FIFO, no escape
+        sizes = {e.relpath: e.size for e in entries}
+        assert sizes["a/one.mp4"] == (tree / "a/one.mp4").stat().st_size
+        for page_size in (1, 2, 5):  # every page size gives the same listing, no repeats
+            paged = list(patcher.client.list_files(patcher.identity, "data", page_size=page_size))
+            assert [e.relpath for e in paged] == FILES
+        assert [e.relpath for e in patcher.list_files("data", "a/")] == FILES[:3]
+        assert [e.relpath for e in patcher.list_files("data", "a/t")] == ["a/two.webm"]
+        assert [e.relpath for e in patcher.list_files("data", pattern="*.mp4")] == \
+               ["a/b/three.mp4", "a/one.mp4", "c/inside.mp4"]
+        top = list(patcher.list_files("data", "a", recursive=False))
+        assert [(e.relpath, e.is_dir) for e in top] == \
+               [("a/b", True), ("a/one.mp4", False), ("a/two.webm", False)]
+        with pytest.raises(errors.FluxonFsPermissionError):
+            list(patcher.list_files("data", identity="bob"))
+        with pytest.raises(errors.FluxonFsBadRequestError):
+            list(patcher.list_files("data", "../"))
+    local = make_patcher(None, tree)  # the same listing in-process
+    assert [e.relpath for e in local.list_files("train")] == FILES
+    local.close()
+
+
+# ---- the command line ----
+
+def test_cli_ls_stat_read(agent, tree, config, media, tmp_path):
+    path = config(agent_url=agent.url)
+    out = cli("ls", "data:a", config=path)
+    assert out.stdout.split("\n")[0].endswith("a/b/") and "a/one.mp4" in out.stdout
+    rows = [json.loads(line) for line in cli("ls", "data", "-r", "--json", config=path).stdout.splitlines()]
+    assert [r["relpath"] for r in rows] == FILES
+    stat = json.loads(cli("stat", "data:a/b/three.mp4", "--json", config=path).stdout)
+    assert stat["num_frames"] == 72 and stat["codec"] == "hevc"
+    assert stat["size"] == (tree / "a/b/three.mp4").stat().st_size
+    assert stat["inode"] == (tree / "a/b/three.mp4").stat().st_ino
+    text = cli("stat", "data:a/one.mp4", config=path).stdout
+    assert "num_frames: 72" in text and "codec: h264" in text
+    refused = cli("stat", "data:a/one.mp4", config=path, identity="bob", check=False)
+    assert refused.returncode == 1 and "not allowed" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    missing = cli("stat", "data:a/nope.mp4", config=path, check=False)
+    assert missing.returncode == 1 and "data:a/nope.mp4: no such file" in missing.stderr
+    out_dir = tmp_path / "frames"
+    rows = [json.loads(line) for line in cli(
+        "read", "data:a/b/three.mp4", "--frames", "0,8,-1", "--times", "1.5", "--size",
+        f"{W}x{H}", "--format", "npy", "--out", str(out_dir), "--json", config=path).stdout.splitlines()]
+    ref = media.reference("hevc.mp4", H, W)
+    assert [r["frame"] for r in rows] == [0, 8, 71, 36]
+    for row in rows:
+        np.testing.assert_array_equal(np.load(row["file"]), ref[row["frame"]])
+    png = cli("read", "data:a/one.mp4", "--frames", "3", "--size", "x64", "--out",
+              str(out_dir), config=path).stdout
+    assert (out_dir / "one_000003.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "png" in png
+    assert cli("--version", config=path).stdout.startswith("fluxon-video ")
+    for command in ("ls", "stat", "index", "warm", "read", "agent"):
+        assert "usage:" in cli(command, "--help", config=path).stdout
+
+
+def _warm_stats(path: Path) -> dict:
+    return json.loads(cli("warm", "data", "--json", "--no-progress", config=path).stdout)
+
+
+def test_warm_then_a_new_process_reads_nothing_from_the_agent(agent, tree, config, tmp_path):
+    with RedisServer(tmp_path) as redis_server:
+        path = config(redis_url=redis_server.url, agent_url=agent.url)
+        first = _warm_stats(path)
+        assert first["files"] == len(FILES) and first["errors"] == []
+        assert first["bytes"] == sum((tree / f).stat().st_size for f in FILES)
+        assert first["not_video"] == 1  # notes.txt: warmed, but no index
+        again = _warm_stats(path)  # resumable: everything is there already
+        assert again["bytes"] == 0 and again["pieces"] == 0 and again["skipped"] == len(FILES)
+        index = json.loads(cli("index", "data", "--json", "--no-progress", config=path).stdout)
+        assert index["skipped"] == len(FILES) - 1 and index["done"] == 0
+        code = (
+            "import json, fluxon_video as fv\n"
+            f"p = fv.FluxonFsPatcher.from_config_file({str(path)!r}, identity='alice')\n"
+            "total = {}\n"
+            "for rel in ['a/one.mp4', 'a/two.webm', 'a/b/three.mp4', 'c/four.mkv']:\n"
+            "    with p.open_video_reader('data', rel, 32, 32) as r:\n"
+            "        r.read_frames_numpy([0, 20, -1])\n"
+            "print(json.dumps(p.stats().as_dict()))\n")
+        stats = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                          text=True, check=True).stdout)
+        assert stats["remote_bytes"] == 0 and stats["remote_reads"] == 0
+        assert stats["index_from_kv"] == 4 and stats["index_scans"] == 0 and stats["kv_hits"] > 0
+
+
+def test_warm_interrupted_then_resumed(tree, config, tmp_path):
+    with RedisServer(tmp_path) as redis_server, \
+            AgentProcess(config(), ["--inject-latency-ms", "40"]) as slow:
+        path = config(redis_url=redis_server.url, agent_url=slow.url)
+        env = {**os.environ, "FLUXON_VIDEO_CONFIG": str(path), "FLUXON_VIDEO_IDENTITY": "alice"}
+        proc = subprocess.Popen([sys.executable, "-m", "fluxon_video", "warm", "data", "--json",
+                                 "--no-progress", "--workers", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.monotonic() + 60
+        while redis_server.client().dbsize() < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 130, stderr
+        first = json.loads(stdout)
+        assert first["interrupted"] and 0 < first["pieces"]
+        total_pieces = sum(-(-(tree / f).stat().st_size // 16384) for f in FILES)
+        assert first["pieces"] < total_pieces
+        rest = _warm_stats(path)
+        assert not rest["interrupted"] and rest["errors"] == []
+        assert first["pieces"] + rest["pieces"] == total_pieces  # nothing fetched twice
+        assert _warm_stats(path)["pieces"] == 0
+
+
+# ---- logging ----
+
+def test_redis_trouble_is_logged(media, tree, tmp_path, caplog):
+    server = RedisServer(tmp_path).start()
+    try:
+        with make_patcher(None, tree, server.url, piece_size=16384,
+                          client={"redis_retry_after_s": 0.2, "redis_timeout_s": 0.2}) as patcher:
+            caplog.set_level(logging.INFO, logger="fluxon_video")
+            with patcher.open_video_reader("train", "a/one.mp4", H, W) as reader:
+                reader.read_frames_numpy([0])
+            server.stop()
+            with patcher.open_video_reader("train", "a/two.webm", H, W) as reader:
+                reader.read_frames_numpy([0, 30])
+            warnings = [r for r in caplog.records if r.levelno == logging.WARNING
+                        and r.name == "fluxon_video.kv"]
+            assert len(warnings) == 1 and "unreachable" in warnings[0].getMessage()
+            server.start()
+            time.sleep(0.3)
+            with patcher.open_video_reader("train", "a/b/three.mp4", H, W) as reader:
+                reader.read_frames_numpy([0, 30])
+            assert any(r.levelno == logging.INFO and "answers again" in r.getMessage()
+                       for r in caplog.records if r.name == "fluxon_video.kv")
+    finally:
+        server.stop()
+
+
+def test_logging_is_silent_by_default():
+    code = ("import logging, fluxon_video\n"
+            "log = logging.getLogger('fluxon_video')\n"
+            "assert any(isinstance(h, logging.NullHandler) for h in log.handlers)\n"
+            "log.getChild('kv').warning('nobody sees this')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stderr == ""
