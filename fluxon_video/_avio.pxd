@@ -13,7 +13,8 @@ cdef struct fx_avio_opaque:
 cdef class _FetchCore:
     cdef fx_pagecache *pc
     cdef object read_range
-    cdef dict fetch_errors
+    cdef dict fetch_errors      # page -> exception of its last failed fetch
+    cdef dict recovered_errors  # the same, for the last few pages fetched fine since
     cdef str name
     cdef int pid
 

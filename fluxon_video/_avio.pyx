@@ -23,7 +23,8 @@ from libc.stdlib cimport calloc, free
 from fluxon_video._pagecache cimport (
     FX_ERR_CLOSED, FX_ERR_FETCH, FX_ERR_NOMEM, FX_ERR_TIMEOUT, fx_cache_stats, fx_cursor,
     fx_cursor_init, fx_pagecache, fx_pagecache_cached_pages, fx_pagecache_complete,
-    fx_pagecache_cancel_speculative, fx_pagecache_free, fx_pagecache_get_stats, fx_pagecache_new,
+    fx_pagecache_cancel_speculative, fx_pagecache_claim_following, fx_pagecache_free,
+    fx_pagecache_get_stats, fx_pagecache_new,
     fx_pagecache_next_job, fx_pagecache_prefetch, fx_pagecache_read, fx_pagecache_shutdown,
 )
 from fluxon_video.libav.avformat cimport (
@@ -38,6 +39,12 @@ DEFAULT_CACHE_BYTES = 64 << 20
 DEFAULT_READAHEAD_PAGES = 2
 DEFAULT_FETCH_WORKERS = 2
 DEFAULT_FETCH_TIMEOUT_S = 120.0
+# Exceptions of failures a later successful fetch superseded, kept for a
+# reader that saw the failure but has not asked for its exception yet.
+cdef int RECOVERED_ERRORS_KEPT = 16
+# Most pages one fetch job carries: the queued pages right after a job's page
+# are fetched with it (16 x 256 KiB = 4 MiB at the default page size).
+cdef int64_t MAX_BATCH_PAGES = 16
 # FFmpeg's own read buffer in front of the page cache.
 cdef int AVIO_BUFFER_SIZE = 64 << 10
 
@@ -66,6 +73,7 @@ cdef class _FetchCore:
             raise MemoryError(f"{name}: cannot allocate the page cache")
         self.read_range = read_range
         self.fetch_errors = {}
+        self.recovered_errors = {}
         self.name = name
         self.pid = os.getpid()
 
@@ -78,14 +86,20 @@ cdef class _FetchCore:
         self.pc = NULL
 
     def run_worker(self):
-        cdef int64_t page = 0, offset = 0, length = 0
+        cdef int64_t page = 0, offset = 0, length = 0, extra = 0, k, page_len, at
+        cdef int64_t page_size = self.pc.page_size, file_size = self.pc.file_size
         cdef int has_job
         cdef const uint8_t[::1] view
         while True:
             with nogil:
                 has_job = fx_pagecache_next_job(self.pc, &page, &offset, &length)
+                # The queued pages right after it ride along: one range read
+                # serves them all (one pipelined KV read, one agent read).
+                if has_job:
+                    extra = fx_pagecache_claim_following(self.pc, page, MAX_BATCH_PAGES - 1)
             if not has_job:
                 return
+            length = min(file_size, offset + (extra + 1) * page_size) - offset
             try:
                 data = self.read_range(offset, length)
                 view = memoryview(data).cast("B")
@@ -95,14 +109,30 @@ cdef class _FetchCore:
                     raise cls(f"{self.name}: the source returned {view.shape[0]} bytes "
                               f"for {length} bytes at offset {offset}")
             except BaseException as exc:
-                # Record first: a waiting reader looks the exception up as
-                # soon as the page turns FAILED.
-                self.fetch_errors[page] = exc
-                with nogil:
-                    fx_pagecache_complete(self.pc, page, NULL, 0, 1)
+                for k in range(page, page + extra + 1):
+                    # Record first: a waiting reader looks the exception up as
+                    # soon as the page turns FAILED.
+                    self.fetch_errors[k] = exc
+                    self.recovered_errors.pop(k, None)
+                    with nogil:
+                        fx_pagecache_complete(self.pc, k, NULL, 0, 1)
                 continue
-            with nogil:
-                fx_pagecache_complete(self.pc, page, &view[0] if length else NULL, length, 0)
+            for k in range(page, page + extra + 1):
+                # The page is good now: an earlier failure of it (a readahead
+                # nobody waited for, or one a reader already reported) is not
+                # kept for good. A reader that saw that failure but has not
+                # taken its exception yet still finds it among the last few
+                # recovered.
+                exc = self.fetch_errors.pop(k, None)
+                if exc is not None:
+                    self.recovered_errors[k] = exc
+                    while len(self.recovered_errors) > RECOVERED_ERRORS_KEPT:
+                        del self.recovered_errors[next(iter(self.recovered_errors))]
+                    exc = None
+                at = (k - page) * page_size
+                page_len = min(page_size, length - at)
+                with nogil:
+                    fx_pagecache_complete(self.pc, k, &view[at] if page_len else NULL, page_len, 0)
             view = None
 
 
@@ -185,6 +215,8 @@ cdef class ByteSource:
             return None
         if code == FX_ERR_FETCH:
             exc = self.core.fetch_errors.pop(cursor.err_page, None)
+            if exc is None:
+                exc = self.core.recovered_errors.pop(cursor.err_page, None)
             if exc is not None:
                 return exc
             return errors.FluxonFsIOError(f"{self.name}: fetching page {cursor.err_page} failed")
@@ -213,6 +245,10 @@ cdef class ByteSource:
             "fetch_errors": s.fetch_errors,
             "cached_pages": fx_pagecache_cached_pages(self.core.pc),
         }
+
+    def held_fetch_errors(self):
+        """Pages whose failed fetch's exception is still kept (for tests)."""
+        return sorted(self.core.fetch_errors)
 
     def prefetch(self, int64_t offset, int64_t length):
         """Queue the pages of a byte range for the fetch workers; returns how many."""

@@ -217,6 +217,9 @@ cdef int fx_sink_put(FrameSink *sink, AVFrame *f, int64_t slot, DecodeProgress *
     ret = fx_convert(sink.converter, f, sink.out + slot * sink.frame_bytes, sink.height,
                      sink.width)
     if ret < 0:
+        if ret == AVERROR(ENOMEM):
+            # The oriented frame and the scratch rows: our allocations (see _errors).
+            p.failed_call = "allocating conversion buffers"
         return ret
     p.frames_converted += 1
     return 0

@@ -147,15 +147,17 @@ cdef int scan(AVIOContext *pb, bint zero_fill, PacketLog *log, AVFormatContext *
     # can infer, as the decoder's best-effort timestamps do.
     fmt[0].flags |= AVFMT_FLAG_GENPTS
     fx_avio_cursor(pb).zero_fill = zero_fill and is_mov(fmt[0])
+    failed_call[0] = "av_packet_alloc"
     pkt = av_packet_alloc()
     if pkt == NULL:
         return AVERROR(ENOMEM)
-    failed_call[0] = "av_read_frame"
     while True:
+        failed_call[0] = "av_read_frame"
         ret = av_read_frame(fmt[0], pkt)
         if ret < 0:
             break
         if pkt.stream_index == stream_index[0]:
+            failed_call[0] = "growing the packet log"  # our allocation (see _errors)
             ret = log_append(log, pkt)
         av_packet_unref(pkt)
         if ret < 0:

@@ -2,32 +2,40 @@
 """The one path from an AVERROR code to a Python exception.
 
 Call err_check after the GIL is back; native code only records codes.
+
+Callers raise the byte source's own exception first (a failed fetch, a
+timeout, a closed source: the cursor records it, and FFmpeg only ever sees
+EIO/ETIMEDOUT for it). Every code that reaches err_check is therefore
+FFmpeg's verdict on the data, a FluxonFsDecodeError (FluxonFsNoVideoStreamError
+for a container without video), even when FFmpeg spells it as an errno: a
+demuxer's EIO for an element the file ends inside, av_seek_frame's bare -1
+(which av_strerror reads as EPERM), ENOMEM for an allocation a corrupt size
+field asks for. Only ENOMEM from an allocation of our own (OWN_ALLOCATIONS)
+is a MemoryError.
 """
-from libc.errno cimport EAGAIN, EINVAL, EIO, ENOENT, ENOMEM, EACCES, EPERM, ETIMEDOUT
+from libc.errno cimport EIO, ENOMEM
 
 from fluxon_video.libav.avutil cimport (
-    AVERROR, AVERROR_DECODER_NOT_FOUND, AVERROR_DEMUXER_NOT_FOUND, AVERROR_EOF,
-    AVERROR_INVALIDDATA, AVERROR_PATCHWELCOME, AVERROR_STREAM_NOT_FOUND, av_strerror,
+    AVERROR, AVERROR_EOF, AVERROR_INVALIDDATA, AVERROR_STREAM_NOT_FOUND, av_strerror,
 )
 
 from fluxon_video import errors
 
 
-cdef dict _ERROR_TABLE = {
-    AVERROR_INVALIDDATA: errors.FluxonFsDecodeError,
-    AVERROR_DEMUXER_NOT_FOUND: errors.FluxonFsDecodeError,
-    AVERROR_DECODER_NOT_FOUND: errors.FluxonFsDecodeError,
-    AVERROR_PATCHWELCOME: errors.FluxonFsDecodeError,
-    AVERROR_STREAM_NOT_FOUND: errors.FluxonFsNoVideoStreamError,
-    AVERROR_EOF: errors.FluxonFsDecodeError,
-    AVERROR(EIO): errors.FluxonFsIOError,
-    AVERROR(ENOENT): errors.FluxonFsNotFoundError,
-    AVERROR(EACCES): errors.FluxonFsPermissionError,
-    AVERROR(EPERM): errors.FluxonFsPermissionError,
-    AVERROR(ETIMEDOUT): errors.FluxonFsTimeoutError,
-    AVERROR(EINVAL): errors.FluxonFsDecodeError,
-    AVERROR(EAGAIN): errors.FluxonFsDecodeError,
-}
+# Calls whose ENOMEM is a real out-of-memory of ours: allocations whose size
+# does not depend on the file (contexts, packet, frame, the page cache) or that
+# we size ourselves (the scan's packet log, conversion buffers). Every other
+# call that answers ENOMEM (opening, demuxing, decoding) was refused an
+# allocation the file's data asked for, typically a corrupt size or count
+# field: that is a file FFmpeg cannot read, a FluxonFsDecodeError.
+OWN_ALLOCATIONS = frozenset({
+    "avformat_alloc_context",
+    "av_packet_alloc",
+    "av_frame_alloc",
+    "avcodec_alloc_context3",
+    "growing the packet log",
+    "allocating conversion buffers",
+})
 
 
 cdef str av_error_text(int code):
@@ -41,13 +49,22 @@ cdef int err_check(int code, str what, str name, str detail=None) except -1:
     """Raise the exception for a negative libav return code, else return it."""
     if code >= 0:
         return code
-    if code == AVERROR(ENOMEM):
+    if code == AVERROR(ENOMEM) and what in OWN_ALLOCATIONS:
         raise MemoryError(f"{name}: {what}: out of memory")
-    cls = _ERROR_TABLE.get(code, errors.FluxonFsDecodeError)
-    if code == AVERROR_STREAM_NOT_FOUND:
+    cls = (errors.FluxonFsNoVideoStreamError if code == AVERROR_STREAM_NOT_FOUND
+           else errors.FluxonFsDecodeError)
+    if code == AVERROR(ENOMEM):
+        message = (f"{name}: {what} failed: FFmpeg could not allocate the memory the file's "
+                   f"data asks for (a corrupt or implausible size or count)")
+    elif code == AVERROR_STREAM_NOT_FOUND:
         message = f"{name}: no video stream"
     elif what == "avformat_open_input" and code in (AVERROR_INVALIDDATA, AVERROR_EOF):
         message = f"{name}: not a recognised video container"
+    elif code == AVERROR(EIO):
+        message = (f"{name}: {what} failed: the data ends early or is inconsistent "
+                   f"({av_error_text(code)} reading it)")
+    elif code == -1:  # FFmpeg's generic failure (seeking, mostly), not EPERM
+        message = f"{name}: {what} failed (error -1)"
     else:
         message = f"{name}: {what} failed: {av_error_text(code)}"
     if detail:

@@ -69,6 +69,19 @@ static void job_promote(fx_pagecache *pc, fx_page *e) {
     pc->job_head = e;
 }
 
+static void job_unlink(fx_pagecache *pc, fx_page *e) {
+    fx_page *prev = NULL, *it = pc->job_head;
+    while (it && it != e) {
+        prev = it;
+        it = it->job_next;
+    }
+    if (!it) return;
+    if (prev) prev->job_next = e->job_next;
+    else pc->job_head = e->job_next;
+    if (pc->job_tail == e) pc->job_tail = prev;
+    e->job_next = NULL;
+}
+
 static fx_page *queue_page(fx_pagecache *pc, int64_t index, int speculative) {
     fx_page *e = calloc(1, sizeof(fx_page));
     if (!e) return NULL;
@@ -150,6 +163,20 @@ int fx_pagecache_next_job(fx_pagecache *pc, int64_t *page, int64_t *offset, int6
     *length = pc->file_size - *offset < pc->page_size ? pc->file_size - *offset : pc->page_size;
     pthread_mutex_unlock(&pc->mu);
     return 1;
+}
+
+int64_t fx_pagecache_claim_following(fx_pagecache *pc, int64_t page, int64_t max_pages) {
+    int64_t claimed = 0;
+    pthread_mutex_lock(&pc->mu);
+    for (int64_t p = page + 1; p < pc->num_pages && claimed < max_pages && !pc->closed; p++) {
+        fx_page *e = pc->slots[p];
+        if (!e || e->state != FX_PAGE_QUEUED) break;
+        job_unlink(pc, e);
+        e->state = FX_PAGE_FETCHING;
+        claimed++;
+    }
+    pthread_mutex_unlock(&pc->mu);
+    return claimed;
 }
 
 void fx_pagecache_complete(fx_pagecache *pc, int64_t page, const uint8_t *data, int64_t len,

@@ -158,7 +158,12 @@ cdef int _position(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landing,
     fx_source_cancel_prefetch(pc)
     ret = pipe.seek(plan.seek_ts[c], p)
     if ret < 0:
-        return ret
+        if pipe.cursor().error:
+            return ret  # the byte source failed: that error is the answer
+        # The demuxer would not seek there (a damaged index): the sequential
+        # path may still serve these frames.
+        p.fallback_reason = "the demuxer could not seek to the keyframe the index names"
+        return FX_FALLBACK
     fx_source_prefetch(pc, plan.key_pos[c], plan.end_byte[c] - plan.key_pos[c])
     landing[0] = True
     return 0

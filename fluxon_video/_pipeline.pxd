@@ -8,6 +8,12 @@ from fluxon_video.libav.avformat cimport AVFormatContext, AVIOContext
 from fluxon_video.libav.avutil cimport AVFrame
 
 
+cdef extern from "_avlog.h" nogil:
+    # Where FFmpeg's error lines for one pipeline's contexts go (see _avlog.h).
+    ctypedef struct fx_avlog_buf:
+        pass
+
+
 cdef class Pipeline:
     cdef ByteSource source
     cdef readonly str name
@@ -18,6 +24,7 @@ cdef class Pipeline:
     cdef AVCodecContext *codec
     cdef AVPacket *pkt
     cdef AVFrame *frame
+    cdef fx_avlog_buf *log     # the contexts' opaque; freed in release()
     cdef readonly int stream_index
     cdef readonly str codec_name
     # Read counters of AVIO contexts already released (stats are per-call deltas).

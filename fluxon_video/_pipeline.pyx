@@ -31,7 +31,10 @@ from fluxon_video.libav.avutil cimport AVERROR, AVERROR_EOF, av_frame_alloc, av_
 cdef extern from "_avlog.h" nogil:
     void fx_avlog_install()
     void fx_avlog_clear()
-    const char *fx_avlog_last_error()
+    fx_avlog_buf *fx_avlog_buf_new()
+    void fx_avlog_buf_free(fx_avlog_buf **buf)
+    void fx_avlog_buf_clear(fx_avlog_buf *buf)
+    void fx_avlog_last_error_for(fx_avlog_buf *buf, char *out, size_t size)
 
 
 fx_avlog_install()
@@ -76,6 +79,7 @@ cdef class Pipeline:
 
     cdef void clear_log(self) noexcept nogil:
         fx_avlog_clear()
+        fx_avlog_buf_clear(self.log)
 
     cdef void release(self) noexcept nogil:
         cdef fx_cursor *cursor
@@ -90,6 +94,9 @@ cdef class Pipeline:
             self.retired_seek_calls += cursor.seek_calls
             self.retired_bytes_read += cursor.bytes_read
             fx_avio_close(&self.pb)
+        # After the contexts: nothing can log into it any more (and a line
+        # logged for a context pointing at a freed buffer would go per-thread).
+        fx_avlog_buf_free(&self.log)
         self.stream_index = -1
         self.fresh = False
         self.positioned = False
@@ -102,9 +109,13 @@ cdef class Pipeline:
         if self.is_open():
             return 0
         self.release()
+        # Where FFmpeg's error lines for our contexts go, from any thread.
+        self.log = fx_avlog_buf_new()
+        if self.log == NULL:
+            raise MemoryError(f"{self.name}: cannot allocate the FFmpeg log buffer")
         self.pb = fx_avio_open(self.source)
         with nogil:
-            fx_avlog_clear()
+            self.clear_log()
             t0 = now_ms()
             ret = self._open_nogil(p)
             p.open_ms += now_ms() - t0
@@ -120,21 +131,34 @@ cdef class Pipeline:
         cdef int ret
         cdef AVStream *st
         cdef const AVCodec *dec
+        # Lines logged while the container opens go to this thread's buffer
+        # (opening runs here; its probe decoders are single-threaded).
         ret = fx_open_input(self.pb, &self.fmt, True, &self.stream_index, &p.failed_call)
         if ret < 0:
             return ret
+        self.fmt.opaque = self.log
+        # Our own allocations name themselves: err_check keeps their ENOMEM a
+        # MemoryError, where an ENOMEM from a call fed the file's data is a
+        # file FFmpeg cannot read.
+        p.failed_call = "av_packet_alloc"
         self.pkt = av_packet_alloc()
+        if self.pkt == NULL:
+            return AVERROR(ENOMEM)
+        p.failed_call = "av_frame_alloc"
         self.frame = av_frame_alloc()
-        if self.pkt == NULL or self.frame == NULL:
+        if self.frame == NULL:
             return AVERROR(ENOMEM)
         st = self.fmt.streams[self.stream_index]
         p.failed_call = "avcodec_find_decoder"
         dec = avcodec_find_decoder(st.codecpar.codec_id)
         if dec == NULL:
             return AVERROR(EINVAL)
+        p.failed_call = "avcodec_alloc_context3"
         self.codec = avcodec_alloc_context3(dec)
         if self.codec == NULL:
             return AVERROR(ENOMEM)
+        # Set before avcodec_open2: frame-threading copies of the context keep it.
+        self.codec.opaque = self.log
         p.failed_call = "avcodec_parameters_to_context"
         ret = avcodec_parameters_to_context(self.codec, st.codecpar)
         if ret >= 0:
@@ -157,7 +181,9 @@ cdef class Pipeline:
         cdef fx_cursor *cursor = self.cursor()
         if cursor != NULL and cursor.error:
             raise self.source.fetch_error(cursor)
-        detail = fx_avlog_last_error().decode("utf-8", "replace")
+        cdef char line[512]
+        fx_avlog_last_error_for(self.log, line, sizeof(line))
+        detail = line.decode("utf-8", "replace")
         what = p.failed_call.decode() if p.failed_call != NULL else "decode"
         return err_check(ret, what, self.name, detail)
 

@@ -47,6 +47,7 @@ class FluxonFsVideoReadStats(DecodeStats):
     kv_hits: int = 0                # KV piece cache
     kv_misses: int = 0
     kv_bytes: int = 0               # bytes served by KV hits
+    kv_round_trips: int = 0         # pipelined KV reads of pieces (one per fetched range)
     kv_errors: int = 0              # KV unreachable or skipped (circuit open)
     kv_corrupt: int = 0             # KV entries that failed verification
     remote_reads: int = 0           # reads from the agent (or in-process export)
@@ -87,6 +88,7 @@ class FluxonFsProcessStats:
     remote_reads: int = 0
     remote_bytes: int = 0           # bytes from the agent (or in-process export)
     kv_bytes: int = 0               # bytes served by KV hits
+    kv_round_trips: int = 0
     backfills_queued: int = 0
     backfills_dropped: int = 0
     open_ms: float = 0.0

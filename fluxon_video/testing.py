@@ -1,6 +1,6 @@
-"""Real servers for tests and benchmarks: a private redis-server and the fluxon agent.
+"""Real servers for tests and benchmarks: a private redis-server, a Redis Cluster, the agent.
 
-Both run as subprocesses on a free port of 127.0.0.1, so a test suite can
+All run as subprocesses on a free port of 127.0.0.1, so a test suite can
 exercise the whole FluxonFS path (agent over HTTP, pieces in Redis) without
 touching shared infrastructure::
 
@@ -17,14 +17,21 @@ touching shared infrastructure::
 times, and ``start()`` after ``stop()`` reuses the same port (a test can take
 a server away and bring it back).
 
-Needs the ``redis-server`` binary on ``PATH`` for :class:`RedisServer`
-(``make build`` installs it; on Debian ``apt-get install redis-server``).
+:class:`RedisCluster` is a real N-master Redis Cluster (``redis-server
+--cluster-enabled yes`` per master, joined by ``redis-cli --cluster create``);
+``stop_node(i)`` / ``start_node(i)`` take one master away and bring it back
+with its slots.
+
+Needs the ``redis-server`` binary on ``PATH`` for :class:`RedisServer`, and
+``redis-cli`` too for :class:`RedisCluster` (``make build`` installs both; on
+Debian ``apt-get install redis-server``).
 This module is not imported by ``import fluxon_video``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -40,7 +47,8 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["AgentProcess", "RedisServer", "ServerStartError", "free_port", "wait_until"]
+__all__ = ["AgentProcess", "RedisCluster", "RedisServer", "ServerStartError", "free_port",
+           "wait_until"]
 
 LOOPBACK = "127.0.0.1"
 _S = TypeVar("_S", bound="_Server")
@@ -104,6 +112,15 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
+def _which(executable: str) -> str:
+    found = shutil.which(executable)
+    if not found:
+        raise ServerStartError(
+            f"{executable} is not installed or not on PATH: install it "
+            "(Debian: apt-get install redis-server) or run `make build`, which installs it")
+    return found
+
+
 class _Server:
     """Start/stop bookkeeping and context-manager support shared by both servers."""
 
@@ -140,17 +157,15 @@ class RedisServer(_Server):
 
     ``workdir`` holds its working directory and its log
     (``redis-<port>.log``). ``stop()`` then ``start()`` keeps the port, so the
-    same URL works again; data does not survive a stop.
+    same URL works again; data does not survive a stop. ``args`` are extra
+    ``redis-server`` options, appended to the command line (e.g.
+    ``["--maxmemory", "10mb"]``).
     """
 
     def __init__(self, workdir: str | os.PathLike[str], port: int | None = None,
-                 executable: str = "redis-server") -> None:
-        found = shutil.which(executable)
-        if not found:
-            raise ServerStartError(
-                f"{executable} is not installed or not on PATH: install it "
-                "(Debian: apt-get install redis-server) or run `make build`, which installs it")
-        self.executable = found
+                 executable: str = "redis-server", args: Sequence[str] = ()) -> None:
+        self.executable = _which(executable)
+        self.args = list(args)
         self.workdir = Path(workdir)
         self.port = port if port is not None else free_port()
         self.proc = None
@@ -174,7 +189,8 @@ class RedisServer(_Server):
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [self.executable, "--port", str(self.port), "--bind", LOOPBACK, "--save", "",
-                 "--appendonly", "no", "--dir", str(self.workdir), "--protected-mode", "no"],
+                 "--appendonly", "no", "--dir", str(self.workdir), "--protected-mode", "no",
+                 *self.args],
                 stdout=log, stderr=subprocess.STDOUT)
         proc = self.proc
 
@@ -200,6 +216,286 @@ class RedisServer(_Server):
         import redis
 
         return redis.Redis(host=LOOPBACK, port=self.port, **kwargs)  # type: ignore[arg-type]
+
+
+class RedisCluster:
+    """A real Redis Cluster: ``masters`` masters, no replicas, on free loopback ports.
+
+    Master ``i`` is ``nodes[i]``, a :class:`RedisServer` on ``ports[i]`` with
+    ``--cluster-enabled yes --cluster-config-file nodes-PORT.conf
+    --cluster-node-timeout 1000 --cluster-require-full-coverage no
+    --cluster-port BUS``, working in ``workdir/PORT`` (which also holds its log,
+    ``redis-PORT.log``). The cluster bus gets its own free port (``bus_ports``)
+    instead of the default PORT+10000, which can be taken or above 65535.
+    ``start()`` joins the masters with ``redis-cli --cluster create ...
+    --cluster-replicas 0 --cluster-yes`` and waits until the cluster is
+    healthy: every running node reports ``cluster_state:ok`` with all 16384
+    slots assigned, and sees every running node connected and not failing.
+
+    ``require_full_coverage=False`` (the default) keeps the other masters
+    serving their slots while one is stopped; with True, Redis refuses every
+    query (CLUSTERDOWN) once a master is marked failed.
+
+    ``stop_node(i)`` / ``start_node(i)`` take master ``i`` away (SIGTERM) and
+    bring it back on the same port with the same ``nodes-PORT.conf``, so it
+    rejoins with its slots, empty (no persistence). ``stop()`` stops every
+    node and may be called again; ``start()`` afterwards restarts them from
+    their ``nodes-PORT.conf`` (the same cluster, empty).
+    """
+
+    def __init__(self, workdir: str | os.PathLike[str], masters: int = 3, *,
+                 node_timeout_ms: int = 1000, require_full_coverage: bool = False,
+                 executable: str = "redis-server", cli: str = "redis-cli") -> None:
+        if masters < 3:
+            raise ValueError(f"a Redis Cluster needs at least 3 masters, got {masters}")
+        self.cli = _which(cli)
+        self.workdir = Path(workdir)
+        self.masters = masters
+        self.node_timeout_ms = node_timeout_ms
+        ports: list[int] = []
+        while len(ports) < 2 * masters:
+            port = free_port()
+            if port not in ports:
+                ports.append(port)
+        self.bus_ports = ports[masters:]
+        self.nodes = [
+            RedisServer(self.workdir / str(port), port=port, executable=executable, args=[
+                "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{port}.conf",
+                "--cluster-node-timeout", str(node_timeout_ms), "--cluster-port", str(bus),
+                "--cluster-require-full-coverage", "yes" if require_full_coverage else "no"])
+            for port, bus in zip(ports[:masters], self.bus_ports)]
+        self.create_output = ""  # what `redis-cli --cluster create` printed
+        self._created = False
+
+    @property
+    def ports(self) -> list[int]:
+        """The masters' client ports, node ``i`` at index ``i``."""
+        return [node.port for node in self.nodes]
+
+    @property
+    def urls(self) -> list[str]:
+        """``redis://127.0.0.1:<port>`` per master: seed nodes for a cluster client."""
+        return [f"redis://{LOOPBACK}:{port}" for port in self.ports]
+
+    @property
+    def startup_nodes(self) -> list[tuple[str, int]]:
+        """``(host, port)`` per master."""
+        return [(LOOPBACK, port) for port in self.ports]
+
+    @property
+    def running(self) -> bool:
+        """Whether every node's process is alive (not whether the cluster is healthy)."""
+        return all(node.running for node in self.nodes)
+
+    def start(self, timeout: float = 30.0) -> RedisCluster:
+        """Start the cluster and wait until it is healthy. Returns ``self``.
+
+        The first time, starts the masters and runs ``redis-cli --cluster
+        create``; if that fails or the cluster is not healthy within
+        ``timeout`` seconds, stops every node and raises
+        :class:`ServerStartError` with ``redis-cli``'s output. Later (after
+        ``stop()`` or ``stop_node()``), starts the stopped nodes from their
+        ``nodes-PORT.conf`` and waits the same way. Does nothing if every node
+        is running.
+        """
+        if self.running:
+            return self
+        if not self._created:
+            return self._create(timeout)
+        deadline = time.monotonic() + timeout
+        started = [node for node in self.nodes if not node.running]
+        try:
+            for node in started:
+                node.start(_remaining(deadline))
+            self._wait_healthy(_remaining(deadline), "the Redis Cluster")
+        except BaseException:
+            for node in started:
+                node.stop()
+            raise
+        return self
+
+    def _create(self, timeout: float) -> RedisCluster:
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:  # a new cluster: no memory of an earlier one
+            (node.workdir / f"nodes-{node.port}.conf").unlink(missing_ok=True)
+        command = [self.cli, "--cluster", "create", *(f"{LOOPBACK}:{port}" for port in self.ports),
+                   "--cluster-replicas", "0", "--cluster-yes"]
+        shown = " ".join(["redis-cli", *command[1:]])
+        try:
+            for node in self.nodes:
+                node.start(_remaining(deadline))
+            try:
+                done = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, timeout=_remaining(deadline))
+            except subprocess.TimeoutExpired as exc:
+                self.create_output = _ANSI.sub("", (exc.output or b"").decode(errors="replace"))
+                raise ServerStartError(f"`{shown}` did not finish within {timeout:g} s; it said:\n"
+                                       f"{self.create_output}") from None
+            self.create_output = _ANSI.sub("", done.stdout.decode(errors="replace"))
+            if done.returncode != 0:
+                raise ServerStartError(f"`{shown}` exited with {done.returncode}:\n"
+                                       f"{self.create_output}")
+            try:
+                self._wait_healthy(_remaining(deadline), "the Redis Cluster")
+            except ServerStartError as exc:
+                raise ServerStartError(f"{exc}\n`{shown}` said:\n{self.create_output}") from None
+        except BaseException:
+            self.stop()
+            raise
+        self._created = True
+        return self
+
+    def stop(self) -> None:
+        """Stop every node (SIGTERM, then SIGKILL after 10 s). Safe to call again."""
+        for node in self.nodes:
+            node.stop()
+
+    def stop_node(self, i: int) -> None:
+        """Stop master ``i`` (SIGTERM) and wait for it to exit. Its slots fail until it is back."""
+        self.nodes[i].stop()
+
+    def start_node(self, i: int, timeout: float = 30.0) -> None:
+        """Restart master ``i`` (same port, same ``nodes-PORT.conf``); wait until the cluster is healthy.
+
+        The node rejoins with its slots (and no keys). Other masters clear
+        their "failed" mark on it only after about twice the node timeout, so
+        this takes a few seconds. On timeout stops the node again and raises
+        :class:`ServerStartError` saying which node sees what.
+        """
+        if not self._created:
+            raise ServerStartError("the cluster was never created: call start() first")
+        node = self.nodes[i]
+        deadline = time.monotonic() + timeout
+        was_running = node.running
+        node.start(_remaining(deadline))
+        try:
+            self._wait_healthy(_remaining(deadline), f"master {i} (port {node.port}) rejoining")
+        except BaseException:
+            if not was_running:
+                node.stop()
+            raise
+
+    def client(self, **kwargs: object) -> redis.RedisCluster:
+        """A redis-py ``RedisCluster`` seeded with every master (``kwargs`` go to it)."""
+        import redis
+        from redis.cluster import ClusterNode
+
+        return redis.RedisCluster(  # type: ignore[abstract]
+            startup_nodes=[ClusterNode(host, port) for host, port in self.startup_nodes],
+            **kwargs)  # type: ignore[arg-type]
+
+    def node_client(self, i: int, **kwargs: object) -> redis.Redis:
+        """A plain redis-py client connected to master ``i`` only (no redirections)."""
+        import redis
+
+        return redis.Redis(host=LOOPBACK, port=self.ports[i], **kwargs)  # type: ignore[arg-type]
+
+    def node_for_key(self, key: str | bytes) -> int:
+        """The index of the master that owns ``key``'s slot (asked of a running node)."""
+        import redis.crc
+
+        slot = redis.crc.key_slot(key.encode() if isinstance(key, str) else key)
+        for node in self.nodes:
+            if not node.running:
+                continue
+            client = node.client(socket_timeout=2)
+            try:
+                ranges = client.execute_command("CLUSTER", "SLOTS")
+            finally:
+                client.close()
+            for first, last, owner, *_ in ranges:
+                if first <= slot <= last:
+                    return self.ports.index(int(owner[1]))
+            raise LookupError(f"slot {slot} is not assigned in the cluster")
+        raise ServerStartError("no node of the cluster is running")
+
+    def keys_per_node(self) -> list[int]:
+        """DBSIZE of each master, node ``i`` at index ``i``; 0 for a stopped node (it has no keys)."""
+        sizes = []
+        for i, node in enumerate(self.nodes):
+            if not node.running:
+                sizes.append(0)
+                continue
+            client = self.node_client(i, socket_timeout=2)
+            try:
+                sizes.append(int(client.dbsize()))
+            finally:
+                client.close()
+        return sizes
+
+    def flushall(self) -> None:
+        """FLUSHALL on every running master (a stopped one comes back empty anyway)."""
+        for i, node in enumerate(self.nodes):
+            if node.running:
+                client = self.node_client(i, socket_timeout=5)
+                try:
+                    client.flushall()
+                finally:
+                    client.close()
+
+    def _wait_healthy(self, timeout: float, what: str) -> None:
+        wait_until(self._check_healthy, f"{what} (ports {', '.join(map(str, self.ports))})",
+                   timeout, interval=0.1)
+
+    def _check_healthy(self) -> bool:
+        """True when healthy; raises why not (the last reason ends up in the timeout error)."""
+        import redis
+
+        for node in self.nodes:
+            proc = node.proc
+            if proc is not None and proc.poll() is not None:
+                raise ServerStartError(f"redis-server on port {node.port} exited with "
+                                       f"{proc.returncode}:\n{_tail(node.log)}")
+        up = {node.port for node in self.nodes if node.running}
+        for port in sorted(up):
+            client = redis.Redis(host=LOOPBACK, port=port, socket_timeout=1, decode_responses=True)
+            try:
+                info_text = client.execute_command("CLUSTER", "INFO")
+                nodes_text = client.execute_command("CLUSTER", "NODES")
+            finally:
+                client.close()
+            info = dict(line.split(":", 1) for line in info_text.split() if ":" in line)
+            brief = ", ".join(f"{k}:{info.get(k)}" for k in (
+                "cluster_state", "cluster_slots_assigned", "cluster_slots_ok", "cluster_known_nodes"))
+            if info.get("cluster_state") != "ok" or info.get("cluster_slots_assigned") != "16384":
+                raise _NotHealthy(f"node {port} reports {brief}")
+            seen = {}
+            for line in nodes_text.splitlines():
+                fields = line.split()
+                if len(fields) >= 8:
+                    seen[int(fields[1].split("@")[0].rsplit(":", 1)[1])] = fields
+            if len(seen) != self.masters:
+                raise _NotHealthy(f"node {port} knows {len(seen)} of {self.masters} nodes ({brief})")
+            for other in sorted(up):
+                fields = seen.get(other)
+                if fields is None:
+                    raise _NotHealthy(f"node {port} does not know node {other}")
+                flags = set(fields[2].split(","))
+                if flags & {"fail", "fail?", "handshake", "noaddr"} or fields[7] != "connected":
+                    raise _NotHealthy(f"node {port} sees node {other} as {fields[2]}, "
+                                      f"link {fields[7]} ({brief})")
+        return True
+
+    def __enter__(self) -> RedisCluster:
+        """Start the cluster unless every node is running; ``__exit__`` stops it."""
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class _NotHealthy(Exception):
+    """The cluster is not healthy yet (retried by ``wait_until``, reported on timeout)."""
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # redis-cli --cluster colours its output even into a pipe
+
+
+def _remaining(deadline: float) -> float:
+    return max(round(deadline - time.monotonic(), 2), 0.1)
 
 
 class AgentProcess(_Server):

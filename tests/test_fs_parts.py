@@ -101,10 +101,10 @@ def test_embedded_store_is_bounded():
     store = EmbeddedPieceStore(max_bytes=10_000)
     for i in range(10):
         store.put(f"k{i}", encode_piece(f"k{i}", bytes(3000), "bytes"))
-    kept = [i for i in range(10) if store.get(f"k{i}")]
+    kept = [i for i in range(10) if store.get_many([f"k{i}"])[0]]
     assert kept == [7, 8, 9]
     store.put("huge", encode_piece("huge", bytes(20_000), "bytes"))  # larger than the store: skipped
-    assert store.get("huge") is None
+    assert store.get_many(["huge"])[0] is None
 
 
 # ---- single-flight and backfill ----

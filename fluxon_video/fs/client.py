@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any, TypeVar
 
 import cachetools
@@ -32,8 +33,10 @@ from fluxon_video.fs.config import FluxonFsConfig, FluxonFsExport, MissPolicy, R
 from fluxon_video.fs.kv import (
     EmbeddedPieceStore,
     blob_key,
+    UNREACHABLE,
     GuardedPieceStore,
     PieceStore,
+    RedisClusterPieceStore,
     RedisPieceStore,
     decode_piece,
     encode_piece,
@@ -62,6 +65,7 @@ class ReadCounters:
     kv_hits: int = 0
     kv_misses: int = 0
     kv_bytes: int = 0  # bytes served by hits
+    kv_round_trips: int = 0  # KV reads of pieces (one per range: its pieces go in one pipeline)
     kv_errors: int = 0  # KV unreachable or skipped by the open circuit
     kv_corrupt: int = 0  # entries that failed verification and were deleted
     remote_reads: int = 0
@@ -170,9 +174,11 @@ class Backfiller:
 
 def make_piece_store(config: FluxonFsConfig) -> PieceStore:
     settings = config.client
+    if settings.redis_cluster:
+        return RedisClusterPieceStore(settings.redis_urls, settings.redis_timeout_s,
+                                      settings.redis_retry_after_s)
     if settings.redis_url:
-        return RedisPieceStore(settings.redis_url, settings.redis_timeout_s,
-                               cluster="cluster=true" in settings.redis_url)
+        return RedisPieceStore(settings.redis_urls[0], settings.redis_timeout_s)
     return EmbeddedPieceStore(settings.embedded_kv_max_bytes)
 
 
@@ -190,6 +196,8 @@ class _ProcessState:
     stats: cachetools.TLRUCache[tuple, tuple[float, FileStat]]
     # (monotonic time, stat) of the last authorised stat, for stale_if_error_s.
     last_good: cachetools.LRUCache[tuple, tuple[float, FileStat]]
+    # When this process last pushed a KV entry's expiry back (cache_ttl_s).
+    ttl_refreshed: cachetools.LRUCache[str, float]
     stats_lock: threading.Lock
     flights: SingleFlight
     backfill: Backfiller
@@ -234,6 +242,7 @@ class FluxonFsClient:
             stats=cachetools.TLRUCache(maxsize=65536, ttu=lambda _key, value, now: value[0],
                                        timer=time.monotonic),
             last_good=cachetools.LRUCache(maxsize=65536),
+            ttl_refreshed=cachetools.LRUCache(maxsize=262144),
             stats_lock=threading.Lock(),
             flights=SingleFlight(),
             backfill=Backfiller(settings.backfill_workers, settings.backfill_queue_size))
@@ -336,18 +345,30 @@ class FluxonFsClient:
         # KV bytes are only served after a stat authorised for this identity.
         self.check_version(identity, export_name, relpath, version)
         ps = export.piece_size
+        indices = list(range(offset // ps, (offset + length - 1) // ps + 1))
+        # Every piece of the range in one KV round trip (per node on a cluster).
+        pieces = self._pieces_from_kv(export, relpath, version, indices, counters)
         parts = []
-        for index in range(offset // ps, (offset + length - 1) // ps + 1):
+        k = 0
+        while k < len(indices):
+            index, piece = indices[k], pieces[k]
             lo, hi = max(offset, index * ps), min(offset + length, (index + 1) * ps)
-            piece = self._piece_from_kv(export, relpath, version, index, counters)
             if piece is not None:
                 parts.append(piece[lo - index * ps:hi - index * ps])
             elif export.kv_miss_policy is MissPolicy.StageToKvThenRead:
                 parts.append(self._stage_piece(export, relpath, version, index, identity,
                                                counters)[lo - index * ps:hi - index * ps])
             else:
-                parts.append(self._remote_read_with_backfill(export, relpath, version, index,
-                                                             lo, hi, identity, counters))
+                # A run of missing pieces is one read from the agent.
+                run = k + 1
+                while run < len(indices) and pieces[run] is None:
+                    run += 1
+                hi = min(offset + length, (indices[run - 1] + 1) * ps)
+                parts.append(self._remote_read_with_backfill(
+                    export, relpath, version, indices[k:run], lo, hi, identity, counters))
+                k = run
+                continue
+            k += 1
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def _piece_len(self, export: FluxonFsExport, version: FileStat, index: int) -> int:
@@ -357,25 +378,48 @@ class FluxonFsClient:
         return piece_key(export.cache_kv_key_prefix, export.name, relpath, version,
                          export.piece_size, index)
 
-    def _piece_from_kv(self, export: FluxonFsExport, relpath: str, version: FileStat,
-                       index: int, counters: ReadCounters) -> bytes | None:
-        key = self._key(export, relpath, version, index)
-        reachable, entry = self.kv.get(key)
+    def _pieces_from_kv(self, export: FluxonFsExport, relpath: str, version: FileStat,
+                        indices: list[int], counters: ReadCounters) -> list[bytes | None]:
+        """The verified bytes of each piece, None where the KV cannot serve it."""
+        keys = [self._key(export, relpath, version, index) for index in indices]
+        reachable, entries = self.kv.get_many(keys)
         if not reachable:
-            counters.add(kv_errors=1)
-            return None
-        data = decode_piece(key, entry, export.cache_bytes_field_key,
-                            self._piece_len(export, version, index))
-        if data is None:
-            if entry:  # present but damaged: drop it so it gets rewritten
-                self.kv.delete(key)
-                counters.add(kv_corrupt=1)
-                _warn.warning("corrupt", "%s:%s: KV entry %s failed verification; deleted and "
-                              "read again", export.name, relpath, key)
-            counters.add(kv_misses=1)
-            return None
-        counters.add(kv_hits=1, kv_bytes=len(data))
-        return data
+            counters.add(kv_errors=len(keys))
+            return [None] * len(keys)
+        counters.add(kv_round_trips=1)
+        out: list[bytes | None] = []
+        for key, index, entry in zip(keys, indices, entries):
+            if entry is UNREACHABLE:
+                counters.add(kv_errors=1)
+                out.append(None)
+                continue
+            data = decode_piece(key, entry, export.cache_bytes_field_key,
+                                self._piece_len(export, version, index))
+            if data is None:
+                if entry:  # present but damaged: drop it so it gets rewritten
+                    self.kv.delete(key)
+                    counters.add(kv_corrupt=1)
+                    _warn.warning("corrupt", "%s:%s: KV entry %s failed verification; deleted "
+                                  "and read again", export.name, relpath, key)
+                counters.add(kv_misses=1)
+            else:
+                counters.add(kv_hits=1, kv_bytes=len(data))
+                self._refresh_ttl(export, key)
+            out.append(data)
+        return out
+
+    def _refresh_ttl(self, export: FluxonFsExport, key: str) -> None:
+        """Push a hit entry's expiry back, at most once per half TTL per key and process."""
+        if not export.cache_ttl_s:
+            return
+        state = self._checkpid()
+        now = time.monotonic()
+        with state.stats_lock:
+            last = state.ttl_refreshed.get(key)
+            if last is not None and now - last < export.cache_ttl_s / 2:
+                return
+            state.ttl_refreshed[key] = now
+        self.kv.touch(key, export.cache_ttl_s)
 
     def _remote(self, export: FluxonFsExport, relpath: str, version: FileStat, offset: int,
                 length: int, identity: RequestIdentity, counters: ReadCounters) -> bytes:
@@ -392,7 +436,7 @@ class FluxonFsClient:
     def _store(self, export: FluxonFsExport, relpath: str, version: FileStat, index: int,
                data: bytes) -> None:
         key = self._key(export, relpath, version, index)
-        self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key))
+        self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key), export.cache_ttl_s)
 
     def _stage_piece(self, export: FluxonFsExport, relpath: str, version: FileStat, index: int,
                      identity: RequestIdentity, counters: ReadCounters) -> bytes:
@@ -408,19 +452,25 @@ class FluxonFsClient:
         return data
 
     def _remote_read_with_backfill(self, export: FluxonFsExport, relpath: str, version: FileStat,
-                                   index: int, lo: int, hi: int, identity: RequestIdentity,
-                                   counters: ReadCounters) -> bytes:
-        key = self._key(export, relpath, version, index)
-        data, _ = self._checkpid().flights.do((key, lo, hi), lambda: self._remote(
+                                   indices: list[int], lo: int, hi: int,
+                                   identity: RequestIdentity, counters: ReadCounters) -> bytes:
+        """Bytes [lo, hi) of consecutive missing pieces, in one remote read; each
+        piece is backfilled (from these bytes when they hold all of it)."""
+        first = self._key(export, relpath, version, indices[0])
+        data, _ = self._checkpid().flights.do((first, lo, hi), lambda: self._remote(
             export, relpath, version, lo, hi - lo, identity, counters))
-        if export.async_backfill_enabled:
-            if hi - lo == self._piece_len(export, version, index):
-                # We hold the whole piece already: store it, no second fetch.
-                job = lambda: self._store(export, relpath, version, index, data)  # noqa: E731
+        if not export.async_backfill_enabled:
+            return data
+        ps = export.piece_size
+        for index in indices:
+            start, end = index * ps, index * ps + self._piece_len(export, version, index)
+            if lo <= start and end <= hi:  # we hold the whole piece: store it, no second fetch
+                piece = data[start - lo:end - lo]
+                job = partial(self._store, export, relpath, version, index, piece)
             else:
-                job = lambda: self._stage_piece(export, relpath, version, index, identity,  # noqa: E731
-                                                ReadCounters())
-            queued = self.backfill.submit(key, job)
+                job = partial(self._stage_piece, export, relpath, version, index, identity,
+                              ReadCounters())
+            queued = self.backfill.submit(self._key(export, relpath, version, index), job)
             if queued:
                 counters.add(backfills_queued=1)
             elif queued is False:
@@ -447,7 +497,8 @@ class FluxonFsClient:
             return 0
         start, length = index * export.piece_size, self._piece_len(export, version, index)
         data = self._remote(export, relpath, version, start, length, identity, counters)
-        if not self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key)):
+        if not self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key),
+                           export.cache_ttl_s):
             raise errors.FluxonFsIOError(f"{export_name}:{relpath}: the KV refused piece {index}")
         return len(data)
 
@@ -473,7 +524,7 @@ class FluxonFsClient:
         if version.size > export.cache_max_bytes:
             return
         key = blob_key(export.cache_kv_key_prefix, kind, export_name, relpath, version)
-        self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key))
+        self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key), export.cache_ttl_s)
 
     def close(self) -> None:
         """Stop this process's threads and connections; later calls raise. Safe to call twice."""

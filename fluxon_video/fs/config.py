@@ -81,6 +81,9 @@ class FluxonFsExport:
     # whose stat was authorised within this many seconds (see the README's
     # security note: a revoked identity or a changed file goes unnoticed that long).
     stale_if_error_s: float = 0.0
+    # Seconds a KV entry lives (EXPIRE on write, pushed back on hits at most once
+    # per half TTL); None: until Redis evicts it (see maxmemory-policy).
+    cache_ttl_s: int | None = None
 
     def __post_init__(self) -> None:
         where = f"export {self.name!r}"
@@ -93,6 +96,8 @@ class FluxonFsExport:
             _require(isinstance(url, str) and url.startswith(("http://", "https://")),
                      f"{where}: agent_url must be an http:// or https:// URL (or a list of "
                      f"them), got {url!r}")
+        _require(self.cache_ttl_s is None or (_is_int(self.cache_ttl_s) and self.cache_ttl_s > 0),
+                 f"{where}: cache_ttl_s must be a positive int (seconds), got {self.cache_ttl_s!r}")
         _require(isinstance(self.stale_if_error_s, (int, float))
                  and not isinstance(self.stale_if_error_s, bool) and self.stale_if_error_s >= 0,
                  f"{where}: stale_if_error_s must be a number >= 0")
@@ -132,7 +137,9 @@ class FluxonFsExport:
 class ClientSettings:
     """Settings of the FluxonFS client in the training process."""
 
-    redis_url: str | None = None
+    # One URL; with redis_cluster, one or more seed nodes of the cluster (a list).
+    redis_url: str | tuple[str, ...] | None = None
+    redis_cluster: bool = False
     redis_timeout_s: float = 0.25
     redis_retry_after_s: float = 2.0
     embedded_kv_max_bytes: int = 512 * MiB
@@ -148,11 +155,17 @@ class ClientSettings:
     agent_ca_bundle: str | None = None  # PEM CA certificates verifying https:// agents
 
     def __post_init__(self) -> None:
-        if self.redis_url is not None:
-            _require(isinstance(self.redis_url, str)
-                     and self.redis_url.startswith(("redis://", "rediss://", "unix://")),
-                     f"client.redis_url must be a redis://, rediss:// or unix:// URL, "
-                     f"got {self.redis_url!r}")
+        if isinstance(self.redis_url, (list, tuple)):
+            object.__setattr__(self, "redis_url", tuple(self.redis_url))
+            _require(self.redis_cluster or len(self.redis_url) == 1,
+                     "client.redis_url is a list of seed nodes only with redis_cluster = true")
+        for url in self.redis_urls:
+            _require(isinstance(url, str) and url.startswith(("redis://", "rediss://", "unix://")),
+                     f"client.redis_url must be a redis://, rediss:// or unix:// URL (or, with "
+                     f"redis_cluster, a list of them), got {url!r}")
+        _require(isinstance(self.redis_cluster, bool), "client.redis_cluster must be true or false")
+        _require(not self.redis_cluster or self.redis_urls,
+                 "client.redis_cluster = true needs redis_url (one or more seed nodes)")
         for name in ("redis_timeout_s", "redis_retry_after_s", "agent_timeout_s",
                      "agent_connect_timeout_s", "agent_failover_skip_s"):
             value = getattr(self, name)
@@ -168,6 +181,13 @@ class ClientSettings:
                  or (isinstance(self.agent_ca_bundle, str) and self.agent_ca_bundle),
                  f"client.agent_ca_bundle must be the path of a PEM file, got "
                  f"{self.agent_ca_bundle!r}")
+
+
+    @property
+    def redis_urls(self) -> tuple[str, ...]:
+        if self.redis_url is None:
+            return ()
+        return (self.redis_url,) if isinstance(self.redis_url, str) else tuple(self.redis_url)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ from __future__ import annotations
 import threading
 import time
 import zlib
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+from urllib.parse import urlparse
 
 import cachetools
 import redis
@@ -81,10 +82,22 @@ def decode_piece(key: str, fields: Fields | None, bytes_field: str,
 DAMAGED: Fields = {"damaged": b""}
 
 
-class PieceStore(Protocol):
-    def get(self, key: str) -> Fields | None: ...
+# In a get_many result: the key's KV node could not be reached (the rest may be fine).
+UNREACHABLE: Fields = {"unreachable": b""}
 
-    def put(self, key: str, fields: Fields) -> None: ...
+
+class NodeDown(Exception):
+    """One node of a cluster is being skipped: a miss for its keys, not "the KV is down"."""
+
+
+class PieceStore(Protocol):
+    def get_many(self, keys: Sequence[str]) -> list[Fields | None]:
+        """Entries (None: absent, UNREACHABLE: its node is down), in one round trip per node."""
+        ...
+
+    def put(self, key: str, fields: Fields, ttl_s: int | None = None) -> None: ...
+
+    def touch(self, key: str, ttl_s: int) -> None: ...
 
     def delete(self, key: str) -> None: ...
 
@@ -94,23 +107,29 @@ class PieceStore(Protocol):
 
 
 class EmbeddedPieceStore:
-    """A bounded in-process LRU: the default when no Redis URL is configured."""
+    """A bounded in-process LRU: the default when no Redis URL is configured.
+
+    (Entries do not expire: the LRU bound is the lifetime.)
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self._cache: cachetools.LRUCache[str, dict[str, bytes]] = cachetools.LRUCache(
             maxsize=max_bytes, getsizeof=lambda fields: sum(len(v) for v in fields.values()) + 64)
         self._lock = threading.Lock()
 
-    def get(self, key: str) -> Fields | None:
+    def get_many(self, keys: Sequence[str]) -> list[Fields | None]:
         with self._lock:
-            return self._cache.get(key)
+            return [self._cache.get(key) for key in keys]
 
-    def put(self, key: str, fields: Fields) -> None:
+    def put(self, key: str, fields: Fields, ttl_s: int | None = None) -> None:
         with self._lock:
             try:
                 self._cache[key] = dict(fields)
             except ValueError:  # a single piece larger than the whole store
                 pass
+
+    def touch(self, key: str, ttl_s: int) -> None:
+        pass
 
     def delete(self, key: str) -> None:
         with self._lock:
@@ -125,32 +144,52 @@ class EmbeddedPieceStore:
             self._cache.clear()
 
 
+def _entry(raw: object) -> Fields | None:
+    """One HGETALL reply of a pipeline (an exception object when the command failed)."""
+    if isinstance(raw, redis.exceptions.ResponseError):
+        if str(raw).startswith("WRONGTYPE"):
+            return DAMAGED  # deleted and rewritten by the client
+        raise raw
+    if isinstance(raw, Exception):
+        raise raw
+    return {k.decode(): v for k, v in raw.items()} if raw else None  # type: ignore[union-attr]
+
+
+def _write(pipe: Any, key: str, fields: Fields, ttl_s: int | None) -> None:
+    pipe.hset(key, mapping=dict(fields))
+    if ttl_s:
+        pipe.expire(key, ttl_s)
+
+
 class RedisPieceStore:
-    """Pieces in Redis or Redis Cluster via redis-py (hiredis parser when installed).
+    """Pieces in one Redis server via redis-py (hiredis parser when installed).
 
     redis-py's connection pool checks its pid and reconnects after fork.
     """
 
-    def __init__(self, url: str, timeout_s: float, cluster: bool = False) -> None:
-        options = dict(socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                       retry_on_timeout=False)
-        if cluster:
-            self._redis = redis.RedisCluster.from_url(url, **options)
-        else:
-            self._redis = redis.Redis.from_url(url, **options)
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self._redis = redis.Redis.from_url(url, socket_timeout=timeout_s,
+                                           socket_connect_timeout=timeout_s, retry_on_timeout=False)
         self.url = url
 
-    def get(self, key: str) -> Fields | None:
-        try:
-            raw = self._redis.hgetall(key)
-        except redis.exceptions.ResponseError as exc:
-            if str(exc).startswith("WRONGTYPE"):
-                return DAMAGED  # deleted and rewritten by the client
-            raise
-        return {k.decode(): v for k, v in raw.items()} if raw else None
+    def get_many(self, keys: Sequence[str]) -> list[Fields | None]:
+        if len(keys) == 1:
+            try:
+                return [_entry(self._redis.hgetall(keys[0]))]
+            except redis.exceptions.ResponseError as exc:
+                return [_entry(exc)]
+        pipe = self._redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.hgetall(key)
+        return [_entry(raw) for raw in pipe.execute(raise_on_error=False)]
 
-    def put(self, key: str, fields: Fields) -> None:
-        self._redis.hset(key, mapping=dict(fields))
+    def put(self, key: str, fields: Fields, ttl_s: int | None = None) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        _write(pipe, key, fields, ttl_s)
+        pipe.execute()
+
+    def touch(self, key: str, ttl_s: int) -> None:
+        self._redis.expire(key, ttl_s)
 
     def delete(self, key: str) -> None:
         self._redis.delete(key)
@@ -160,6 +199,110 @@ class RedisPieceStore:
 
     def close(self) -> None:
         self._redis.close()
+
+
+class RedisClusterPieceStore:
+    """Pieces in a Redis Cluster via redis-py's RedisCluster (slot map, MOVED/ASK).
+
+    Keys carry no hash tag, so the pieces of one file spread over the shards.
+    A node that fails is skipped for ``retry_after_s`` (its keys read as
+    UNREACHABLE: the agent serves them) while the other shards keep serving;
+    after that the next call tries it again, and redis-py refreshes the slot
+    map (a restarted master or a promoted replica takes its slots back).
+    """
+
+    NODE_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                   redis.exceptions.ClusterDownError, redis.exceptions.SlotNotCoveredError,
+                   OSError)
+
+    def __init__(self, urls: Sequence[str], timeout_s: float, retry_after_s: float) -> None:
+        from redis.cluster import ClusterNode
+
+        nodes = []
+        for url in urls:
+            parsed = urlparse(url)
+            nodes.append(ClusterNode(parsed.hostname or "127.0.0.1", parsed.port or 6379))
+        self._cluster = redis.RedisCluster(
+            startup_nodes=nodes, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+            cluster_error_retry_attempts=1)
+        self.url = ",".join(urls)
+        self.retry_after_s = retry_after_s
+        self._dead: dict[str, float] = {}  # node name -> skip until (monotonic)
+        self._lock = threading.Lock()
+
+    def _node_of(self, key: str) -> str:
+        return self._cluster.get_node_from_key(key).name
+
+    def _alive(self, node: str) -> bool:
+        with self._lock:
+            return self._dead.get(node, 0.0) <= time.monotonic()
+
+    def _failed(self, node: str, exc: Exception) -> None:
+        with self._lock:
+            first = self._dead.get(node, 0.0) <= time.monotonic()
+            self._dead[node] = time.monotonic() + self.retry_after_s
+        if first:
+            log.warning("KV cluster node %s is unreachable (%s: %s): its keys go to the agent; "
+                        "trying it again in %.1f s", node, type(exc).__name__, exc,
+                        self.retry_after_s)
+
+    def get_many(self, keys: Sequence[str]) -> list[Fields | None]:
+        by_node: dict[str, list[int]] = {}
+        for position, key in enumerate(keys):
+            by_node.setdefault(self._node_of(key), []).append(position)
+        out: list[Fields | None] = [UNREACHABLE] * len(keys)
+        for node, positions in by_node.items():
+            if not self._alive(node):
+                continue
+            try:
+                pipe = self._cluster.pipeline()
+                for position in positions:
+                    pipe.hgetall(keys[position])
+                replies = pipe.execute(raise_on_error=False)
+            except self.NODE_ERRORS as exc:
+                self._failed(node, exc)
+                continue
+            for position, raw in zip(positions, replies):
+                if isinstance(raw, self.NODE_ERRORS):
+                    self._failed(node, raw)
+                else:
+                    out[position] = _entry(raw)
+        return out
+
+    def _on_node(self, key: str, call: Any) -> None:
+        node = self._node_of(key)
+        if not self._alive(node):
+            return
+        try:
+            call()
+        except self.NODE_ERRORS as exc:
+            self._failed(node, exc)
+
+    def put(self, key: str, fields: Fields, ttl_s: int | None = None) -> None:
+        def write() -> None:
+            pipe = self._cluster.pipeline()
+            _write(pipe, key, fields, ttl_s)
+            pipe.execute()
+        self._on_node(key, write)
+
+    def touch(self, key: str, ttl_s: int) -> None:
+        self._on_node(key, lambda: self._cluster.expire(key, ttl_s))
+
+    def delete(self, key: str) -> None:
+        self._on_node(key, lambda: self._cluster.delete(key))
+
+    def exists(self, key: str) -> bool:
+        node = self._node_of(key)
+        if not self._alive(node):
+            raise NodeDown(node)
+        try:
+            return bool(self._cluster.exists(key))
+        except self.NODE_ERRORS as exc:
+            self._failed(node, exc)
+            raise NodeDown(node) from None
+
+    def close(self) -> None:
+        self._cluster.close()
 
 
 class GuardedPieceStore:
@@ -190,8 +333,11 @@ class GuardedPieceStore:
             return False, None
         try:
             result = fn(*args)
+        except NodeDown:
+            return False, None
         except self.SERVER_REFUSALS as exc:
-            self._refusals.warning("refused", "the KV refused a %s: %s", fn.__name__, exc)
+            self._refusals.warning("refused", "the KV refused a %s: %s",
+                                   getattr(fn, "__name__", "call"), exc)
             return False, None
         except self.KV_ERRORS as exc:
             self._open_until = time.monotonic() + self.retry_after_s
@@ -210,12 +356,23 @@ class GuardedPieceStore:
     def _name(self) -> str:
         return getattr(self.store, "url", "(in-process)")
 
-    def get(self, key: str) -> tuple[bool, Fields | None]:
-        """(reachable, fields): reachable False means the KV was skipped or failed."""
-        return self._call(self.store.get, key)
+    def get_many(self, keys: Sequence[str]) -> tuple[bool, list[Fields | None]]:
+        """(reachable, entries): reachable False means the KV was skipped or failed;
+        an entry may be UNREACHABLE when only its node is down."""
+        reachable, entries = self._call(self.store.get_many, keys)
+        return reachable, entries if reachable else [None] * len(keys)
 
-    def put(self, key: str, fields: Fields) -> bool:
-        return self._call(self.store.put, key, fields)[0]
+    def get(self, key: str) -> tuple[bool, Fields | None]:
+        reachable, entries = self.get_many([key])
+        if entries[0] is UNREACHABLE:
+            return False, None
+        return reachable, entries[0]
+
+    def put(self, key: str, fields: Fields, ttl_s: int | None = None) -> bool:
+        return self._call(self.store.put, key, fields, ttl_s)[0]
+
+    def touch(self, key: str, ttl_s: int) -> bool:
+        return self._call(self.store.touch, key, ttl_s)[0]
 
     def delete(self, key: str) -> bool:
         return self._call(self.store.delete, key)[0]

@@ -71,6 +71,7 @@ cdef extern from "libavcodec/avcodec.h" nogil:
     int FF_THREAD_SLICE
 
     ctypedef struct AVCodecContext:
+        void *opaque
         int thread_count
         int thread_type
         AVRational pkt_timebase

@@ -67,6 +67,7 @@ cdef extern from "libavformat/avformat.h" nogil:
         int64_t duration
         int64_t bit_rate
         int flags
+        void *opaque
 
     unsigned avformat_version()
     AVFormatContext *avformat_alloc_context()
