@@ -296,13 +296,20 @@ class FluxonFsVideoReaderPool:
     def _read_group(self, key: ReaderKey, positions: list[int],
                     requests: Sequence[FluxonFsVideoReadRequest]
                     ) -> list[tuple[int, FluxonFsVideoReadResult]]:
-        """One native decode over the union of a group's indices, sliced back per request."""
-        union = np.unique(np.fromiter((i for p in positions for i in requests[p].indices),
-                                      dtype=np.int64))
+        """One native decode for a group's requests, each frame decoded once.
+
+        The decode writes every request's frames, in request order, into one
+        array (a frame two requests share is decoded once and copied), and
+        each result is a view of its own rows: peak memory is the output, not
+        the output plus a union of it.
+        """
+        sizes = [len(requests[p].indices) for p in positions]
+        wanted = np.fromiter((i for p in positions for i in requests[p].indices), dtype=np.int64,
+                             count=sum(sizes))
         t0 = time.perf_counter()
         try:
             with self._lease(key) as (reader, reused):
-                frames = reader.read_frames_numpy(union)
+                frames = reader.read_frames_numpy(wanted)
                 stats = reader.last_stats
                 self._count_native_call()
         except FluxonFsError as exc:
@@ -310,12 +317,12 @@ class FluxonFsVideoReaderPool:
         assert stats is not None
         stats = replace(stats, total_ms=(time.perf_counter() - t0) * 1e3)
         out = []
-        for position in positions:
-            rows = np.searchsorted(union, np.asarray(requests[position].indices, dtype=np.int64))
-            out.append((position, FluxonFsVideoReadResult(frames[rows], stats, reused,
+        start = 0
+        for position, size in zip(positions, sizes):
+            out.append((position, FluxonFsVideoReadResult(frames[start:start + size], stats, reused,
                                                            group_size=len(positions))))
+            start += size
         return out
-
     def __getstate__(self) -> dict[str, object]:
         """Configuration only: the receiving process starts with no readers."""
         return {"patcher": self.patcher, "max_readers": self.max_readers,

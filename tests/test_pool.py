@@ -211,7 +211,13 @@ def test_read_many_one_native_call_per_key(media, patcher):
     assert results[0].group_size == 3 and results[1].group_size == 1
     # Duplicates across requests were decoded once: 0, 8, 16, 24 -> 4 conversions.
     assert results[0].stats is results[2].stats
-    assert results[0].stats.frames_returned == 4
+    assert results[0].stats.frames_converted == 4 and results[0].stats.frames_returned == 6
+    # No union array copied out per request: a group's results are views of one
+    # buffer holding exactly their rows (read_many's peak memory is its output).
+    group = [results[0], results[2], results[4]]
+    base = results[0].frames.base
+    assert base is not None and all(r.frames.base is base for r in group)
+    assert base.nbytes == sum(r.frames.nbytes for r in group)
 
 
 def test_read_many_validates_every_request_before_decoding(patcher):
