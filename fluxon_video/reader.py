@@ -83,6 +83,7 @@ class FluxonFsVideoReader:
         self.last_stats: FluxonFsVideoReadStats | None = None
         try:
             self._make_decoder(None)
+            self._prefetch_container_ends()
             index, self._index_source, self._index_ms = load_or_build_index(
                 self._byte_source, self.name, self._range_source)
             self._decoder.index = index
@@ -98,6 +99,16 @@ class FluxonFsVideoReader:
         self.height: int = height
         self.width: int = width
         self._open_ms = open_ms + (time.perf_counter() - t0) * 1e3 - self._index_ms
+
+    def _prefetch_container_ends(self) -> None:
+        """Start fetching the head and the tail of the file while the frame index
+        loads: opening a container reads them (MP4's moov, at either end; MKV's
+        header and, through the SeekHead, its Cues near the end), so they arrive
+        in the same round trip as the index instead of one after another."""
+        size, page = self.version.size, self._page_size
+        self._byte_source.prefetch(0, min(size, 2 * page))
+        if size > 2 * page:
+            self._byte_source.prefetch(size - page, page)
 
     def _orientation(self, index: FrameIndex | None) -> int:
         orient = orientation_from_matrix(index.header.get("display_matrix")

@@ -65,7 +65,7 @@ class ReadCounters:
     kv_hits: int = 0
     kv_misses: int = 0
     kv_bytes: int = 0  # bytes served by hits
-    kv_round_trips: int = 0  # KV reads of pieces (one per range: its pieces go in one pipeline)
+    kv_round_trips: int = 0  # KV reads: one per range (its pieces go in one pipeline), one per blob
     kv_errors: int = 0  # KV unreachable or skipped by the open circuit
     kv_corrupt: int = 0  # entries that failed verification and were deleted
     remote_reads: int = 0
@@ -554,6 +554,7 @@ class FluxonFsRangeSource:
 
     def load_blob(self, kind: str) -> bytes | None:
         """The blob of this kind another reader or node stored for this version, if any."""
+        self.counters.add(kv_round_trips=1)
         return self.client.load_blob(self.identity, self.export_name, self.relpath, self.version,
                                      kind)
 
