@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.fluxon-installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: build system-deps test demo bench clean
+.PHONY: build system-deps test demo bench bench-remote bench-loader bench-multinode clean
 
 build: $(STAMP)
 
@@ -55,6 +55,23 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml bench/install_peers.py
 
 bench: build $(BENCH_STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# Remote-store benchmark (issue 15, ~10 min; --quick ~2 min): fluxon through the agent vs
+# PyAV/torchcodec/decord over fsspec HTTP at 0, 2 and 10 ms per request and 50 MB/s per
+# connection; writes bench/results/remote.{md,json,png}.
+bench-remote: build $(BENCH_STAMP)
+	$(PY) bench/remote.py $(BENCH_ARGS)
+
+# DataLoader-shaped benchmark (~3 min): 2 workers, 24 videos, fluxon per-clip and
+# batched vs decord and torchcodec; writes bench/results/dataloader.{md,json}.
+bench-loader: build $(BENCH_STAMP)
+	$(PY) bench/dataloader.py $(BENCH_ARGS)
+
+# Multi-node benchmark (~1 min): 3 node processes share a 3-master Redis Cluster and one
+# agent (node 1 cold, nodes 2-3 warm, then an epoch on all three together); writes
+# bench/results/multinode.{md,json}. Needs only the build (redis-server and redis-cli).
+bench-multinode: build
+	$(PY) bench/multinode.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info fluxon_video/*.so .pytest_cache \

@@ -181,6 +181,10 @@ cdef class VideoDecoder:
         cdef FrameSink sink
         self.source.pagecache()  # raises if the byte source is closed or not ours
         p.targets_left = ntargets
+        # The indexed path opens without probing the first packets (fewer bytes
+        # and round trips); the sequential reference opens as the CLI does.
+        if not self.pipe.is_open():
+            self.pipe.probe_streams = index is None
         self.pipe.open(p)
         fx_sink_init(&sink, &self.converter, &out_view[0, 0, 0, 0], out.shape[1], out.shape[2])
         keep = None  # the arrays the plan points into, alive until the call returns

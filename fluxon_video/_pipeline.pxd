@@ -30,6 +30,11 @@ cdef class Pipeline:
     # Read counters of AVIO contexts already released (stats are per-call deltas).
     cdef int64_t retired_read_calls, retired_seek_calls, retired_bytes_read
     # Where the decoder stands:
+    # Read the first packets at open to fill in stream parameters, as the ffmpeg
+    # CLI does (the sequential reference). With a trusted frame index the
+    # indexed path can skip that: the codec opens from the container's codec
+    # parameters, and every output frame is still checked against the index.
+    cdef public bint probe_streams
     cdef bint fresh             # opened, nothing read yet
     cdef bint positioned        # fed packets since the last seek and not drained
     cdef bint packet_pending    # pkt holds a packet the decoder refused with EAGAIN

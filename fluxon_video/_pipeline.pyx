@@ -63,6 +63,7 @@ cdef class Pipeline:
         self.name = name
         self.num_threads = num_threads
         self.stream_index = -1
+        self.probe_streams = True
         self.pid = os.getpid()
 
     def __dealloc__(self):
@@ -133,7 +134,8 @@ cdef class Pipeline:
         cdef const AVCodec *dec
         # Lines logged while the container opens go to this thread's buffer
         # (opening runs here; its probe decoders are single-threaded).
-        ret = fx_open_input(self.pb, &self.fmt, True, &self.stream_index, &p.failed_call)
+        ret = fx_open_input(self.pb, &self.fmt, self.probe_streams, &self.stream_index,
+                            &p.failed_call)
         if ret < 0:
             return ret
         self.fmt.opaque = self.log

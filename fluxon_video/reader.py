@@ -106,8 +106,8 @@ class FluxonFsVideoReader:
         header and, through the SeekHead, its Cues near the end), so they arrive
         in the same round trip as the index instead of one after another."""
         size, page = self.version.size, self._page_size
-        self._byte_source.prefetch(0, min(size, 2 * page))
-        if size > 2 * page:
+        self._byte_source.prefetch(0, min(size, page))
+        if size > page:
             self._byte_source.prefetch(size - page, page)
 
     def _orientation(self, index: FrameIndex | None) -> int:

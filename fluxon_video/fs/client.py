@@ -516,6 +516,8 @@ class FluxonFsClient:
         data = decode_piece(key, entry, export.cache_bytes_field_key, None) if reachable else None
         if entry and data is None:
             self.kv.delete(key)
+        elif data is not None:
+            self._refresh_ttl(export, key)  # as for pieces: an index in use does not expire
         return data
 
     def store_blob(self, export_name: str, relpath: str, version: FileStat, kind: str,

@@ -209,31 +209,59 @@ class RedisClusterPieceStore:
     UNREACHABLE: the agent serves them) while the other shards keep serving;
     after that the next call tries it again, and redis-py refreshes the slot
     map (a restarted master or a promoted replica takes its slots back).
+    The RedisCluster client is made on first use: a cluster that no seed node
+    answers for is a KV that is down (a ConnectionError, which opens the
+    circuit), not an error when opening a reader.
     """
 
+    # RedisClusterException: "cannot be connected" (no node answered a slot map
+    # refresh after a failure) and SlotNotCoveredError; it is not a RedisError.
     NODE_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-                   redis.exceptions.ClusterDownError, redis.exceptions.SlotNotCoveredError,
+                   redis.exceptions.ClusterDownError, redis.exceptions.RedisClusterException,
                    OSError)
 
     def __init__(self, urls: Sequence[str], timeout_s: float, retry_after_s: float) -> None:
         from redis.cluster import ClusterNode
 
-        nodes = []
+        self._startup_nodes = []
         for url in urls:
             parsed = urlparse(url)
-            nodes.append(ClusterNode(parsed.hostname or "127.0.0.1", parsed.port or 6379))
-        self._cluster = redis.RedisCluster(
-            startup_nodes=nodes, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-            cluster_error_retry_attempts=1)
+            self._startup_nodes.append(ClusterNode(parsed.hostname or "127.0.0.1",
+                                                   parsed.port or 6379))
+        self._timeout_s = timeout_s
+        self._client: redis.RedisCluster | None = None
+        self._client_lock = threading.Lock()
         self.url = ",".join(urls)
         self.retry_after_s = retry_after_s
         self._dead: dict[str, float] = {}  # node name -> skip until (monotonic)
         self._lock = threading.Lock()
 
-    def _node_of(self, key: str) -> str:
-        return self._cluster.get_node_from_key(key).name
+    @property
+    def _cluster(self) -> redis.RedisCluster:
+        client = self._client
+        if client is None:
+            with self._client_lock:
+                if self._client is None:
+                    try:
+                        self._client = redis.RedisCluster(
+                            startup_nodes=self._startup_nodes, socket_timeout=self._timeout_s,
+                            socket_connect_timeout=self._timeout_s,
+                            cluster_error_retry_attempts=1)
+                    except redis.exceptions.RedisClusterException as exc:
+                        raise redis.exceptions.ConnectionError(str(exc)) from exc
+                client = self._client
+        return client
 
-    def _alive(self, node: str) -> bool:
+    def _node_of(self, key: str) -> str | None:
+        """The name of key's master; None when the slot map has no node for its slot."""
+        try:
+            return self._cluster.get_node_from_key(key).name
+        except redis.exceptions.SlotNotCoveredError:
+            return None
+
+    def _alive(self, node: str | None) -> bool:
+        if node is None:
+            return False
         with self._lock:
             return self._dead.get(node, 0.0) <= time.monotonic()
 
@@ -247,7 +275,7 @@ class RedisClusterPieceStore:
                         self.retry_after_s)
 
     def get_many(self, keys: Sequence[str]) -> list[Fields | None]:
-        by_node: dict[str, list[int]] = {}
+        by_node: dict[str | None, list[int]] = {}
         for position, key in enumerate(keys):
             by_node.setdefault(self._node_of(key), []).append(position)
         out: list[Fields | None] = [UNREACHABLE] * len(keys)
@@ -302,7 +330,10 @@ class RedisClusterPieceStore:
             raise NodeDown(node) from None
 
     def close(self) -> None:
-        self._cluster.close()
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
 
 
 class GuardedPieceStore:
