@@ -154,6 +154,9 @@ cdef int _position(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landing,
     landing[0] = False
     if (pipe.positioned and plan.key_dec[c] <= pipe.last_pkt_dec + 1
             and first_left > pipe.last_out_idx and first_dec > pipe.last_skipped_dec):
+        # Going on without a seek: the cluster's bytes still come in one go
+        # (pages already cached or queued are not queued again).
+        fx_source_prefetch(pc, plan.key_pos[c], plan.end_byte[c] - plan.key_pos[c])
         return 0
     fx_source_cancel_prefetch(pc)
     ret = pipe.seek(plan.seek_ts[c], p)

@@ -132,8 +132,9 @@ class StatsAccumulator:
             totals = self._totals
             totals["metadata_calls" if metadata else "reads"] += 1
             totals["fallbacks"] += bool(stats.fallback)
-            totals["index_scans"] += stats.index_source == "scan"
-            totals["index_from_kv"] += stats.index_source == "kv"
+            if stats.index_ms > 0:  # the read that reports its reader's index (the first)
+                totals["index_scans"] += stats.index_source == "scan"
+                totals["index_from_kv"] += stats.index_source == "kv"
             for name in _SUMMED:
                 totals[name] += getattr(stats, name)
 

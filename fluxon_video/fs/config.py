@@ -14,7 +14,7 @@ A config file looks like::
     root = "/data/videos"                      # on the agent host
     agent_url = "http://storage-01:8765"       # omit to serve in-process
     allow = ["trainer"]
-    piece_size = 262144                       # one KV piece = one reader page
+    piece_size = 262080                       # one KV piece = one reader page (default)
     # agent_url = ["http://storage-01:8765", "http://storage-02:8765"]  # replicas
     kv_miss_policy = "RemoteRead"              # or "StageToKvThenRead"
 
