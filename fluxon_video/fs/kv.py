@@ -22,6 +22,8 @@ from urllib.parse import urlparse
 import cachetools
 import redis
 import redis.exceptions
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from fluxon_video.fs.storage import FileStat
 from fluxon_video.logs import RateLimited, get_logger
@@ -246,7 +248,7 @@ class RedisClusterPieceStore:
                         self._client = redis.RedisCluster(
                             startup_nodes=self._startup_nodes, socket_timeout=self._timeout_s,
                             socket_connect_timeout=self._timeout_s,
-                            cluster_error_retry_attempts=1)
+                            retry=Retry(NoBackoff(), 1))
                     except redis.exceptions.RedisClusterException as exc:
                         raise redis.exceptions.ConnectionError(str(exc)) from exc
                 client = self._client
