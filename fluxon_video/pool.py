@@ -278,8 +278,11 @@ class FluxonFsVideoReaderPool:
             groups.setdefault(self._key(request), []).append(position)
         if max_workers is not None:
             positive_int("max_workers", max_workers)
-        workers = min(len(groups), max_workers or os.cpu_count() or 1)
-        tasks = [(key, positions, requests) for key, positions in groups.items()]
+        cpus = max_workers or os.cpu_count() or 1
+        tasks = self._split_groups([(key, positions) for key, positions in groups.items()],
+                                   requests, cpus)
+        workers = min(len(tasks), cpus)
+        tasks = [(key, positions, requests) for key, positions in tasks]
         if workers <= 1:
             outcomes = [self._read_group(*task) for task in tasks]
         else:
@@ -292,6 +295,42 @@ class FluxonFsVideoReaderPool:
             for position, result in group_results:
                 results[position] = result
         return results  # type: ignore[return-value]
+
+    def _split_groups(self, groups: list[tuple[ReaderKey, list[int]]],
+                      requests: Sequence[FluxonFsVideoReadRequest],
+                      cpus: int) -> list[tuple[ReaderKey, list[int]]]:
+        """Give spare cores to big groups: a group whose requests fall into two
+        sets of GOPs that share none is read by two decoders at once (each
+        decodes only its own frames, so nothing is decoded twice). Only for
+        single-threaded decoders, and only when an idle reader already knows
+        where the keyframes are."""
+        spare = cpus - len(groups)
+        out: list[tuple[ReaderKey, list[int]]] = []
+        for key, positions in groups:
+            halves = None
+            if spare > 0 and len(positions) >= 2 and key[4] == 1:
+                keyframes = self._known_keyframes(key)
+                if keyframes is not None:
+                    halves = _split_by_gop(positions, requests, *keyframes)
+            if halves:
+                out.extend((key, half) for half in halves)
+                spare -= 1
+            else:
+                out.append((key, positions))
+        return out
+
+    def _known_keyframes(self, key: ReaderKey) -> tuple[np.ndarray, int] | None:
+        """(keyframe indices, frame count) from an idle reader for key, if any."""
+        state = self._local()
+        with state.lock:
+            reader = next((r for r in reversed(state.idle) if state.idle[r] == key), None)
+        try:
+            metadata = reader.metadata if reader is not None else None
+        except FluxonFsError:
+            return None
+        if metadata is None:
+            return None
+        return np.asarray(metadata.keyframe_indices, np.int64), metadata.num_frames
 
     def _read_group(self, key: ReaderKey, positions: list[int],
                     requests: Sequence[FluxonFsVideoReadRequest]
@@ -381,6 +420,29 @@ class FluxonFsVideoReaderPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _split_by_gop(positions: list[int], requests: Sequence[FluxonFsVideoReadRequest],
+                  keyframes: np.ndarray, frame_count: int) -> list[list[int]] | None:
+    """Two halves of positions (by first frame) whose GOPs do not overlap, or None."""
+    spans = []
+    for position in positions:
+        indices = np.asarray(requests[position].indices, np.int64)
+        if indices.size == 0:
+            spans.append((0, 0, position))
+            continue
+        indices = np.where(indices < 0, indices + frame_count, indices)
+        first = int(np.searchsorted(keyframes, indices.min(), side="right")) - 1
+        last = int(np.searchsorted(keyframes, indices.max(), side="right")) - 1
+        spans.append((first, last, position))
+    spans.sort()
+    middle = len(spans) // 2
+    for cut in sorted(range(1, len(spans)), key=lambda c: abs(c - middle)):
+        # The GOP before the right half's first one: open-GOP leading pictures
+        # may need it, so the halves must be a GOP apart to share no decoding.
+        if max(last for _, last, _ in spans[:cut]) < spans[cut][0] - 1:
+            return [[p for _, _, p in spans[:cut]], [p for _, _, p in spans[cut:]]]
+    return None
 
 
 def _name_requests(exc: FluxonFsError, positions: list[int]) -> BaseException:

@@ -83,10 +83,11 @@ class FluxonFsVideoReader:
         self.last_stats: FluxonFsVideoReadStats | None = None
         try:
             self._make_decoder(None)
-            self._prefetch_container_ends()
             index, self._index_source, self._index_ms = load_or_build_index(
                 self._byte_source, self.name, self._range_source)
             self._decoder.index = index
+            if index is not None:
+                self._prefetch_container(index)
             if index is not None:
                 self._metadata = build_metadata(index, version.size, version.mtime_ns, self.name)
             if autorotate:
@@ -100,15 +101,20 @@ class FluxonFsVideoReader:
         self.width: int = width
         self._open_ms = open_ms + (time.perf_counter() - t0) * 1e3 - self._index_ms
 
-    def _prefetch_container_ends(self) -> None:
-        """Start fetching the head and the tail of the file while the frame index
-        loads: opening a container reads them (MP4's moov, at either end; MKV's
-        header and, through the SeekHead, its Cues near the end), so they arrive
-        in the same round trip as the index instead of one after another."""
-        size, page = self.version.size, self._page_size
-        self._byte_source.prefetch(0, min(size, page))
-        if size > page:
-            self._byte_source.prefetch(size - page, page)
+    def _prefetch_container(self, index: FrameIndex) -> None:
+        """Queue the bytes the container open reads beyond the packets (MP4's moov
+        and MKV's header before the first packet; a moov or Cues after the
+        last): the index says where they are, so they come in one round trip
+        (head and tail on two fetch workers) and no byte of media is fetched
+        for it. After a scan they are cached already (nothing is queued)."""
+        if index.pkt_pos.size == 0:
+            return
+        head = int(index.pkt_pos.min())
+        tail = int((index.pkt_pos + index.pkt_size).max())
+        if head > 0:
+            self._byte_source.prefetch(0, head)
+        if tail < self.version.size:
+            self._byte_source.prefetch(tail, self.version.size - tail)
 
     def _orientation(self, index: FrameIndex | None) -> int:
         orient = orientation_from_matrix(index.header.get("display_matrix")

@@ -377,3 +377,27 @@ def test_dataloader_shaped_workers(media, agent, export_root, redis_url):
         relpath, start = clips[i]
         ref = media.reference(REFS[relpath], 32, 32)
         np.testing.assert_array_equal(frames, ref[list(range(start, start + 16, 4))])
+
+
+def test_read_many_splits_a_group_over_two_decoders_when_gops_are_apart(media):
+    """Clips of one video in GOPs far apart go to two decoders at once (spare core)."""
+    name = "long_640x360.mp4"  # GOP 24, 288 frames
+    ref = media.reference(name, 32, 32)
+    with make_patcher(None, media.root) as local, local.open_video_reader_pool() as pool:
+        pool.read_frames_numpy(export_name="train", relpath=name, height=32, width=32,
+                               num_threads=1, indices=[0])  # an idle reader knows the keyframes
+        calls = pool.counters().native_calls
+        far = [FluxonFsVideoReadRequest("train", name, 32, 32, 1, tuple(range(s, s + 10)))
+               for s in (30, 200, 35, 250)]
+        results = pool.read_many_numpy_with_stats(far)
+        for request, result in zip(far, results):
+            np.testing.assert_array_equal(result.frames, ref[list(request.indices)])
+        expected = 2 if (os.cpu_count() or 1) >= 2 else 1
+        assert pool.counters().native_calls - calls == expected
+        assert pool.counters().peak_leased == expected
+        # Neighbouring GOPs would share decoding: one decoder.
+        calls = pool.counters().native_calls
+        near = [FluxonFsVideoReadRequest("train", name, 32, 32, 1, (30, 34)),
+                FluxonFsVideoReadRequest("train", name, 32, 32, 1, (50, 54))]
+        pool.read_many_numpy_with_stats(near)
+        assert pool.counters().native_calls - calls == 1

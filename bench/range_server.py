@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""The remote-store model of bench/remote.py: an HTTP Range server and a shaping relay.
+
+    python bench/range_server.py --root DIR [--latency-ms L] [--bandwidth-mbps B]
+    python bench/range_server.py --upstream 127.0.0.1:PORT [--bandwidth-mbps B]
+
+Every contender reaches its store through the same **relay**: a TCP relay on
+loopback that gives each client connection its own token bucket on the
+server -> client direction (``--bandwidth-mbps`` MB/s, 10^6 bytes/s, per
+connection; 0 = no cap; 64 KiB burst) and counts connections, which of them
+carried requests since the last ``/reset``, and the bytes relayed. The
+per-request latency is the origin's: this server sleeps ``--latency-ms``
+before answering each file request (GET or HEAD), as the fluxon agent does
+with ``--inject-latency-ms`` before each stat and read.
+
+``--root DIR`` serves the files under DIR (GET with or without a single
+``Range: bytes=...``, HEAD; ``Accept-Ranges: bytes``; 206/200/416/404) from an
+aiohttp app on an internal port, behind its relay: what the peers read through
+fsspec. ``--upstream HOST:PORT`` is a relay alone, in front of the fluxon agent
+(which has no bandwidth cap of its own): the same cap and connection counts
+for fluxon.
+
+Once listening, prints one JSON line on stdout::
+
+    {"url": "http://127.0.0.1:P", "control": "http://127.0.0.1:C"}
+
+``url`` is what clients use (through the relay). The control port (never
+shaped or delayed) answers ``GET /metrics`` (Prometheus text: the relay's
+counters, and with --root the server's requests and body bytes),
+``GET /reset`` (a new window for ``bench_relay_connections_used``) and
+``GET /set?latency_ms=L&bandwidth_mbps=B`` (change the model between runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+
+CHUNK = 64 * 1024
+BURST = 64 * 1024  # token bucket depth, bytes
+
+
+class Model:
+    """The knobs of the store model; changeable at run time through /set."""
+
+    def __init__(self, latency_ms: float, bandwidth_mbps: float) -> None:
+        self.latency_s = latency_ms / 1e3
+        self.rate = bandwidth_mbps * 1e6  # bytes/s; 0 = unlimited
+
+    def as_dict(self) -> dict:
+        return {"latency_ms": self.latency_s * 1e3, "bandwidth_mbps": self.rate / 1e6}
+
+
+class TokenBucket:
+    """One connection's server -> client budget: ``model.rate`` bytes/s, BURST deep."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.tokens = float(BURST)
+        self.t = time.monotonic()
+
+    async def take(self, n: int) -> None:
+        rate = self.model.rate
+        if not rate:
+            return
+        now = time.monotonic()
+        self.tokens = min(BURST, self.tokens + (now - self.t) * rate) - n
+        self.t = now
+        if self.tokens < 0:
+            await asyncio.sleep(-self.tokens / rate)
+
+
+class Relay:
+    """TCP relay: shapes server -> client per connection, counts connections and bytes."""
+
+    def __init__(self, model: Model, upstream: tuple[str, int], registry: CollectorRegistry) -> None:
+        self.model = model
+        self.upstream = upstream
+        self.ids = itertools.count()
+        self.used: set[int] = set()
+        self.opened = Counter("bench_relay_connections_opened", "client connections accepted",
+                              registry=registry)
+        self.open = Gauge("bench_relay_connections_open", "client connections open now",
+                          registry=registry)
+        self.used_gauge = Gauge("bench_relay_connections_used",
+                                "connections that carried a request since the last /reset",
+                                registry=registry)
+        self.used_gauge.set_function(lambda: len(self.used))
+        self.down = Counter("bench_relay_bytes_down", "bytes relayed server -> client",
+                            registry=registry)
+        self.up = Counter("bench_relay_bytes_up", "bytes relayed client -> server",
+                          registry=registry)
+
+    async def handle(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
+        conn = next(self.ids)
+        self.opened.inc()
+        self.open.inc()
+        _nodelay(cwriter)
+        try:
+            ureader, uwriter = await asyncio.open_connection(*self.upstream)
+        except OSError:
+            self.open.dec()
+            cwriter.close()
+            return
+        _nodelay(uwriter)
+        bucket = TokenBucket(self.model)
+
+        async def client_to_server() -> None:
+            while data := await creader.read(CHUNK):
+                self.used.add(conn)
+                self.up.inc(len(data))
+                uwriter.write(data)
+                await uwriter.drain()
+
+        async def server_to_client() -> None:
+            while data := await ureader.read(CHUNK):
+                await bucket.take(len(data))
+                cwriter.write(data)
+                await cwriter.drain()
+                self.down.inc(len(data))
+
+        tasks = [asyncio.ensure_future(client_to_server()),
+                 asyncio.ensure_future(server_to_client())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for writer in (uwriter, cwriter):
+                writer.close()
+            self.open.dec()
+
+
+def _nodelay(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+# ---- the Range server (--root) ----
+
+def parse_range(header: str, size: int) -> tuple[int, int] | None:
+    """``bytes=a-b`` / ``bytes=a-`` / ``bytes=-n`` -> (start, end exclusive); None: not one range.
+
+    Raises ValueError when the range cannot be satisfied (416).
+    """
+    unit, _, spec = header.partition("=")
+    if unit.strip() != "bytes" or "," in spec:
+        return None
+    first, _, last = spec.strip().partition("-")
+    if not first:
+        n = int(last)
+        if n <= 0:
+            raise ValueError(header)
+        return max(size - n, 0), size
+    start = int(first)
+    end = min(int(last) + 1, size) if last else size
+    if start >= size or end <= start:
+        raise ValueError(header)
+    return start, end
+
+
+def _read(path: Path, start: int, length: int) -> bytes:
+    with open(path, "rb") as f:
+        return os.pread(f.fileno(), length, start)
+
+
+def range_app(root: Path, model: Model, registry: CollectorRegistry) -> web.Application:
+    requests = Counter("bench_range_requests", "file requests answered, by method and status",
+                       ["method", "status"], registry=registry)
+    served = Counter("bench_range_served_bytes", "body bytes of file responses", registry=registry)
+    root = root.resolve()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if model.latency_s:
+            await asyncio.sleep(model.latency_s)
+        response = await answer(request)
+        requests.labels(request.method, str(response.status)).inc()
+        if request.method == "GET":
+            served.inc(response.content_length or 0)
+        return response
+
+    async def answer(request: web.Request) -> web.Response:
+        rel = request.match_info["path"]
+        path = (root / rel).resolve()
+        if root not in path.parents or not path.is_file():
+            return web.Response(status=404, text="not found")
+        size = path.stat().st_size
+        headers = {"Accept-Ranges": "bytes", "Content-Type": "application/octet-stream",
+                   "ETag": f'"{size:x}-{int(path.stat().st_mtime_ns):x}"'}
+        try:
+            span = parse_range(request.headers.get("Range", ""), size) if "Range" in request.headers else None
+        except ValueError:
+            return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
+        start, end, status = (0, size, 200) if span is None else (*span, 206)
+        if status == 206:
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+        if request.method == "HEAD":
+            headers["Content-Length"] = str(end - start)
+            return web.Response(status=status, headers=headers)
+        body = await asyncio.to_thread(_read, path, start, end - start)
+        return web.Response(status=status, headers=headers, body=body)
+
+    app = web.Application()
+    app.router.add_get("/{path:.+}", handle)  # allow_head: HEAD too
+    return app
+
+
+# ---- control ----
+
+def control_app(model: Model, relay: Relay, registry: CollectorRegistry) -> web.Application:
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry),
+                            headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    async def reset(request: web.Request) -> web.Response:
+        relay.used.clear()
+        return web.json_response({"ok": True})
+
+    async def set_model(request: web.Request) -> web.Response:
+        if "latency_ms" in request.query:
+            model.latency_s = float(request.query["latency_ms"]) / 1e3
+        if "bandwidth_mbps" in request.query:
+            model.rate = float(request.query["bandwidth_mbps"]) * 1e6
+        return web.json_response(model.as_dict())
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/reset", reset)
+    app.router.add_get("/set", set_model)
+    return app
+
+
+async def serve(args: argparse.Namespace) -> None:
+    model = Model(args.latency_ms, args.bandwidth_mbps)
+    registry = CollectorRegistry()
+    runners = []
+
+    async def start(app: web.Application, port: int = 0) -> int:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", port)
+        await site.start()
+        runners.append(runner)
+        return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    if args.root:
+        upstream = ("127.0.0.1", await start(range_app(Path(args.root), model, registry)))
+    else:
+        host, _, port = args.upstream.rpartition(":")
+        upstream = (host or "127.0.0.1", int(port))
+    relay = Relay(model, upstream, registry)
+    server = await asyncio.start_server(relay.handle, "127.0.0.1", args.port)
+    public = server.sockets[0].getsockname()[1]
+    control = await start(control_app(model, relay, registry))
+    print(json.dumps({"url": f"http://127.0.0.1:{public}", "control": f"http://127.0.0.1:{control}",
+                      **model.as_dict()}), flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python bench/range_server.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--root", help="serve the files under this directory (HTTP Range)")
+    where.add_argument("--upstream", metavar="HOST:PORT",
+                       help="relay to this server instead (e.g. the fluxon agent)")
+    ap.add_argument("--port", type=int, default=0, help="public (relay) port; 0: a free one")
+    ap.add_argument("--latency-ms", type=float, default=0.0,
+                    help="--root only: sleep this long before answering each file request")
+    ap.add_argument("--bandwidth-mbps", type=float, default=0.0,
+                    help="per-connection cap, MB/s (10^6 bytes/s), server -> client; 0: none")
+    args = ap.parse_args(argv)
+    try:
+        asyncio.run(serve(args))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
