@@ -1,0 +1,813 @@
+#!/usr/bin/env python3
+"""DataLoader-shaped benchmark: fluxon_video.torch vs decord and torchcodec in a real DataLoader.
+
+    python bench/dataloader.py                 # ~2-3 min on 2 cores, results to bench/results/
+    python bench/dataloader.py --quick         # ~1 min smoke run, results to bench/.data/
+    python bench/dataloader.py --agent-latency-ms 2
+
+Makes (once, cached under --data) 24 short testsrc2 videos at 640x360, 4-6 s
+each (18 H.264 GOP 60, half faststart and half moov-at-end, 3 HEVC, 3 VP9
+WebM), starts a private redis-server and the real agent on loopback, and
+draws one clip plan: --items random 16-frame clips, stride 4, at 224x224,
+--clips-per-video (4) of each of --items/4 videos. Every contender reads
+exactly these clips, inside a torch.utils.data.DataLoader with --workers (2)
+non-persistent worker processes (fresh ones every epoch) and batch size 8:
+
+  per-clip order (a random video per item; DataLoader shuffle=True with the
+  same seeded generator for every row, so every row reads the same order):
+    fluxon       VideoClipDataset (items forced to the plan's clips)
+    decord       VideoReader(path, width=224, height=224) per item, get_batch
+    torchcodec   VideoDecoder(path, seek_mode="exact", Resize((224, 224)))
+                 per item, get_frames_at
+  batched order (8 = 2 videos x 4 clips per batch; the batches of
+  SameVideoBatchSampler, the same list for every row):
+    fluxon       VideoClipDataset(clips_per_video=4) + SameVideoBatchSampler:
+                 one read_many_numpy_with_stats call per batch
+    decord / torchcodec: __getitems__ opens each video of the batch once and
+                 reads the union of its 4 clips' frames in one call
+
+fluxon rows read through FluxonFS with Redis warm (an untimed warm-up epoch
+first, then a top-up pass in this process for pieces whose background
+backfill was still queued when the warm-up workers exited); with --cold
+(default on) fluxon is also timed after FLUSHALL (cold: agent bytes, index
+scans). Peers read the local files (page cache warm after their own untimed
+warm-up epoch). clips/s = items / (iter(loader) .. last batch), worker
+start-up included; "first batch" and "workers up" are reported apart.
+fluxon's frames must equal the ffmpeg CLI's (bilinear, rgb24) bit for bit;
+peers must show the right frame within bench/frames.py's tolerance. Writes
+dataloader.md and dataloader.json to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, Dataset, default_collate  # noqa: E402
+
+import fluxon_video as fv  # noqa: E402
+from dataset import X264, Video, VideoSpec, prepare  # noqa: E402
+from fluxon_video.testing import AgentProcess, RedisServer  # noqa: E402
+from fluxon_video.torch import (  # noqa: E402
+    LoaderStats,
+    SameVideoBatchSampler,
+    StatsCollate,
+    VideoClipDataset,
+)
+from frames import CheckResult, Reference, cli_reference, needed  # noqa: E402
+
+CLIP_LEN, STRIDE, SIZE = 16, 4, 224
+EXPORT, IDENTITY, TOKEN = "loader", "bench", "bench-token"
+HEVC = ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
+        "-x265-params", "keyint=60:min-keyint=60:bframes=3:log-level=error")
+VP9 = ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "60",
+       "-b:v", "600k")
+
+
+def loader_specs() -> list[VideoSpec]:
+    """24 videos, 640x360, 4-6 s: 18 H.264 (half faststart), 3 HEVC, 3 VP9."""
+    specs = []
+    for k in range(18):
+        layout = "faststart" if k % 2 == 0 else "moovend"
+        specs.append(VideoSpec(f"h264_360p_{layout}_{k:02d}.mp4", 640, 360, 4 + k % 3, 60, X264,
+                               faststart=k % 2 == 0))
+    for k in range(3):
+        specs.append(VideoSpec(f"hevc_360p_{k:02d}.mp4", 640, 360, 4 + k % 3, 60, HEVC,
+                               faststart=True))
+    for k in range(3):
+        specs.append(VideoSpec(f"vp9_360p_{k:02d}.webm", 640, 360, 4 + k % 3, 60, VP9))
+    return specs
+
+
+# ---- the clip plan ----
+
+def make_plan(videos: list[Video], items: int, per_video: int, seed: int) -> list[list[Any]]:
+    """items // per_video groups of per_video clips of one video (videos in a seeded random
+    order, each once before any repeats): [[relpath, [indices...]], ...], group after group."""
+    rng = np.random.default_rng([seed, 11])
+    span = (CLIP_LEN - 1) * STRIDE + 1
+    groups = items // per_video
+    order: list[int] = []
+    while len(order) < groups:
+        order += rng.permutation(len(videos)).tolist()
+    plan = []
+    for v in order[:groups]:
+        video = videos[v]
+        for start in rng.integers(0, video.frames - span + 1, size=per_video):
+            plan.append([video.name, [int(start) + k * STRIDE for k in range(CLIP_LEN)]])
+    return plan
+
+
+class PlannedClips(VideoClipDataset):
+    """VideoClipDataset whose item i is the plan's clip i (instead of a seeded draw)."""
+
+    def __init__(self, *args: Any, plan: list[list[Any]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.plan = plan
+
+    def clip_with_times(self, i: int) -> tuple[str, list[int], None]:
+        relpath, indices = self.plan[i]
+        return relpath, list(indices), None
+
+
+class PeerClips(Dataset):
+    """A peer on the local files: a new reader per item, or (share_open) per video per batch.
+
+    A failing read does not stop the epoch: the item carries zero frames and
+    the error, and the row is flagged.
+    """
+
+    def __init__(self, peer: str, root: Path, plan: list[list[Any]], threads: int,
+                 share_open: bool) -> None:
+        self.peer, self.root, self.plan = peer, root, plan
+        self.threads, self.share_open = threads, share_open
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def open(self, relpath: str) -> Any:
+        path = str(self.root / relpath)
+        if self.peer == "decord":
+            import decord
+
+            return decord.VideoReader(path, ctx=decord.cpu(0), width=SIZE, height=SIZE,
+                                      num_threads=self.threads)
+        from torchcodec.decoders import VideoDecoder
+        from torchcodec.transforms import Resize
+
+        return VideoDecoder(path, dimension_order="NHWC", num_ffmpeg_threads=self.threads,
+                            seek_mode="exact", transforms=[Resize((SIZE, SIZE))])
+
+    def read(self, reader: Any, indices: list[int]) -> torch.Tensor:
+        if self.peer == "decord":
+            return torch.from_numpy(reader.get_batch(indices).asnumpy())
+        return reader.get_frames_at(indices).data
+
+    def items(self, items: Sequence[int]) -> list[dict[str, Any]]:
+        """share_open: one reader and one read (the sorted union of the clips' indices) per
+        video of the batch, split back into clips; else one reader and one read per item."""
+        groups: dict[Any, list[int]] = {}
+        for i in items:
+            groups.setdefault(self.plan[i][0] if self.share_open else i, []).append(i)
+        out: dict[int, dict[str, Any]] = {}
+        for members in groups.values():
+            relpath = self.plan[members[0]][0]
+            union = sorted({f for i in members for f in self.plan[i][1]})
+            error = ""
+            try:
+                frames = self.read(self.open(relpath), union)
+                if tuple(frames.shape) != (len(union), SIZE, SIZE, 3):
+                    raise ValueError(f"frames of shape {tuple(frames.shape)}")
+            except Exception as exc:  # noqa: BLE001 - a failing peer is a finding
+                error = f"{relpath}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                frames = torch.zeros((len(union), SIZE, SIZE, 3), dtype=torch.uint8)
+            at = {f: k for k, f in enumerate(union)}
+            for i in members:
+                indices = self.plan[i][1]
+                out[i] = {"frames": frames[[at[f] for f in indices]], "relpath": relpath,
+                          "indices": torch.as_tensor(indices, dtype=torch.int64),
+                          "error": error}
+        return [out[i] for i in items]
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.items([int(i)])[0]
+
+    def __getitems__(self, items: Sequence[int]) -> list[dict[str, Any]]:
+        return self.items([int(i) for i in items])
+
+
+# ---- worker bookkeeping ----
+
+_WORKER_UP: float | None = None
+
+
+def note_worker_up(worker_id: int) -> None:
+    global _WORKER_UP
+    _WORKER_UP = time.monotonic()
+
+
+class TimedCollate:
+    """The inner collate, plus when this worker came up (time.monotonic, system-wide)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = self.inner(items)
+        batch["worker"] = {"pid": os.getpid(), "up": _WORKER_UP}
+        return batch
+
+
+class CpuMeter:
+    """How busy the machine was with work that is not this benchmark's, during an epoch:
+    system-wide busy CPU time minus this process, its reaped children (the epoch's
+    workers are joined when it ends) and the agent and redis-server."""
+
+    def __init__(self, pids: list[int]) -> None:
+        import psutil
+
+        self.servers = [psutil.Process(pid) for pid in pids]
+        self.psutil = psutil
+
+    def sample(self) -> tuple[float, float]:
+        t = self.psutil.cpu_times()
+        busy = sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "steal", 0.0) \
+            - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
+        own = os.times()
+        ours = own.user + own.system + own.children_user + own.children_system
+        for proc in self.servers:
+            try:
+                c = proc.cpu_times()
+                ours += c.user + c.system
+            except self.psutil.Error:
+                pass
+        return busy, ours
+
+    def other_cores(self, before: tuple[float, float], seconds: float) -> float:
+        busy, ours = self.sample()
+        return max(0.0, (busy - before[0]) - (ours - before[1])) / seconds
+
+
+# ---- the benchmark ----
+
+class LoaderBench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.video_dir = (args.data / "loader-videos").resolve()
+        self.videos: list[Video] = []
+        self.plan: list[list[Any]] = []
+        self.refs: dict[str, Reference] = {}
+        self.rows: dict[str, dict[str, Any]] = {}
+        self.notes: list[str] = []
+        self.skipped: dict[str, str] = {}
+        self.redis: RedisServer | None = None
+        self.agent: AgentProcess | None = None
+        self.orders: dict[str, list[tuple[str, int]]] = {}
+
+    # ---- setup ----
+
+    def make_videos(self) -> None:
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as ex:
+            self.videos = [v[0] for v in ex.map(lambda s: prepare([s], self.video_dir),
+                                                loader_specs())]
+        print(f"videos: {len(self.videos)} under {self.video_dir} "
+              f"({time.perf_counter() - t0:.1f} s)", flush=True)
+
+    def make_references(self) -> None:
+        t0 = time.perf_counter()
+        wanted: dict[str, list[list[int]]] = {}
+        for relpath, indices in self.plan:
+            wanted.setdefault(relpath, []).append(indices)
+        by_name = {v.name: v for v in self.videos}
+
+        def one(name: str) -> tuple[str, Reference]:
+            return name, cli_reference(by_name[name].path, SIZE, SIZE, needed(wanted[name]))
+
+        with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as ex:
+            self.refs = dict(ex.map(one, wanted))
+        for name, ref in self.refs.items():
+            if ref.frames_decoded != by_name[name].frames:
+                self.notes.append(f"{name}: ffprobe counts {by_name[name].frames} packets, the "
+                                  f"ffmpeg CLI decodes {ref.frames_decoded} frames")
+        print(f"references: {len(self.refs)} videos ({time.perf_counter() - t0:.1f} s)",
+              flush=True)
+
+    def patcher(self) -> fv.FluxonFsPatcher:
+        assert self.agent is not None and self.redis is not None
+        return fv.FluxonFsPatcher(
+            exports=[fv.FluxonFsExport(EXPORT, str(self.video_dir), agent_url=self.agent.url,
+                                       allow=[IDENTITY])],
+            identities={IDENTITY: TOKEN}, identity=IDENTITY,
+            client=fv.ClientSettings(redis_url=self.redis.url))
+
+    def check_peers(self) -> list[str]:
+        peers = []
+        for peer, module in (("decord", "decord"), ("torchcodec", "torchcodec.decoders")):
+            try:
+                __import__(module)
+                # Load and initialise the library here, untimed: a training process
+                # imports it once, and forked workers inherit it.
+                error = PeerClips(peer, self.video_dir, self.plan, 1, False)[0]["error"]
+                if error:
+                    raise RuntimeError(error)
+                peers.append(peer)
+            except Exception as exc:  # noqa: BLE001 - skip with a note
+                why = f"{module} does not work here: {type(exc).__name__}: {str(exc)[:160]}"
+                self.skipped[peer] = why
+                print(f"note: {peer} skipped: {why}", flush=True)
+        return peers
+
+    # ---- loaders ----
+
+    def loader(self, row: str) -> DataLoader:
+        a = self.args
+        contender, order = row.split(" ", 1)
+        batched = order == "batched"
+        common = {"num_workers": a.workers, "worker_init_fn": note_worker_up,
+                  "persistent_workers": False,
+                  "multiprocessing_context": a.context if a.workers else None}
+        if contender == "fluxon":
+            dataset = self.fluxon_dataset(batched)
+            collate = TimedCollate(StatsCollate(dataset))
+        else:
+            dataset = PeerClips(contender, self.video_dir, self.plan, a.threads,
+                                share_open=batched)
+            collate = TimedCollate(default_collate)
+        if batched:
+            return DataLoader(dataset, batch_sampler=self.batches(), collate_fn=collate, **common)
+        return DataLoader(dataset, batch_size=a.batch_size, shuffle=True,
+                          generator=torch.Generator().manual_seed(a.seed), collate_fn=collate,
+                          **common)
+
+    def fluxon_dataset(self, batched: bool) -> PlannedClips:
+        a = self.args
+        per_video = a.per_video if batched else 1
+        return PlannedClips(self.fluxon_patcher, EXPORT,
+                            [c[0] for c in self.plan[::per_video]], clip_len=CLIP_LEN,
+                            stride=STRIDE, height=SIZE, width=SIZE, clips_per_video=per_video,
+                            num_threads=a.threads, seed=a.seed, plan=self.plan)
+
+    def batches(self) -> SameVideoBatchSampler:
+        """The batched rows' batches: SameVideoBatchSampler over the plan's groups (the
+        same batches for every row: the sampler only reads relpaths and clips_per_video)."""
+        return SameVideoBatchSampler(self.fluxon_dataset(batched=True), self.args.batch_size,
+                                     seed=self.args.seed)
+
+    def epoch(self, row: str, check: bool) -> dict[str, Any]:
+        """One epoch with fresh workers: wall time, start-up, fluxon stats, frame check."""
+        loader = self.loader(row)
+        stats = LoaderStats()
+        kept: list[dict[str, Any]] = []
+        errors: list[str] = []
+        items, first, ups = 0, None, {}
+        cpu0 = self.cpu.sample()
+        t0 = time.monotonic()
+        for batch in loader:
+            if first is None:
+                first = time.monotonic() - t0
+            items += len(batch["relpath"])
+            stats.update(batch)
+            worker = batch["worker"]
+            if worker["up"] is not None:
+                ups[worker["pid"]] = worker["up"] - t0
+            errors += [e for e in batch.get("error", []) if e]
+            if check:
+                kept.append({k: batch[k] for k in ("frames", "relpath", "indices")})
+        seconds = time.monotonic() - t0
+        del loader
+        other_cores = self.cpu.other_cores(cpu0, seconds)
+        out: dict[str, Any] = {"items": items, "seconds": seconds, "clips_per_s": items / seconds,
+                               "first_batch_s": first, "workers_up_s": max(ups.values(),
+                                                                           default=None),
+                               "errors": len(errors), "first_error": errors[0] if errors else None,
+                               "other_cpu_cores": other_cores}
+        if row.startswith("fluxon"):
+            out["fluxon_stats"] = stats.total().as_dict()
+        if check:
+            out["check"] = self.check(row, kept)
+            self.orders[row] = [(r, int(ix[0])) for b in kept
+                                for r, ix in zip(b["relpath"], b["indices"])]
+        return out
+
+    def check(self, row: str, batches: list[dict[str, Any]]) -> dict[str, Any]:
+        """The frame check over every item, and per codec (a peer may fail on one codec)."""
+        exact = row.startswith("fluxon")
+        codec = {v.name: v.codec for v in self.videos}
+        result = CheckResult(exact_required=exact)
+        by_codec: dict[str, CheckResult] = {}
+        for batch in batches:
+            for frames, relpath, indices in zip(batch["frames"], batch["relpath"],
+                                                batch["indices"]):
+                for check in (result, by_codec.setdefault(codec[relpath],
+                                                          CheckResult(exact_required=exact))):
+                    check.add(frames.numpy(), indices.tolist(), self.refs[relpath])
+        return {**result.as_dict(),
+                "by_codec": {c: {"ok": r.ok, "verdict": r.verdict(),
+                                 "worst_mean_abs_diff": r.worst_mean_abs_diff}
+                             for c, r in sorted(by_codec.items())}}
+
+    def top_up(self) -> dict[str, Any]:
+        """Read every planned clip in this process and wait for the backfill: pieces the
+        warm-up workers queued but did not write before they exited go to Redis now."""
+        with self.patcher() as patcher, patcher.open_video_reader_pool() as pool:
+            groups: dict[str, list[list[int]]] = {}
+            for relpath, indices in self.plan:
+                groups.setdefault(relpath, []).append(indices)
+            for relpath, clips in groups.items():
+                pool.read_many_numpy_with_stats(
+                    [fv.FluxonFsVideoReadRequest(EXPORT, relpath, SIZE, SIZE, 1, tuple(c))
+                     for c in clips])
+            stats = pool.stats().as_dict()
+            if not patcher.client.backfill.wait_idle(timeout=120):
+                self.notes.append("top-up: the backfill did not finish within 120 s")
+        return stats
+
+    # ---- run ----
+
+    def run(self) -> dict[str, Any]:
+        a = self.args
+        started = time.monotonic()
+        self.make_videos()
+        self.plan = make_plan(self.videos, a.items, a.per_video, a.seed)
+        self.make_references()
+        work = Path(tempfile.mkdtemp(prefix="fluxon-loader-", dir=a.data))
+        config = work / "agent.toml"
+        config.write_text(f'[identities]\n{IDENTITY} = "{TOKEN}"\n\n[[exports]]\n'
+                          f'name = "{EXPORT}"\nroot = "{self.video_dir}"\n'
+                          f'allow = ["{IDENTITY}"]\n')
+        peers = self.check_peers()
+        per_clip = ["fluxon per-clip", *(f"{p} per-clip" for p in peers)]
+        batched = ["fluxon batched", *(f"{p} batched" for p in peers)]
+        rows = per_clip + batched
+        with RedisServer(work) as redis_server, AgentProcess(
+                config, ["--inject-latency-ms", str(a.agent_latency_ms)]) as agent:
+            self.redis, self.agent = redis_server, agent
+            # One patcher for every fluxon dataset; never used in this process (each worker
+            # builds its own client and readers on first use).
+            self.fluxon_patcher = self.patcher()
+            self.cpu = CpuMeter([redis_server.proc.pid, agent.proc.pid])
+            runs: dict[str, list[dict[str, Any]]] = {}
+            redis_server.client().flushall()
+            for row in rows:  # untimed: Redis warm for fluxon, page cache and imports for peers
+                self.progress(f"{row} warm-up", 0)
+                warm = self.epoch(row, check=False)
+                if row == "fluxon per-clip":
+                    self.warmup_stats = warm.get("fluxon_stats")
+                    self.topup_stats = self.top_up()
+            # Rounds: cold epochs (Redis flushed before each), a top-up that makes Redis
+            # warm again, then every row warm; the row order rotates from round to round,
+            # so that a busy moment of the machine does not always hit the same row.
+            for r in range(a.repeat):
+                if a.cold:
+                    for row in ("fluxon per-clip", "fluxon batched"):
+                        self.progress(f"{row} cold", r)
+                        runs.setdefault(f"{row}|cold", []).append(
+                            self.timed(row, r == 0, before=redis_server.client().flushall))
+                    self.top_up()
+                for row in rows[r % len(rows):] + rows[:r % len(rows)]:
+                    cache = "warm KV" if row.startswith("fluxon") else "local file"
+                    self.progress(f"{row} {cache}", r)
+                    runs.setdefault(f"{row}|{cache}", []).append(self.timed(row, r == 0))
+            self.fluxon_patcher.close()
+        self.summarise(runs)
+        return self.results(time.monotonic() - started)
+
+    def timed(self, row: str, check: bool, before: Any = None) -> dict[str, Any]:
+        """A timed epoch, redone (at most --retries times) while other work on the machine
+        used more than --max-other-cpu cores during it."""
+        for attempt in range(self.args.retries + 1):
+            if before is not None:
+                before()
+            result = self.epoch(row, check)
+            result["redone"] = attempt
+            if result["other_cpu_cores"] <= self.args.max_other_cpu:
+                break
+            print(f"    other work used {result['other_cpu_cores']:.2f} cores during the epoch"
+                  + ("; again" if attempt < self.args.retries else "; kept"), flush=True)
+        return result
+
+    def progress(self, what: str, r: int) -> None:
+        print(f"  {what} (run {r + 1})", flush=True)
+
+    def summarise(self, runs: dict[str, list[dict[str, Any]]]) -> None:
+        for key, epochs in runs.items():
+            row, cache = key.split("|")
+            rates = [e["clips_per_s"] for e in epochs]
+            first = epochs[0]
+            self.rows[key] = {
+                "row": row, "contender": row.split(" ")[0], "order": row.split(" ", 1)[1],
+                "cache": cache, "items": first["items"],
+                "clips_per_s": statistics.median(rates), "clips_per_s_min": min(rates),
+                "clips_per_s_max": max(rates),
+                "epoch_s": statistics.median(e["seconds"] for e in epochs),
+                "first_batch_s": statistics.median(e["first_batch_s"] for e in epochs),
+                "workers_up_s": statistics.median(e["workers_up_s"] for e in epochs
+                                                  if e["workers_up_s"] is not None)
+                if any(e["workers_up_s"] is not None for e in epochs) else None,
+                "errors": sum(e["errors"] for e in epochs),
+                "other_cpu_cores": statistics.median(e["other_cpu_cores"] for e in epochs),
+                "redone": sum(e["redone"] for e in epochs),
+                "first_error": next((e["first_error"] for e in epochs if e["first_error"]), None),
+                "fluxon_stats": first.get("fluxon_stats"),
+                "check": first["check"], "epochs": epochs}
+        for group in ("per-clip", "batched"):
+            orders = {row: o for row, o in self.orders.items() if row.endswith(group)}
+            if len({tuple(o) for o in orders.values()}) > 1:
+                self.notes.append(f"{group}: the rows did not read the items in the same order")
+
+    # ---- results ----
+
+    def results(self, seconds: float) -> dict[str, Any]:
+        a = self.args
+        return {
+            "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": "python bench/dataloader.py" + "".join(f" {x}" for x in sys.argv[1:]),
+            "duration_s": round(seconds, 1),
+            "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+            "conditions": conditions(a, self.video_dir),
+            "videos": [v.facts() for v in self.videos],
+            "plan": self.plan,
+            "warmup_fluxon_stats": getattr(self, "warmup_stats", None),
+            "topup_fluxon_stats": getattr(self, "topup_stats", None),
+            "rows": list(self.rows.values()),
+            "skipped": self.skipped,
+            "notes": self.notes,
+        }
+
+
+def conditions(a: argparse.Namespace, video_dir: Path) -> dict[str, Any]:
+    import psutil
+
+    def run(*cmd: str) -> str:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
+        except OSError:
+            return "?"
+
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    versions = {"python": platform.python_version(), "numpy": np.__version__,
+                "torch": torch.__version__, "fluxon_video": fv.__version__}
+    try:
+        from fluxon_video.native import require_native
+
+        versions.update({f"fluxon's {k}": v
+                         for k, v in require_native()[1].library_versions().items()})
+    except Exception:  # noqa: BLE001
+        pass
+    for name in ("decord", "torchcodec"):
+        try:
+            versions[name] = __import__(name).__version__
+        except Exception:  # noqa: BLE001
+            versions[name] = "not installed"
+    versions["ffmpeg CLI"] = run("ffmpeg", "-version").splitlines()[0].split()[2]
+    versions["redis-server"] = run("redis-server", "--version").split()[2].removeprefix("v=")
+    import multiprocessing
+
+    return {
+        "machine": {"cpu": cpu, "cores": os.cpu_count(),
+                    "memory_gib": round(psutil.virtual_memory().total / (1 << 30), 1),
+                    "os": platform.platform(),
+                    "git": run("git", "-C", str(ROOT), "describe", "--always", "--dirty")},
+        "versions": versions,
+        "loader": {"workers": a.workers, "batch_size": a.batch_size,
+                   "persistent_workers": False,
+                   "start_method": a.context or multiprocessing.get_start_method(),
+                   "decoder_threads": a.threads, "clip": f"{CLIP_LEN} frames, stride {STRIDE}, "
+                   f"{SIZE}x{SIZE}", "items": a.items, "clips_per_video_batched": a.per_video},
+        "export": {"where": "agent process on loopback (127.0.0.1), HTTP/1.1",
+                   "root": str(video_dir), "agent_latency_ms": a.agent_latency_ms,
+                   "kv": "redis-server on loopback, no persistence"},
+    }
+
+
+# ---- report ----
+
+READS = {
+    "per-clip": "plan clips in DataLoader-shuffled order (a random video per item); "
+                "peers open the file for every item",
+    "batched": "plan clips 4 per video, 2 videos per batch (SameVideoBatchSampler's batches); "
+               "peers open each video once per batch and read its clips in one call",
+}
+
+
+def fmt(x: float | None, digits: int = 2) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def short(check: dict[str, Any]) -> str:
+    """A codec's frame verdict for the table (the full one is in the JSON)."""
+    if check["verdict"].startswith("OFF"):
+        return f"OFF (right frames, mad up to {check['worst_mean_abs_diff']:.1f} > 3)"
+    if check["verdict"].startswith("WRONG"):
+        return f"WRONG ({check['verdict'].split(': ', 1)[1]})"
+    return check["verdict"]
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = ["| contender | reads | cache | clips/s (min–max) | epoch s | workers up s | "
+             "first batch s | other CPU | fluxon reads | KV hit/miss | agent MiB | index scan/KV "
+             "| frames |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results["rows"]:
+        s = r["fluxon_stats"]
+        check = r["check"]["verdict"] if r["check"] else "–"
+        redone = f" ({r['redone']} redone)" if r["redone"] else ""
+        if r["errors"]:
+            check = f"⚠ {r['errors']} failed reads: {r['first_error']}"
+        elif r["check"] and not r["check"]["ok"]:
+            check = "⚠ " + " · ".join(f"{c} {short(v)}"
+                                      for c, v in r["check"]["by_codec"].items())
+        lines.append(
+            f"| {r['contender']} | {r['order']} | {r['cache']} | {r['clips_per_s']:.1f} "
+            f"({r['clips_per_s_min']:.1f}–{r['clips_per_s_max']:.1f}) | {fmt(r['epoch_s'])} | "
+            f"{fmt(r['workers_up_s'])} | {fmt(r['first_batch_s'])} | "
+            f"{r['other_cpu_cores']:.2f}{redone} | "
+            + (f"{s['reads']} | {s['kv_hits']}/{s['kv_misses']} | "
+               f"{s['remote_bytes'] / 2**20:.2f} | {s['index_scans']}/{s['index_from_kv']} | "
+               if s else "– | – | – | – | ")
+            + f"{check} |")
+    return "\n".join(lines)
+
+
+def summary(results: dict[str, Any]) -> list[str]:
+    """fluxon warm KV against each peer, per order (> 1: fluxon faster)."""
+    rows = {(r["contender"], r["order"], r["cache"]): r for r in results["rows"]}
+    out = []
+    for order in ("per-clip", "batched"):
+        fluxon = rows.get(("fluxon", order, "warm KV"))
+        if fluxon is None:
+            continue
+        parts = []
+        for (contender, o, _), r in rows.items():
+            if contender == "fluxon" or o != order:
+                continue
+            ok = r["check"]["ok"] and not r["errors"]
+            parts.append(f"{fluxon['clips_per_s'] / r['clips_per_s']:.2f}× {contender}"
+                         + ("" if ok else " (⚠ frames)"))
+        if parts:
+            out.append(f"- {order}: fluxon warm KV {fluxon['clips_per_s']:.1f} clips/s = "
+                       + ", ".join(parts))
+    if out:
+        out = ["fluxon warm KV ÷ peer, clips/s (> 1: fluxon faster; ⚠: the peer's frames did "
+               "not pass the check, see the frames column):", "", *out, ""]
+    return out
+
+
+def markdown(results: dict[str, Any]) -> str:
+    c, s = results["conditions"], results["settings"]
+    m, loader, export = c["machine"], c["loader"], c["export"]
+    codecs: dict[str, int] = {}
+    for v in results["videos"]:
+        key = f"{v['codec']} {v['width']}x{v['height']} {v['layout']}"
+        codecs[key] = codecs.get(key, 0) + 1
+    frames = [v["frames"] for v in results["videos"]]
+    out = [
+        "# DataLoader benchmark",
+        "",
+        f"`{results['command']}` — {results['generated']}, {results['duration_s']:.0f} s in all.",
+        "",
+        table(results),
+        "",
+        *summary(results),
+        "Rows:",
+        "",
+        f"- **per-clip**: {READS['per-clip']}. fluxon: `VideoClipDataset` (its items forced to "
+        "the plan's clips by overriding `clip_with_times`), one `read_many_numpy_with_stats` "
+        "per batch of 8 (clips of the same video in a batch share one decode: *fluxon reads* "
+        "counts the decodes). decord: `VideoReader(path, width=224, height=224)` + "
+        "`get_batch`. torchcodec: `VideoDecoder(path, dimension_order=\"NHWC\", "
+        "seek_mode=\"exact\", transforms=[Resize((224, 224))])` + `get_frames_at` (torchcodec's "
+        "decoder-side Resize transform: bilinear with antialiasing; no interpolate).",
+        f"- **batched**: {READS['batched']}. fluxon: `VideoClipDataset(clips_per_video=4)` + "
+        "`SameVideoBatchSampler(dataset, batch_size=8)`: one native decode per video per "
+        "batch. decord/torchcodec: the same batches; the dataset's `__getitems__` opens "
+        "each video of the batch once, reads the sorted union of its 4 clips' frames in one "
+        "`get_batch` / `get_frames_at` call and splits it back into the clips.",
+        "- Every row reads the same "
+        f"{loader['items']} clips ({loader['clip']}) of {len(results['videos'])} videos: "
+        f"{loader['items'] // loader['clips_per_video_batched']} videos x "
+        f"{loader['clips_per_video_batched']} random clips (seed {s['seed']}); per-clip rows "
+        "share one shuffled order (DataLoader shuffle=True, the same seeded generator).",
+        "- **cache**: fluxon *warm KV*: Redis holds every piece and frame index (an untimed "
+        "warm-up epoch, then a top-up pass); *cold*: Redis flushed before the epoch, bytes "
+        "and index scans come from the agent. Peers read local files, page cache warm "
+        "(after an untimed warm-up epoch of their own).",
+        f"- **clips/s**: items ÷ wall time from `iter(loader)` to the last batch, worker "
+        f"start-up included, median of {s['repeat']} epochs (min–max); every epoch has fresh "
+        "worker processes (persistent_workers=False). *workers up*: when the last worker ran "
+        "its worker_init_fn; *first batch*: when the first batch arrived (both from "
+        "`iter(loader)`).",
+        "- **other CPU**: cores' worth of CPU time the machine spent on work that is not "
+        "this benchmark's (not this process, its workers, the agent or redis) during the "
+        f"epoch, median; of {results['conditions']['machine']['cores']} cores. An epoch during "
+        f"which it exceeded {results['settings']['max_other_cpu']} cores was redone (at most "
+        f"{results['settings']['retries']} times; *redone* counts them); well above 0, the "
+        "row's figure is depressed by other load.",
+        "- **fluxon reads … index scan/KV**: the workers' cumulative FluxonFS stats "
+        "(StatsCollate + LoaderStats) over the first epoch: native reads (a batched group is "
+        "one), KV piece hits/misses, bytes from the agent, frame indexes built by a scan / "
+        "taken from the KV (each fresh worker loads the index of each video it reads).",
+        "- **frames**: every item of the first epoch checked against the ffmpeg CLI "
+        "(`scale=224:224:flags=bilinear,format=rgb24`, sequential decode): fluxon must be "
+        "bit-exact; peers must be the right frame (closer to it than to its neighbours) and "
+        "within a mean abs diff of 3 (bench/frames.py).",
+        "",
+        "Conditions:",
+        "",
+        f"- videos: {len(results['videos'])} testsrc2, "
+        + ", ".join(f"{n} × {k}" for k, n in codecs.items())
+        + f"; GOP 60, 30 fps, {min(frames)}–{max(frames)} frames (4–6 s), "
+        f"{sum(v['file_bytes'] for v in results['videos']) / 2**20:.1f} MiB in all",
+        f"- loader: {loader['workers']} workers ({loader['start_method']}), batch size "
+        f"{loader['batch_size']}, non-persistent workers, {loader['decoder_threads']} decoder "
+        "thread per read for every contender",
+        f"- export: {export['where']}, agent latency {export['agent_latency_ms']:g} ms per "
+        f"request; {export['kv']}",
+        f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, "
+        f"git {m['git']}",
+        "- versions: " + ", ".join(f"{k} {v}" for k, v in c["versions"].items()),
+    ]
+    topup, warmup = results.get("topup_fluxon_stats"), results.get("warmup_fluxon_stats")
+    if topup and warmup:
+        out.append(f"- warm-up: the per-clip warm-up epoch's workers missed "
+                   f"{warmup['kv_misses']} pieces and queued {warmup['backfills_queued']} "
+                   "backfills; the top-up pass afterwards (every planned clip read in this "
+                   f"process) missed {topup['kv_misses']} pieces (> 0: backfills still queued "
+                   "when a warm-up worker exited were lost)")
+    for peer, why in results["skipped"].items():
+        out.append(f"- {peer} skipped: {why}")
+    out += [f"- note: {n}" for n in results["notes"]]
+    return "\n".join(out) + "\n"
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python bench/dataloader.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run: 32 items, 1 epoch per row, results to "
+                         "<data>/quick-results unless --out is given")
+    ap.add_argument("--items", type=int, help="clips per epoch (default: 96, quick: 32)")
+    ap.add_argument("--repeat", type=int,
+                    help="timed epochs per row; figures are medians (default: 3, quick: 1)")
+    ap.add_argument("--workers", type=int, default=2, help="DataLoader workers (default: 2)")
+    ap.add_argument("--batch-size", type=int, default=8, help="(default: 8)")
+    ap.add_argument("--per-video", type=int, default=4,
+                    help="clips per video in the batched rows (default: 4)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="decoder threads per read, every contender (default: 1)")
+    ap.add_argument("--context", choices=["fork", "spawn", "forkserver"],
+                    help="worker start method (default: the platform's)")
+    ap.add_argument("--no-cold", dest="cold", action="store_false",
+                    help="skip the cold (Redis flushed) fluxon epochs")
+    ap.add_argument("--max-other-cpu", type=float, default=0.25,
+                    help="redo a timed epoch during which other work on the machine used more "
+                         "than this many cores (default: 0.25)")
+    ap.add_argument("--retries", type=int, default=3,
+                    help="at most this many redos per timed epoch (default: 3)")
+    ap.add_argument("--seed", type=int, default=7, help="clip plan and shuffle seed (default: 7)")
+    ap.add_argument("--agent-latency-ms", type=float, default=0.0,
+                    help="latency the agent adds to every stat and read (default: 0)")
+    ap.add_argument("--data", type=Path, default=BENCH / ".data",
+                    help="generated videos and scratch files (default: bench/.data)")
+    ap.add_argument("--render", type=Path, metavar="JSON",
+                    help="only rewrite dataloader.md in --out from a dataloader.json")
+    ap.add_argument("--out", type=Path,
+                    help="where dataloader.md and dataloader.json go (default: bench/results)")
+    args = ap.parse_args()
+    for name, full, quick in (("items", 96, 32), ("repeat", 3, 1)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
+    if args.out is None:
+        args.out = args.data / "quick-results" if args.quick else BENCH / "results"
+    for name in ("items", "repeat", "workers", "batch_size", "per_video", "threads"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.retries < 0:
+        ap.error("--retries must be at least 0")
+    if args.batch_size % args.per_video or args.items % args.batch_size:
+        ap.error("--batch-size must be a multiple of --per-video, --items of --batch-size")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
+    if args.render:
+        results = json.loads(args.render.read_text())
+        (args.out / "dataloader.md").write_text(markdown(results))
+        print(markdown(results))
+        return 0
+    args.data.mkdir(parents=True, exist_ok=True)
+    results = LoaderBench(args).run()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "dataloader.json").write_text(json.dumps(results, indent=1))
+    (args.out / "dataloader.md").write_text(markdown(results))
+    print()
+    print(markdown(results))
+    print(f"wrote {args.out / 'dataloader.md'}, {args.out / 'dataloader.json'} "
+          f"({results['duration_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
