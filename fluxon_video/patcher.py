@@ -183,6 +183,14 @@ class FluxonFsPatcher:
         index, _, _ = self._video_index(export_name, relpath, identity)
         return timestamps_s(index)
 
+    def video_metadata_and_timestamps_s(
+            self, export_name: str, relpath: str, *,
+            identity: RequestIdentity | str | None = None,
+    ) -> tuple[FluxonFsVideoMetadata, np.ndarray]:
+        """Both, from one load of the frame index (one KV read when it is warm)."""
+        index, metadata, _ = self._video_index(export_name, relpath, identity)
+        return metadata, timestamps_s(index)
+
     def _video_index(self, export_name: str, relpath: str,
                      identity: RequestIdentity | str | None
                      ) -> tuple[FrameIndex, FluxonFsVideoMetadata, FluxonFsVideoReadStats]:

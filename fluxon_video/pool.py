@@ -64,6 +64,11 @@ class ReaderOpener(Protocol):
     def video_timestamps_s(self, export_name: str, relpath: str, *,
                            identity: RequestIdentity | str | None = None) -> np.ndarray: ...
 
+    def video_metadata_and_timestamps_s(
+            self, export_name: str, relpath: str, *,
+            identity: RequestIdentity | str | None = None,
+    ) -> tuple[FluxonFsVideoMetadata, np.ndarray]: ...
+
     def stats(self) -> FluxonFsProcessStats: ...
 
 
@@ -371,6 +376,15 @@ class FluxonFsVideoReaderPool:
         self.__init__(state["patcher"], state["max_readers"],  # type: ignore[misc, arg-type]
                       autorotate=state["autorotate"])
         self._closed = bool(state["closed"])
+
+    def video_metadata_and_timestamps_s(
+            self, export_name: str, relpath: str) -> tuple[FluxonFsVideoMetadata, np.ndarray]:
+        """Metadata and every frame's time from one index load (see the patcher's)."""
+        self._local()
+        if self._closed:
+            raise FluxonFsClosedError("the reader pool is closed")
+        return self.patcher.video_metadata_and_timestamps_s(export_name, relpath,
+                                                            identity=self.patcher.identity)
 
     def video_timestamps_s(self, export_name: str, relpath: str) -> np.ndarray:
         """Every frame's presentation time (see FluxonFsPatcher.video_timestamps_s)."""

@@ -123,9 +123,8 @@ class VideoClipDataset(Dataset):
 
     def _video(self, relpath: str) -> tuple[FluxonFsVideoMetadata, np.ndarray]:
         _, pool, known = self._process()
-        if relpath not in known:
-            known[relpath] = (pool.video_metadata(self.export_name, relpath),
-                              pool.video_timestamps_s(self.export_name, relpath))
+        if relpath not in known:  # one index load per video and process
+            known[relpath] = pool.video_metadata_and_timestamps_s(self.export_name, relpath)
         return known[relpath]
 
     # ---- sampling ----

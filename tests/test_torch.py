@@ -191,3 +191,11 @@ def test_import_fluxon_video_does_not_import_torch():
     code = "import sys, fluxon_video; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_each_video_index_is_loaded_once_per_process(local):
+    dataset = VideoClipDataset(local, "train", VIDEOS, clip_len=4, clips_per_video=3)
+    before = dataset.pool.stats().metadata_calls
+    for i in range(len(dataset)):
+        dataset.clip(i)
+    assert dataset.pool.stats().metadata_calls - before == len(VIDEOS)
