@@ -43,9 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -73,6 +71,7 @@ from fluxon_video.torch import (  # noqa: E402
     VideoClipDataset,
 )
 from frames import CheckResult, Reference, cli_reference, needed  # noqa: E402
+from machine import machine, versions  # noqa: E402
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 EXPORT, IDENTITY, TOKEN = "loader", "bench", "bench-token"
@@ -535,41 +534,17 @@ class LoaderBench:
 
 
 def conditions(a: argparse.Namespace, video_dir: Path) -> dict[str, Any]:
-    import psutil
-
-    def run(*cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
-        except OSError:
-            return "?"
-
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    versions = {"python": platform.python_version(), "numpy": np.__version__,
-                "torch": torch.__version__, "fluxon_video": fv.__version__}
-    try:
-        from fluxon_video.native import require_native
-
-        versions.update({f"fluxon's {k}": v
-                         for k, v in require_native()[1].library_versions().items()})
-    except Exception:  # noqa: BLE001
-        pass
+    found = {**versions(), "torch": torch.__version__}
     for name in ("decord", "torchcodec"):
         try:
-            versions[name] = __import__(name).__version__
+            found[name] = __import__(name).__version__
         except Exception:  # noqa: BLE001
-            versions[name] = "not installed"
-    versions["ffmpeg CLI"] = run("ffmpeg", "-version").splitlines()[0].split()[2]
-    versions["redis-server"] = run("redis-server", "--version").split()[2].removeprefix("v=")
+            found[name] = "not installed"
     import multiprocessing
 
     return {
-        "machine": {"cpu": cpu, "cores": os.cpu_count(),
-                    "memory_gib": round(psutil.virtual_memory().total / (1 << 30), 1),
-                    "os": platform.platform(),
-                    "git": run("git", "-C", str(ROOT), "describe", "--always", "--dirty")},
-        "versions": versions,
+        "machine": machine(),
+        "versions": found,
         "loader": {"workers": a.workers, "batch_size": a.batch_size,
                    "persistent_workers": False,
                    "start_method": a.context or multiprocessing.get_start_method(),

@@ -42,9 +42,7 @@ import argparse
 import json
 import multiprocessing
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -65,6 +63,7 @@ from dataset import X264, Video, VideoSpec, prepare  # noqa: E402
 from fluxon_video.fs.config import ClientSettings, FluxonFsExport  # noqa: E402
 from fluxon_video.testing import AgentProcess, RedisCluster  # noqa: E402
 from frames import cli_reference, digest  # noqa: E402
+from machine import machine, versions  # noqa: E402
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 EXPORT, IDENTITY, TOKEN = "multinode", "bench", "bench-token"
@@ -215,41 +214,20 @@ def summarize(epoch: int, node: int, cache: str, together: bool, result: dict[st
 
 
 def conditions(a: argparse.Namespace, videos: list[Video], video_dir: Path) -> dict[str, Any]:
-    def run(*cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
-        except OSError:
-            return "?"
-
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    versions = {"python": platform.python_version(), "numpy": np.__version__,
-                "fluxon_video": fv.__version__}
+    found = versions()
     try:
         import redis
 
-        versions["redis-py"] = redis.__version__
-        from fluxon_video.native import require_native
-
-        versions.update({f"fluxon's {k}": v
-                         for k, v in require_native()[1].library_versions().items()})
-    except Exception:  # noqa: BLE001
+        found["redis-py"] = redis.__version__
+    except ImportError:
         pass
-    versions["ffmpeg CLI"] = run("ffmpeg", "-version").splitlines()[0].split()[2]
-    versions["redis-server"] = run("redis-server", "--version").split()[2].removeprefix("v=")
-    memory = next((int(line.split()[1]) * 1024 for line in
-                   Path("/proc/meminfo").read_text().splitlines()
-                   if line.startswith("MemTotal:")), 0)
     kinds: dict[str, int] = {}
     for video in videos:
         kind = f"{video.codec} {video.spec.width}x{video.spec.height} {video.layout}"
         kinds[kind] = kinds.get(kind, 0) + 1
     return {
-        "machine": {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(memory / (1 << 30), 1),
-                    "os": platform.platform(),
-                    "git": run("git", "-C", str(ROOT), "describe", "--always", "--dirty")},
-        "versions": versions,
+        "machine": machine(),
+        "versions": found,
         "dataset": {"root": str(video_dir), "videos": len(videos), "kinds": kinds,
                     "bytes": sum(v.size for v in videos),
                     "frames": [min(v.frames for v in videos), max(v.frames for v in videos)],

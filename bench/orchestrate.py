@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import report
 from contenders import PEERS
 from dataset import DATASET, Video, prepare, sample_clips
 from frames import cli_reference, needed
+from machine import machine, run, versions
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -288,33 +288,9 @@ class Bench:
                 for v in self.videos.values()}
 
     def conditions(self) -> dict:
-        import psutil
-
-        def run(*cmd: str) -> str:
-            try:
-                return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
-            except OSError:
-                return "?"
-
-        cpu = next((line.split(":", 1)[1].strip() for line in
-                    Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), platform.processor())
-        versions = {"python": platform.python_version(), "numpy": np.__version__,
-                    **self.versions,
-                    "ffmpeg CLI": run("ffmpeg", "-version").splitlines()[0].split()[2],
-                    "redis-server": run("redis-server", "--version").split()[2].removeprefix("v=")}
-        try:
-            import fluxon_video
-
-            versions["fluxon_video"] = fluxon_video.__version__
-        except ImportError:
-            pass
-        git = run("git", "-C", str(ROOT), "describe", "--always", "--dirty")
         return {
-            "machine": {"cpu": cpu, "cores": os.cpu_count(),
-                        "memory_gib": round(psutil.virtual_memory().total / (1 << 30), 1),
-                        "os": platform.platform(), "git": git},
-            "versions": versions,
+            "machine": machine(),
+            "versions": {**versions(), **self.versions},
             "export": {"where": "agent process on loopback (127.0.0.1), HTTP/1.1",
                        "root": str(self.video_dir),
                        "filesystem": run("stat", "-f", "-c", "%T", str(self.video_dir)),
