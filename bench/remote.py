@@ -46,7 +46,6 @@ import hashlib
 import json
 import multiprocessing as mp
 import os
-import platform
 import select
 import statistics
 import subprocess
@@ -62,6 +61,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 # Keep this module's top level light: every spawned child imports it again.
+from machine import machine, versions  # noqa: E402
 from remote_report import label  # noqa: E402
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
@@ -686,30 +686,10 @@ class Bench:
         return out
 
     def conditions(self) -> dict:
-        import numpy as np
-        import psutil
-
-        def run(*cmd: str) -> str:
-            try:
-                return subprocess.run(cmd, capture_output=True, text=True).stdout.strip()
-            except OSError:
-                return "?"
-
-        cpu = next((line.split(":", 1)[1].strip() for line in
-                    Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), platform.processor())
-        versions = {"python": platform.python_version(), "numpy": np.__version__,
-                    **self.versions,
-                    "ffmpeg CLI": run("ffmpeg", "-version").splitlines()[0].split()[2],
-                    "redis-server": run("redis-server", "--version").split()[2].removeprefix("v=")}
         a = self.args
         return {
-            "machine": {"cpu": cpu, "cores": os.cpu_count(),
-                        "memory_gib": round(psutil.virtual_memory().total / (1 << 30), 1),
-                        "os": platform.platform(),
-                        "git": run("git", "-C", str(ROOT), "describe", "--always", "--dirty"),
-                        "load_average": self.load},
-            "versions": versions,
+            "machine": {**machine(), "load_average": self.load},
+            "versions": {**versions(), **self.versions},
             "store": {
                 "latencies_ms": a.latency_list, "bandwidth_mbps_per_connection": a.bandwidth_mbps,
                 "peers": "bench/range_server.py --root (aiohttp, HTTP/1.1, Range) on loopback",
