@@ -200,7 +200,6 @@ class FluxonFsPatcher:
         who = self._who(identity)
         version = self.client.stat(who, export_name, relpath)
         source = FluxonFsRangeSource(self.client, who, export_name, relpath, version)
-        self.client.check_version(who, export_name, relpath, version)
         index, where, index_ms = load_or_build_index(
             lambda: make_byte_source(source, export.piece_size, self.config.client),
             source.name, source)

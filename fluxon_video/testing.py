@@ -51,7 +51,7 @@ __all__ = ["AgentProcess", "RedisCluster", "RedisServer", "ServerStartError", "f
            "wait_until"]
 
 LOOPBACK = "127.0.0.1"
-_S = TypeVar("_S", bound="_Server")
+_M = TypeVar("_M", bound="_Managed")
 
 
 class ServerStartError(RuntimeError):
@@ -121,8 +121,32 @@ def _which(executable: str) -> str:
     return found
 
 
-class _Server:
-    """Start/stop bookkeeping and context-manager support shared by both servers."""
+class _Managed:
+    """``with`` support for anything with ``running``, ``start()`` and ``stop()``."""
+
+    @property
+    def running(self) -> bool:
+        raise NotImplementedError
+
+    def start(self: _M, timeout: float = 20.0) -> _M:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _M) -> _M:
+        """Start unless running; ``__exit__`` stops."""
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class _Server(_Managed):
+    """Start/stop bookkeeping of one server subprocess."""
 
     proc: subprocess.Popen[bytes] | None
     port: int
@@ -132,24 +156,11 @@ class _Server:
         """Whether the subprocess is alive."""
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self: _S, timeout: float = 20.0) -> _S:
-        raise NotImplementedError
-
     def stop(self) -> None:
         """Stop the subprocess (SIGTERM, then SIGKILL after 10 s). Safe to call again."""
         proc, self.proc = self.proc, None
         if proc is not None:
             _terminate(proc)
-
-    def __enter__(self: _S) -> _S:
-        """Start the server unless it is running; ``__exit__`` stops it."""
-        if not self.running:
-            self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
 
 class RedisServer(_Server):
@@ -218,7 +229,7 @@ class RedisServer(_Server):
         return redis.Redis(host=LOOPBACK, port=self.port, **kwargs)  # type: ignore[arg-type]
 
 
-class RedisCluster:
+class RedisCluster(_Managed):
     """A real Redis Cluster: ``masters`` masters, no replicas, on free loopback ports.
 
     Master ``i`` is ``nodes[i]``, a :class:`RedisServer` on ``ports[i]`` with
@@ -475,16 +486,6 @@ class RedisCluster:
                     raise _NotHealthy(f"node {port} sees node {other} as {fields[2]}, "
                                       f"link {fields[7]} ({brief})")
         return True
-
-    def __enter__(self) -> RedisCluster:
-        """Start the cluster unless every node is running; ``__exit__`` stops it."""
-        if not self.running:
-            self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
 
 class _NotHealthy(Exception):

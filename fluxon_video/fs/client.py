@@ -434,9 +434,13 @@ class FluxonFsClient:
         return data
 
     def _store(self, export: FluxonFsExport, relpath: str, version: FileStat, index: int,
-               data: bytes) -> None:
-        key = self._key(export, relpath, version, index)
-        self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key), export.cache_ttl_s)
+               data: bytes) -> bool:
+        return self._put(export, self._key(export, relpath, version, index), data)
+
+    def _put(self, export: FluxonFsExport, key: str, data: bytes) -> bool:
+        """Store data under key as a verified entry, with the export's TTL; False if refused."""
+        return self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key),
+                           export.cache_ttl_s)
 
     def _stage_piece(self, export: FluxonFsExport, relpath: str, version: FileStat, index: int,
                      identity: RequestIdentity, counters: ReadCounters) -> bytes:
@@ -497,8 +501,7 @@ class FluxonFsClient:
             return 0
         start, length = index * export.piece_size, self._piece_len(export, version, index)
         data = self._remote(export, relpath, version, start, length, identity, counters)
-        if not self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key),
-                           export.cache_ttl_s):
+        if not self._put(export, key, data):
             raise errors.FluxonFsIOError(f"{export_name}:{relpath}: the KV refused piece {index}")
         return len(data)
 
@@ -525,8 +528,8 @@ class FluxonFsClient:
         export = self.config.export(export_name)
         if version.size > export.cache_max_bytes:
             return
-        key = blob_key(export.cache_kv_key_prefix, kind, export_name, relpath, version)
-        self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key), export.cache_ttl_s)
+        self._put(export, blob_key(export.cache_kv_key_prefix, kind, export_name, relpath,
+                                   version), data)
 
     def close(self) -> None:
         """Stop this process's threads and connections; later calls raise. Safe to call twice."""
