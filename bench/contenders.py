@@ -75,6 +75,22 @@ class PyAVIndex:
         return self.keyframes[max(k, 0)]
 
 
+def pyav_decode_from(container: Any, stream: Any, seek_pts: int, want: dict[int, int],
+                     height: int, width: int) -> dict[int, np.ndarray]:
+    """Seek PyAV to the keyframe at or before seek_pts and decode forward until the
+    last wanted pts: {frame index: RGB frame} for every pts in want (pts -> index)."""
+    container.seek(seek_pts, backward=True, any_frame=False, stream=stream)
+    last = max(want)
+    got: dict[int, np.ndarray] = {}
+    for frame in container.decode(stream):
+        if frame.pts in want:
+            got[want[frame.pts]] = frame.to_ndarray(format="rgb24", width=width, height=height,
+                                                    interpolation="BILINEAR")
+        if frame.pts is not None and frame.pts >= last:
+            break
+    return got
+
+
 class PyAVHandle:
     _indexes: dict[Path, PyAVIndex] = {}
 
@@ -98,17 +114,8 @@ class PyAVHandle:
         self.fallbacks = 0
 
     def _decode_from(self, seek_pts: int, want: dict[int, int]) -> dict[int, np.ndarray]:
-        self.container.seek(seek_pts, backward=True, any_frame=False, stream=self.stream)
-        last = max(want)
-        got: dict[int, np.ndarray] = {}
-        for frame in self.container.decode(self.stream):
-            if frame.pts in want:
-                got[want[frame.pts]] = frame.to_ndarray(
-                    format="rgb24", width=self.width, height=self.height,
-                    interpolation="BILINEAR")
-            if frame.pts is not None and frame.pts >= last:
-                break
-        return got
+        return pyav_decode_from(self.container, self.stream, seek_pts, want, self.height,
+                                self.width)
 
     def read(self, indices: Sequence[int]) -> tuple[np.ndarray, dict[str, Any]]:
         want = {self.index.pts[i]: i for i in indices}

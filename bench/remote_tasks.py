@@ -31,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from contenders import pyav_decode_from
 from frames import CheckResult, Reference
+from tasks import make_patcher
 
 SIZE = 224
 
@@ -133,16 +135,7 @@ class PyAVClips:
         self.fallbacks = 0
 
     def _decode_from(self, seek_pts: int, want: dict[int, int]) -> dict[int, np.ndarray]:
-        self.container.seek(seek_pts, backward=True, any_frame=False, stream=self.stream)
-        last = max(want)
-        got: dict[int, np.ndarray] = {}
-        for frame in self.container.decode(self.stream):
-            if frame.pts in want:
-                got[want[frame.pts]] = frame.to_ndarray(format="rgb24", width=SIZE, height=SIZE,
-                                                        interpolation="BILINEAR")
-            if frame.pts is not None and frame.pts >= last:
-                break
-        return got
+        return pyav_decode_from(self.container, self.stream, seek_pts, want, SIZE, SIZE)
 
     def read(self, clip: Sequence[int]) -> np.ndarray:
         want = {self.pts[i]: i for i in clip}
@@ -431,17 +424,6 @@ def peer_worker(conn: Any, family: str, warm_path: str, threads: int) -> None:
 
 
 # ---- fluxon ----
-
-
-def make_patcher(fx: dict) -> Any:
-    import fluxon_video as fv
-    from fluxon_video.fs.config import ClientSettings, FluxonFsExport
-
-    export = FluxonFsExport(fx["export"], fx["root"], agent_url=fx["agent_url"],
-                            allow=[fx["identity"]], piece_size=fx["piece_size"])
-    return fv.FluxonFsPatcher(exports=[export], identities={fx["identity"]: fx["token"]},
-                              client=ClientSettings(redis_url=fx["redis_url"]),
-                              identity=fx["identity"])
 
 
 ITEM_STATS = ("open_ms", "index_ms", "kv_round_trips", "kv_hits", "kv_misses", "remote_reads",
