@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.fluxon-installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: build system-deps test demo bench bench-remote bench-loader bench-multinode clean
+.PHONY: build system-deps test demo bench bench-local bench-remote bench-loader bench-multinode clean
 
 build: $(STAMP)
 
@@ -53,7 +53,13 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml bench/install_peers.py
 	$(PY) bench/install_peers.py
 	@touch $@
 
-bench: build $(BENCH_STAMP)
+# The benchmark: local files (bench/run.py), then the remote store (bench/remote.py).
+# `make bench BENCH_ARGS=--quick` is the smoke run of both (a few minutes).
+bench: bench-local bench-remote
+
+# Local files (~10 min; --quick ~3 min): fluxon vs decord/torchcodec/PyAV, decode floor,
+# read_many; writes bench/results/latest.{md,json} and charts.
+bench-local: build $(BENCH_STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 # Remote-store benchmark (issue 15, ~10 min; --quick ~2 min): fluxon through the agent vs

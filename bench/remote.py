@@ -17,7 +17,10 @@ Rows (a "row" is one pipeline, timed over the same items as every other row):
   torchcodec  VideoDecoder(fsspec file, seek_mode="exact") at both block sizes
   decord      VideoReader(fsspec file): decord calls read() once, the whole file
   fluxon      cold (Redis flushed, new process), warm-kv (new process, Redis
-              warm), warm-reader (the cold process's pool again)
+              warm, default settings), warm-kv+shared (the same with
+              metadata_cache_shared: the stat the cold pass had authorised
+              comes with the index in one KV round trip, no agent request),
+              warm-reader (the cold process's pool again)
 
 Workloads, at every latency (default 0, 2 and 10 ms):
   clips     a random 16-frame clip (stride 4, 224x224) of each of 24 videos,
@@ -71,6 +74,11 @@ FAMILIES = ("pyav", "torchcodec", "decord")
 DEFAULTS = {"latencies": "0,2,10", "rounds": "2", "videos": 24, "batched_items": 3}
 QUICK = {"latencies": "10", "rounds": "1", "videos": 12, "batched_items": 2}
 PASS_TIMEOUT_S = 900
+FLUXON_CACHES = ("cold", "warm-kv", "warm-kv+shared")
+# How long a shared stat lives in the shared rows: long enough to outlast the
+# passes between the cold pass that writes it and the row that reads it (a
+# static training set can afford minutes; the default TTL is 5 s).
+SHARED_STAT_TTL_MS = 120_000
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -588,11 +596,15 @@ class Bench:
     def run_fluxon(self, workload: str, latency: float, r: int) -> None:
         assert self.store is not None
         warm = str(next(iter(self.videos.values())).path)
-        for cache in ("cold", "warm-kv"):
+        for cache in FLUXON_CACHES:
             if cache == "cold":
                 self.store.flush()
+            # Cold runs with shared stats on: it leaves the entries the shared row reads.
+            shared = cache != "warm-kv"
+            fx = {**self.fluxon_config(), "metadata_cache_shared": shared,
+                  "metadata_cache_ttl_ms": SHARED_STAT_TTL_MS if shared else 5_000}
             task = {**self.task(workload, self.plans[workload][r], latency, r),
-                    "fluxon": self.fluxon_config(), "cache": cache, "warm_path": warm,
+                    "fluxon": fx, "cache": cache, "warm_path": warm,
                     "warm_reader": cache == "cold" and workload == "clips",
                     "local_pass": (cache == "warm-kv" and workload == "clips"
                                    and latency == self.target_latency)}
@@ -614,7 +626,7 @@ class Bench:
     def run_workload(self, workload: str, latency: float) -> None:
         rows = (self.batched_peer_rows(latency) if workload == "batched"
                 else self.peer_rows(workload))
-        slots: list[dict | None] = [*rows, None]  # None: fluxon cold (+warm reader), warm-kv
+        slots: list[dict | None] = [*rows, None]  # None: the FLUXON_CACHES passes
         for r in range(self.args.rounds_for[latency]):
             shift = r % len(slots)
             for slot in slots[shift:] + slots[:shift]:

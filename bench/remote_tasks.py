@@ -427,7 +427,8 @@ def peer_worker(conn: Any, family: str, warm_path: str, threads: int) -> None:
 
 
 ITEM_STATS = ("open_ms", "index_ms", "kv_round_trips", "kv_hits", "kv_misses", "remote_reads",
-              "remote_bytes", "frames_decoded", "decoder_seeks")
+              "remote_bytes", "frames_decoded", "decoder_seeks", "stat_requests",
+              "open_round_trips", "first_frame_waits")
 
 
 def _fluxon_clips_pass(task: dict, pool: Any, counters: Counters, row: dict) -> dict:
@@ -529,7 +530,8 @@ def _fluxon_metadata_pass(task: dict, patcher: Any, counters: Counters, row: dic
         per_item.append({"video": item["video"],
                          **{k: getattr(stats, k) for k in ("kv_round_trips", "kv_hits",
                                                             "kv_misses", "remote_reads",
-                                                            "remote_bytes", "index_ms")},
+                                                            "remote_bytes", "index_ms",
+                                                            "stat_requests")},
                          "index_source": stats.index_source})
         bad = _metadata_check(video, meta.num_frames, meta.average_fps, meta.duration_s)
         if bad:

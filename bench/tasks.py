@@ -133,7 +133,9 @@ def make_patcher(fx: dict) -> Any:
     from fluxon_video.fs.config import ClientSettings, FluxonFsExport
 
     export = FluxonFsExport(fx["export"], fx["root"], agent_url=fx["agent_url"],
-                            allow=[fx["identity"]], piece_size=fx["piece_size"])
+                            allow=[fx["identity"]], piece_size=fx["piece_size"],
+                            metadata_cache_shared=fx.get("metadata_cache_shared", False),
+                            metadata_cache_ttl_ms=fx.get("metadata_cache_ttl_ms", 5_000))
     return fv.FluxonFsPatcher(exports=[export], identities={fx["identity"]: fx["token"]},
                               client=ClientSettings(redis_url=fx["redis_url"]),
                               identity=fx["identity"])
@@ -144,8 +146,9 @@ def evict(fx: dict, relpath: str) -> None:
     import redis
 
     client = redis.Redis.from_url(fx["redis_url"])
-    for key in client.scan_iter(match=f"*:{relpath}:*", count=1000):
-        client.delete(key)
+    for pattern in (f"*:{relpath}:*", f"*:{relpath}"):  # pieces and stats; the index
+        for key in client.scan_iter(match=pattern, count=1000):
+            client.delete(key)
 
 
 def _fluxon_record(task: dict, item: dict, cache: str,

@@ -37,3 +37,4 @@ cdef fx_cursor *fx_avio_cursor(AVIOContext *pb) noexcept nogil
 cdef void fx_avio_close(AVIOContext **pb) noexcept nogil
 cdef int64_t fx_source_prefetch(fx_pagecache *pc, int64_t offset, int64_t length) noexcept nogil
 cdef int64_t fx_source_cancel_prefetch(fx_pagecache *pc) noexcept nogil
+cdef int64_t fx_source_fetch_waits(fx_pagecache *pc) noexcept nogil

@@ -18,14 +18,15 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.errno cimport EINVAL, EIO, ETIMEDOUT
 from libc.stdint cimport int64_t, uint8_t
 from libc.stdio cimport SEEK_CUR, SEEK_END, SEEK_SET
-from libc.stdlib cimport calloc, free
+from libc.stdlib cimport calloc, free, malloc
 
 from fluxon_video._pagecache cimport (
     FX_ERR_CLOSED, FX_ERR_FETCH, FX_ERR_NOMEM, FX_ERR_TIMEOUT, fx_cache_stats, fx_cursor,
     fx_cursor_init, fx_pagecache, fx_pagecache_cached_pages, fx_pagecache_complete,
     fx_pagecache_cancel_speculative, fx_pagecache_claim_following, fx_pagecache_free,
-    fx_pagecache_get_stats, fx_pagecache_new,
-    fx_pagecache_next_job, fx_pagecache_prefetch, fx_pagecache_read, fx_pagecache_shutdown,
+    fx_pagecache_get_stats, fx_pagecache_fetch_waits, fx_pagecache_new,
+    fx_pagecache_next_job, fx_pagecache_peek, fx_pagecache_prefetch, fx_pagecache_read,
+    fx_pagecache_set_extents, fx_pagecache_shutdown,
 )
 from fluxon_video.libav.avformat cimport (
     AVIOContext, AVSEEK_FORCE, AVSEEK_SIZE, avio_alloc_context, avio_context_free,
@@ -243,6 +244,7 @@ cdef class ByteSource:
             "readahead_cancelled": s.readahead_cancelled,
             "evictions": s.evictions,
             "fetch_errors": s.fetch_errors,
+            "fetch_waits": s.fetch_waits,
             "cached_pages": fx_pagecache_cached_pages(self.core.pc),
         }
 
@@ -257,6 +259,48 @@ cdef class ByteSource:
     def cancel_prefetch(self):
         """Drop queued prefetch pages no worker has started; returns how many."""
         return fx_source_cancel_prefetch(self.pagecache())
+
+    def set_extents(self, extents):
+        """Serve these (offset, bytes) ranges without fetching: bytes of this file
+        version known in advance (the container header a frame index recorded).
+
+        Sorted, disjoint, inside the file; set at most once, before reading.
+        """
+        cdef fx_pagecache *pc = self.pagecache()
+        extents = [(int(off), bytes(data)) for off, data in extents if len(data)]
+        cdef int64_t n = len(extents), i
+        cdef int64_t *offsets = <int64_t *> malloc(max(n, 1) * sizeof(int64_t))
+        cdef int64_t *lens = <int64_t *> malloc(max(n, 1) * sizeof(int64_t))
+        cdef const uint8_t **datas = <const uint8_t **> malloc(max(n, 1) * sizeof(uint8_t *))
+        cdef int ret
+        try:
+            if offsets == NULL or lens == NULL or datas == NULL:
+                raise MemoryError(f"{self.name}: out of memory setting extents")
+            for i in range(n):
+                offsets[i] = extents[i][0]
+                lens[i] = len(extents[i][1])
+                datas[i] = <const uint8_t *> (<bytes> extents[i][1])
+            ret = fx_pagecache_set_extents(pc, offsets, lens, datas, n)
+        finally:
+            free(offsets)
+            free(lens)
+            free(datas)
+        if ret == -2:
+            raise MemoryError(f"{self.name}: out of memory setting extents")
+        if ret < 0:
+            raise ValueError(f"{self.name}: extents must be sorted, disjoint, inside the "
+                             "file, and set once")
+
+    def peek(self, int64_t offset, int64_t length):
+        """Bytes [offset, offset+length) if every page of them is cached, else None
+        (never waits, never fetches)."""
+        cdef fx_pagecache *pc = self.pagecache()
+        if length < 0 or offset < 0 or offset + length > self.size:
+            return None
+        out = PyBytes_FromStringAndSize(NULL, length)
+        if fx_pagecache_peek(pc, offset, <uint8_t *> (<char *> out), length) < 0:
+            return None
+        return out
 
     def open_cursor(self):
         """A read/seek cursor driving the same C callbacks FFmpeg uses."""
@@ -318,6 +362,10 @@ cdef AVIOContext *fx_avio_open(ByteSource source) except NULL:
         av_freep(&buffer)
         free(o)
         raise MemoryError()
+    # Every seek reaches our callback (it costs nothing: it moves the cursor).
+    # Otherwise FFmpeg reads through forward seeks shorter than 32 KiB, and
+    # could fetch pages the demuxer then skips.
+    pb.direct = 1
     return pb
 
 
@@ -329,6 +377,11 @@ cdef int64_t fx_source_prefetch(fx_pagecache *pc, int64_t offset, int64_t length
 cdef int64_t fx_source_cancel_prefetch(fx_pagecache *pc) noexcept nogil:
     """Drop queued speculative pages: the decoder moved elsewhere."""
     return fx_pagecache_cancel_speculative(pc)
+
+
+cdef int64_t fx_source_fetch_waits(fx_pagecache *pc) noexcept nogil:
+    """Fetch jobs readers waited for so far (each one a round trip)."""
+    return fx_pagecache_fetch_waits(pc)
 
 
 cdef fx_cursor *fx_avio_cursor(AVIOContext *pb) noexcept nogil:

@@ -28,7 +28,7 @@ from fluxon_video._paths cimport (
 from fluxon_video._pipeline cimport Pipeline
 from fluxon_video._progress cimport DecodeProgress, now_ms
 from fluxon_video.libav.avcodec cimport avcodec_version
-from fluxon_video.libav.avformat cimport avformat_version
+from fluxon_video.libav.avformat cimport av_find_input_format, avformat_version
 from fluxon_video.libav.avutil cimport avutil_version
 from fluxon_video.libav.swscale cimport swscale_version
 
@@ -185,6 +185,10 @@ cdef class VideoDecoder:
         # and round trips); the sequential reference opens as the CLI does.
         if not self.pipe.is_open():
             self.pipe.probe_streams = index is None
+            self.pipe.input_format = NULL
+            if index is not None:
+                demuxer = index.format_name.split(",")[0].encode()
+                self.pipe.input_format = av_find_input_format(demuxer)
         self.pipe.open(p)
         fx_sink_init(&sink, &self.converter, &out_view[0, 0, 0, 0], out.shape[1], out.shape[2])
         keep = None  # the arrays the plan points into, alive until the call returns
@@ -220,6 +224,8 @@ cdef class VideoDecoder:
             range_bytes=io_after[2] - io_before[2],
             page_hits=cache_after["page_hits"] - cache_before["page_hits"],
             page_misses=cache_after["page_misses"] - cache_before["page_misses"],
+            first_frame_waits=(p.waits_at_first_frame if p.frames_converted
+                               else cache_after["fetch_waits"]) - cache_before["fetch_waits"],
             bytes_fetched=cache_after["bytes_fetched"] - cache_before["bytes_fetched"],
             frames_decoded=p.frames_decoded,
             frames_converted=p.frames_converted,

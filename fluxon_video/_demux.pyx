@@ -14,7 +14,10 @@ from libc.string cimport strncmp
 
 import numpy as np
 
-from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
+from fluxon_video._avio cimport (
+    ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open, fx_source_prefetch,
+)
+from fluxon_video._pagecache cimport fx_pagecache
 from fluxon_video._errors cimport err_check
 from fluxon_video.libav.avcodec cimport (
     AVDISCARD_ALL, AVCodecParameters, AVPacket, AV_PKT_DATA_DISPLAYMATRIX, AV_PKT_FLAG_DISCARD,
@@ -35,8 +38,12 @@ from fluxon_video.frame_index import FrameIndex
 
 
 cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_info,
-                       int *stream_index, const char **failed_call) noexcept nogil:
+                       const AVInputFormat *input_format, int *stream_index,
+                       const char **failed_call) noexcept nogil:
     """Open *fmt over pb and choose the first video stream (not cover art).
+
+    With input_format (the demuxer a frame index recorded) nothing is probed:
+    the open reads only what that demuxer's header parsing asks for.
 
     Every other stream is discarded so the demuxer skips its packets.
     Returns 0 or an AVERROR; *fmt is NULL after a failed open.
@@ -50,7 +57,7 @@ cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_
     fmt[0].pb = pb
     fmt[0].flags |= AVFMT_FLAG_CUSTOM_IO
     failed_call[0] = "avformat_open_input"
-    ret = avformat_open_input(fmt, "", NULL, NULL)
+    ret = avformat_open_input(fmt, "", input_format, NULL)
     if ret < 0:
         return ret
     if find_stream_info:
@@ -134,15 +141,25 @@ cdef bint is_mov(AVFormatContext *fmt) noexcept nogil:
     return strncmp(fmt.iformat.name, "mov,", 4) == 0
 
 
-cdef int scan(AVIOContext *pb, bint zero_fill, PacketLog *log, AVFormatContext **fmt,
-              int *stream_index, const char **failed_call) noexcept nogil:
+cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
+              AVFormatContext **fmt, int *stream_index, const char **failed_call) noexcept nogil:
     cdef int ret
     cdef AVPacket *pkt
     # Stream info (what the codec says: size as decoded, pix_fmt, colours) comes
     # from the first packets, on real bytes; the scan after it may zero-fill.
-    ret = fx_open_input(pb, fmt, True, stream_index, failed_call)
+    # No readahead meanwhile (a limit of one byte): the header and those
+    # packets are all it reads, so a cold MP4 open fetches no page only
+    # readahead wanted.
+    fx_avio_cursor(pb).readahead_end = 1
+    ret = fx_open_input(pb, fmt, True, NULL, stream_index, failed_call)
+    fx_avio_cursor(pb).readahead_end = 0
     if ret < 0:
         return ret
+    if not (zero_fill and is_mov(fmt[0])):
+        # This scan reads every packet, so the whole file: ask for all of it
+        # now (as much as the cache holds), fetched in large parallel batches
+        # instead of a readahead window at a time.
+        fx_source_prefetch(pc, fx_avio_cursor(pb).pos, pc.file_size - fx_avio_cursor(pb).pos)
     # Packets without a pts (AVI's I and P frames) get the one the demuxer
     # can infer, as the decoder's best-effort timestamps do.
     fmt[0].flags |= AVFMT_FLAG_GENPTS
@@ -242,7 +259,8 @@ def scan_packets(ByteSource source, str name=None):
             zero_fill = attempt == 0
             pb = fx_avio_open(source)
             with nogil:
-                ret = scan(pb, zero_fill, &log, &fmt, &stream_index, &failed_call)
+                ret = scan(pb, source.core.pc, zero_fill, &log, &fmt, &stream_index,
+                           &failed_call)
                 retry = (ret == 0 and zero_fill and is_mov(fmt)
                          and not take_sample_table(fmt.streams[stream_index], &log))
             if not retry:

@@ -116,6 +116,7 @@ fx_pagecache *fx_pagecache_new(int64_t file_size, int64_t page_size, int64_t cap
         return NULL;
     }
     pc->lru.lru_next = pc->lru.lru_prev = &pc->lru;
+    pc->last_wait_job = -1;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -138,6 +139,8 @@ void fx_pagecache_free(fx_pagecache *pc) {
     if (!pc) return;
     for (int64_t i = 0; i < pc->num_pages; i++) page_free(pc->slots[i]);
     free(pc->slots);
+    for (int64_t i = 0; i < pc->n_extents; i++) free(pc->extents[i].data);
+    free(pc->extents);
     pthread_cond_destroy(&pc->page_changed);
     pthread_cond_destroy(&pc->job_queued);
     pthread_mutex_destroy(&pc->mu);
@@ -158,6 +161,7 @@ int fx_pagecache_next_job(fx_pagecache *pc, int64_t *page, int64_t *offset, int6
     if (!pc->job_head) pc->job_tail = NULL;
     e->job_next = NULL;
     e->state = FX_PAGE_FETCHING;
+    e->job = e->index;
     *page = e->index;
     *offset = e->index * pc->page_size;
     *length = pc->file_size - *offset < pc->page_size ? pc->file_size - *offset : pc->page_size;
@@ -173,6 +177,7 @@ int64_t fx_pagecache_claim_following(fx_pagecache *pc, int64_t page, int64_t max
         if (!e || e->state != FX_PAGE_QUEUED) break;
         job_unlink(pc, e);
         e->state = FX_PAGE_FETCHING;
+        e->job = page;
         claimed++;
     }
     pthread_mutex_unlock(&pc->mu);
@@ -262,6 +267,11 @@ static fx_page *acquire_page(fx_pagecache *pc, fx_cursor *c, int64_t page) {
         }
         if (e->state == FX_PAGE_READY) {
             if (!counted) pc->stats.page_hits++;
+            else if (e->job != pc->last_wait_job) {
+                /* Pages of one fetch job arrive together: one wait, one round trip. */
+                pc->stats.fetch_waits++;
+                pc->last_wait_job = e->job;
+            }
             return e;
         }
         if (!counted) {
@@ -297,6 +307,68 @@ static fx_page *acquire_page(fx_pagecache *pc, fx_cursor *c, int64_t page) {
     }
 }
 
+/* The first extent that ends after pos (it may start after pos), or NULL. */
+static const fx_extent *next_extent(const fx_pagecache *pc, int64_t pos) {
+    int64_t lo = 0, hi = pc->n_extents;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (pc->extents[mid].offset + pc->extents[mid].len <= pos) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < pc->n_extents ? &pc->extents[lo] : NULL;
+}
+
+int fx_pagecache_set_extents(fx_pagecache *pc, const int64_t *offsets, const int64_t *lens,
+                             const uint8_t *const *datas, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        if (offsets[i] < 0 || lens[i] <= 0 || offsets[i] + lens[i] > pc->file_size) return -1;
+        if (i > 0 && offsets[i] < offsets[i - 1] + lens[i - 1]) return -1;
+    }
+    fx_extent *xs = calloc(n ? n : 1, sizeof(fx_extent));
+    if (!xs) return -2;
+    for (int64_t i = 0; i < n; i++) {
+        xs[i].data = malloc((size_t)lens[i]);
+        if (!xs[i].data) {
+            for (int64_t j = 0; j < i; j++) free(xs[j].data);
+            free(xs);
+            return -2;
+        }
+        memcpy(xs[i].data, datas[i], (size_t)lens[i]);
+        xs[i].offset = offsets[i];
+        xs[i].len = lens[i];
+    }
+    pthread_mutex_lock(&pc->mu);
+    int taken = pc->extents != NULL;
+    if (!taken) {
+        pc->extents = xs;
+        pc->n_extents = n;
+    }
+    pthread_mutex_unlock(&pc->mu);
+    if (taken) {
+        for (int64_t i = 0; i < n; i++) free(xs[i].data);
+        free(xs);
+        return -1;
+    }
+    return 0;
+}
+
+int64_t fx_pagecache_peek(fx_pagecache *pc, int64_t offset, uint8_t *buf, int64_t n) {
+    if (offset < 0 || n < 0 || offset + n > pc->file_size) return -1;
+    pthread_mutex_lock(&pc->mu);
+    int64_t done = 0;
+    while (done < n) {
+        int64_t pos = offset + done, page = pos / pc->page_size;
+        fx_page *e = pc->slots[page];
+        if (!e || e->state != FX_PAGE_READY) break;
+        int64_t off = pos - page * pc->page_size, k = e->len - off;
+        if (k > n - done) k = n - done;
+        memcpy(buf + done, e->data + off, (size_t)k);
+        done += k;
+    }
+    pthread_mutex_unlock(&pc->mu);
+    return done == n ? n : -1;
+}
+
 int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t n) {
     if (c->error) return -1;
     if (c->zero_fill) {
@@ -311,9 +383,25 @@ int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t 
     int64_t done = 0;
     pthread_mutex_lock(&pc->mu);
     c->read_calls++;
+    const fx_extent *x = pc->n_extents ? next_extent(pc, c->pos) : NULL;
+    if (x && x->offset <= c->pos) {
+        /* A short read: FFmpeg asks again at the extent's end if it needs more. */
+        done = x->offset + x->len - c->pos;
+        if (done > n) done = n;
+        memcpy(buf, x->data + (c->pos - x->offset), (size_t)done);
+        c->pos += done;
+        n = done;
+    } else if (x && c->pos + n > x->offset) {
+        n = x->offset - c->pos;  /* stop where the extent starts: never fetch its pages */
+    }
     while (done < n && c->pos < pc->file_size) {
         int64_t page = c->pos / pc->page_size;
         if (page != c->last_page) {
+            /* With bytes in hand, never wait for the next page: FFmpeg fills its
+             * buffer past what it needs; it asks again if it wants more, so no
+             * page is fetched for bytes the demuxer never looks at. */
+            if (done > 0 && (!pc->slots[page] || pc->slots[page]->state != FX_PAGE_READY))
+                break;
             /* Entering the next page in order means a forward scan: fetch ahead. */
             int sequential = page == c->last_page + 1;
             fx_page *e = acquire_page(pc, c, page);
@@ -394,6 +482,13 @@ void fx_pagecache_get_stats(fx_pagecache *pc, fx_cache_stats *out) {
 int64_t fx_pagecache_cached_pages(fx_pagecache *pc) {
     pthread_mutex_lock(&pc->mu);
     int64_t n = pc->ready_pages;
+    pthread_mutex_unlock(&pc->mu);
+    return n;
+}
+
+int64_t fx_pagecache_fetch_waits(fx_pagecache *pc) {
+    pthread_mutex_lock(&pc->mu);
+    int64_t n = pc->stats.fetch_waits;
     pthread_mutex_unlock(&pc->mu);
     return n;
 }

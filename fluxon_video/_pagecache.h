@@ -38,6 +38,7 @@ typedef struct fx_page {
     int state;
     int from_readahead; /* queued speculatively, nobody waited for it yet */
     int retried;        /* a failed readahead page gets one demand retry */
+    int64_t job;        /* first page of the fetch job that carries it */
     uint8_t *data;
     int64_t len;
     struct fx_page *lru_prev, *lru_next; /* READY pages */
@@ -53,6 +54,7 @@ typedef struct fx_cache_stats {
     int64_t readahead_cancelled;
     int64_t evictions;
     int64_t fetch_errors;
+    int64_t fetch_waits;     /* distinct fetch jobs a reader waited for (round trips) */
 } fx_cache_stats;
 
 /* Per-AVIOContext read position and error slot. */
@@ -73,6 +75,14 @@ typedef struct fx_cursor {
     int64_t readahead_end;
 } fx_cursor;
 
+/* Bytes known before any page is fetched (the container header a frame index
+ * recorded): reads inside an extent are served from it and never wait. */
+typedef struct fx_extent {
+    int64_t offset;
+    int64_t len;
+    uint8_t *data;
+} fx_extent;
+
 typedef struct fx_pagecache {
     pthread_mutex_t mu;
     pthread_cond_t page_changed; /* readers wait here */
@@ -88,6 +98,9 @@ typedef struct fx_pagecache {
     int64_t ready_pages;
     fx_page *job_head, *job_tail;
     int closed;
+    int64_t last_wait_job;   /* job of the last page a reader waited for */
+    fx_extent *extents;      /* sorted by offset, disjoint; set once */
+    int64_t n_extents;
     fx_cache_stats stats;
 } fx_pagecache;
 
@@ -115,6 +128,14 @@ void fx_cursor_init(fx_cursor *c);
  * Returns the bytes copied (0 at EOF) or -1 with c->error set. */
 int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t n);
 
+/* Installs extents (copied; sorted, disjoint, inside the file) once, before
+ * reads: returns 0, -1 for bad or repeated extents, -2 out of memory. */
+int fx_pagecache_set_extents(fx_pagecache *pc, const int64_t *offsets, const int64_t *lens,
+                             const uint8_t *const *datas, int64_t n);
+/* Copies [offset, offset+n) into buf if every page of it is cached, without
+ * waiting or touching the statistics; returns n, or -1 if any page is not. */
+int64_t fx_pagecache_peek(fx_pagecache *pc, int64_t offset, uint8_t *buf, int64_t n);
+
 /* Queue the absent pages of [offset, offset+length) as speculative jobs, at
  * most max_pages of them; returns how many were queued. */
 int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length, int64_t max_pages);
@@ -123,5 +144,7 @@ int64_t fx_pagecache_cancel_speculative(fx_pagecache *pc);
 
 void fx_pagecache_get_stats(fx_pagecache *pc, fx_cache_stats *out);
 int64_t fx_pagecache_cached_pages(fx_pagecache *pc);
+/* stats.fetch_waits, read under the lock. */
+int64_t fx_pagecache_fetch_waits(fx_pagecache *pc);
 
 #endif

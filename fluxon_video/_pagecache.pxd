@@ -19,6 +19,7 @@ cdef extern from "_pagecache.h" nogil:
         int64_t readahead_cancelled
         int64_t evictions
         int64_t fetch_errors
+        int64_t fetch_waits
 
     ctypedef struct fx_cursor:
         int64_t pos
@@ -48,8 +49,12 @@ cdef extern from "_pagecache.h" nogil:
                                int failed)
     void fx_cursor_init(fx_cursor *c)
     int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t n)
+    int fx_pagecache_set_extents(fx_pagecache *pc, const int64_t *offsets, const int64_t *lens,
+                                 const uint8_t *const *datas, int64_t n)
+    int64_t fx_pagecache_peek(fx_pagecache *pc, int64_t offset, uint8_t *buf, int64_t n)
     int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length,
                                   int64_t max_pages)
     int64_t fx_pagecache_cancel_speculative(fx_pagecache *pc)
     void fx_pagecache_get_stats(fx_pagecache *pc, fx_cache_stats *out)
     int64_t fx_pagecache_cached_pages(fx_pagecache *pc)
+    int64_t fx_pagecache_fetch_waits(fx_pagecache *pc)

@@ -13,7 +13,7 @@ import numpy as np
 
 from libc.stdint cimport INT64_MAX, int64_t, uint8_t
 
-from fluxon_video._avio cimport fx_source_cancel_prefetch, fx_source_prefetch
+from fluxon_video._avio cimport fx_source_cancel_prefetch, fx_source_fetch_waits, fx_source_prefetch
 from fluxon_video._convert cimport fx_sink_put
 from fluxon_video._pagecache cimport fx_pagecache
 from fluxon_video.libav.avcodec cimport AVDISCARD_DEFAULT, AVDISCARD_NONREF, AV_PKT_FLAG_KEY
@@ -39,6 +39,12 @@ cdef inline int64_t _find(const int64_t *values, int64_t n, int64_t x) noexcept 
         else:
             hi = mid
     return lo if lo < n and values[lo] == x else -1
+
+
+cdef inline void _note_converted(Pipeline pipe, DecodeProgress *p) noexcept nogil:
+    """After a target was converted: remember the fetch waits when the first one was."""
+    if p.frames_converted == 1:
+        p.waits_at_first_frame = fx_source_fetch_waits(pipe.source.core.pc)
 
 
 # ---- sequential ----
@@ -76,6 +82,7 @@ cdef int decode_sequential(Pipeline pipe, const int64_t *targets, const int64_t 
                 if ret < 0:
                     av_frame_unref(pipe.frame)
                     return ret
+                _note_converted(pipe, p)
                 next_target += 1
                 p.targets_left -= 1
             frame_no += 1
@@ -220,6 +227,7 @@ cdef int _take_frame(Pipeline pipe, IndexedPlan *plan, FrameSink *sink,
         ret = fx_sink_put(sink, pipe.frame, plan.slots[j], p)
         if ret < 0:
             return ret
+        _note_converted(pipe, p)
         plan.done[j] = 1
         p.targets_left -= 1
         _cluster_done(plan, j)

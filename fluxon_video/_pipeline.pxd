@@ -4,7 +4,7 @@ from fluxon_video._avio cimport ByteSource
 from fluxon_video._pagecache cimport fx_cursor
 from fluxon_video._progress cimport DecodeProgress
 from fluxon_video.libav.avcodec cimport AVCodecContext, AVPacket
-from fluxon_video.libav.avformat cimport AVFormatContext, AVIOContext
+from fluxon_video.libav.avformat cimport AVFormatContext, AVInputFormat, AVIOContext
 from fluxon_video.libav.avutil cimport AVFrame
 
 
@@ -35,6 +35,10 @@ cdef class Pipeline:
     # indexed path can skip that: the codec opens from the container's codec
     # parameters, and every output frame is still checked against the index.
     cdef public bint probe_streams
+    # The demuxer a trusted frame index recorded: the open skips format
+    # probing, so it reads no byte the demuxer's header parsing does not ask
+    # for (a warm open's header bytes come with the index). NULL: probe.
+    cdef const AVInputFormat *input_format
     cdef bint fresh             # opened, nothing read yet
     cdef bint positioned        # fed packets since the last seek and not drained
     cdef bint packet_pending    # pkt holds a packet the decoder refused with EAGAIN

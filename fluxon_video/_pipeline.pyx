@@ -134,8 +134,8 @@ cdef class Pipeline:
         cdef const AVCodec *dec
         # Lines logged while the container opens go to this thread's buffer
         # (opening runs here; its probe decoders are single-threaded).
-        ret = fx_open_input(self.pb, &self.fmt, self.probe_streams, &self.stream_index,
-                            &p.failed_call)
+        ret = fx_open_input(self.pb, &self.fmt, self.probe_streams, self.input_format,
+                            &self.stream_index, &p.failed_call)
         if ret < 0:
             return ret
         self.fmt.opaque = self.log

@@ -11,6 +11,7 @@ cdef struct DecodeProgress:
     int64_t decode_errors
     int64_t seeks
     double open_ms
+    int64_t waits_at_first_frame  # the page cache's fetch_waits when the first target was converted
     double decode_ms
     const char *failed_call      # the libav call that returned the error, if any
     const char *fallback_reason  # why the indexed path gave up, if it did

@@ -15,6 +15,12 @@ file once. From the packets in decode order it derives:
   (demuxers seek by presentation time with AVSEEK_FLAG_BACKWARD; MP4's
   DTS-based sample times would land one GOP early).
 
+It also carries the container's bytes outside every packet at the head and
+tail of the file (MP4's moov, Matroska's header and Cues), up to
+``MAX_OPEN_EXTENT_BYTES``: the demuxer's header parsing reads exactly those,
+so a reader that loads the index opens the container without fetching a
+page (see ``open_extents``).
+
 The index is stored in the KV as an opaque blob of kind ``BLOB_KIND`` under
 the file version; the kind carries the format version, so a reader never
 loads an index written in another format.
@@ -34,10 +40,13 @@ from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 BLOB_KIND = f"frameindex-v{FORMAT_VERSION}"
 SEEKABLE_FORMATS = ("mov", "mp4", "matroska", "webm", "avi")
 AV_NOPTS_VALUE = -(1 << 63)
+# Container bytes carried in the index (beyond that, the open fetches them):
+# a few KiB for clips, about 1 MiB of moov for an hour at 30 fps.
+MAX_OPEN_EXTENT_BYTES = 2 << 20
 
 
 @dataclass
@@ -58,6 +67,9 @@ class FrameIndex:
     # What the container header says of the stream: time_base, sizes, pix_fmt,
     # colours, display matrix, file_size ... (see _demux.stream_header).
     header: dict[str, Any] = field(default_factory=dict)
+    # (offset, bytes) of container_ranges() the scan had read: served to the
+    # demuxer's open without fetching.
+    open_extents: list[tuple[int, bytes]] = field(default_factory=list)
     # Derived.
     frame_pts: np.ndarray = field(init=False)  # presentation order, sorted
     frame_dec: np.ndarray = field(init=False)  # decode position of each frame's packet
@@ -93,6 +105,27 @@ class FrameIndex:
         if file_size is None:
             return np.zeros(self.pkt_pos.shape, bool)
         return self.pkt_cut & (self.pkt_pos >= 0) & (self.pkt_pos + self.pkt_size >= file_size)
+
+    def container_ranges(self, file_size: int) -> list[tuple[int, int]]:
+        """(offset, length) of the bytes before the first packet and after the
+        last: what opening the container reads (moov, Matroska header, Cues)."""
+        if self.pkt_pos.size == 0 or (self.pkt_pos < 0).any():
+            return []
+        head = int(self.pkt_pos.min())
+        tail = int((self.pkt_pos + self.pkt_size).max())
+        ranges = [(0, head)] if head > 0 else []
+        if tail < file_size:
+            ranges.append((tail, file_size - tail))
+        return ranges
+
+    def record_open_extents(self, file_size: int, peek: Any) -> None:
+        """Keep the container ranges ``peek(offset, length)`` still holds (bytes
+        or None), if they fit in MAX_OPEN_EXTENT_BYTES."""
+        ranges = self.container_ranges(file_size)
+        if sum(n for _, n in ranges) > MAX_OPEN_EXTENT_BYTES:
+            return
+        extents = [(off, peek(off, n)) for off, n in ranges]
+        self.open_extents = [(off, data) for off, data in extents if data]
 
     @property
     def frame_count(self) -> int:
@@ -186,7 +219,10 @@ class FrameIndex:
                  pkt_cut=self.pkt_cut,
                  header=np.asarray([json.dumps(self.header)]),
                  meta=np.asarray([FORMAT_VERSION, self.stream_index, int(self.trusted)], np.int64),
-                 names=np.asarray([self.format_name, self.codec_name, self.reason]))
+                 names=np.asarray([self.format_name, self.codec_name, self.reason]),
+                 extent_pos=np.asarray([off for off, _ in self.open_extents], np.int64),
+                 extent_len=np.asarray([len(d) for _, d in self.open_extents], np.int64),
+                 extent_bytes=np.frombuffer(b"".join(d for _, d in self.open_extents), np.uint8))
         return zlib.compress(buf.getvalue(), 3)
 
     @classmethod
@@ -198,10 +234,14 @@ class FrameIndex:
             if version != FORMAT_VERSION:
                 return None
             format_name, codec_name, reason = (str(x) for x in arrays["names"])
+            raw = arrays["extent_bytes"].tobytes()
+            ends = np.cumsum(arrays["extent_len"])
+            extents = [(int(off), raw[end - n:end]) for off, n, end
+                       in zip(arrays["extent_pos"], arrays["extent_len"], ends)]
             return cls(format_name, codec_name, stream_index, arrays["pkt_pts"], arrays["pkt_pos"],
                        arrays["pkt_size"], arrays["pkt_key"], arrays["pkt_discard"],
                        trusted=bool(trusted), reason=reason, pkt_duration=arrays["pkt_duration"],
                        pkt_cut=arrays["pkt_cut"],
-                       header=json.loads(str(arrays["header"][0])))
+                       header=json.loads(str(arrays["header"][0])), open_extents=extents)
         except Exception:  # noqa: BLE001 - a damaged blob is just a miss
             return None

@@ -34,16 +34,32 @@ def load_or_build_index(byte_source: Any, name: str,
         if index is not None:
             return index, "kv", (time.perf_counter() - t0) * 1e3
     require_native("building a frame index")
-    from fluxon_video import _demux
-
     try:
         if callable(byte_source):
             with byte_source() as made:
-                index = _demux.scan_packets(made, name)
+                index = _scan(made, name)
         else:
-            index = _demux.scan_packets(byte_source, name)
+            index = _scan(byte_source, name)
     except FluxonFsDecodeError:
         return None, "none", (time.perf_counter() - t0) * 1e3
     if blobs is not None:
         blobs.store_blob(BLOB_KIND, index.to_bytes())
     return index, "scan", (time.perf_counter() - t0) * 1e3
+
+
+# Containers whose scan reads every byte (packet sizes and flags are spread
+# over the file). Judged by the name only to start fetching early: the scan
+# itself asks for the rest of any file that is not MP4 once it has opened it.
+WHOLE_FILE_SCANS = (".mkv", ".webm", ".avi")
+
+
+def _scan(byte_source: Any, name: str) -> FrameIndex:
+    from fluxon_video import _demux
+
+    if name.lower().endswith(WHOLE_FILE_SCANS):
+        byte_source.prefetch(0, byte_source.size)  # in parallel batches, not page 0 first
+    index = _demux.scan_packets(byte_source, name)
+    # The scan's open read the container's header bytes: keep them with the
+    # index (no fetch; only pages still cached), so later opens need none.
+    index.record_open_extents(byte_source.size, byte_source.peek)
+    return index

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import numpy as np
 
 from fluxon_video.errors import FluxonFsClosedError, FluxonFsConfigError, FluxonFsDecodeError
-from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource
+from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource, ReadCounters
 from fluxon_video.fs.config import (
     ClientSettings,
     FluxonFsConfig,
@@ -23,7 +23,7 @@ from fluxon_video.fs.kv import PieceStore
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.paths import check_relpath
 from fluxon_video.indexing import load_or_build_index
-from fluxon_video.frame_index import FrameIndex
+from fluxon_video.frame_index import BLOB_KIND, FrameIndex
 from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata, timestamps_s
 from fluxon_video.native import require_native
 from fluxon_video.pool import FluxonFsVideoReaderPool
@@ -142,9 +142,11 @@ class FluxonFsPatcher:
         export = self.config.export(export_name)
         relpath = check_relpath(relpath)
         who = self._who(identity)
-        version = self.client.stat(who, export_name, relpath)
-        return FluxonFsVideoReader(self.client, self.config.client, who, export, relpath, version,
-                                   height, width, num_threads,
+        counters = ReadCounters()
+        opened = self.client.open_file(who, export_name, relpath, BLOB_KIND, counters)
+        return FluxonFsVideoReader(self.client, self.config.client, who, export, relpath,
+                                   opened.version, height, width, num_threads,
+                                   opened=(BLOB_KIND, opened), counters=counters,
                                    open_ms=(time.perf_counter() - t0) * 1e3,
                                    autorotate=bool(autorotate), on_read=self._stats.add_read)
 
@@ -198,8 +200,11 @@ class FluxonFsPatcher:
         export = self.config.export(export_name)
         relpath = check_relpath(relpath)
         who = self._who(identity)
-        version = self.client.stat(who, export_name, relpath)
-        source = FluxonFsRangeSource(self.client, who, export_name, relpath, version)
+        counters = ReadCounters()
+        opened = self.client.open_file(who, export_name, relpath, BLOB_KIND, counters)
+        version = opened.version
+        source = FluxonFsRangeSource(self.client, who, export_name, relpath, version,
+                                     preloaded=(BLOB_KIND, opened.blob), counters=counters)
         index, where, index_ms = load_or_build_index(
             lambda: make_byte_source(source, export.piece_size, self.config.client),
             source.name, source)

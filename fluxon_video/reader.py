@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from fluxon_video.errors import FluxonFsClosedError, FluxonFsDecodeError
-from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource, ReadCounters
+from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource, OpenedFile, ReadCounters
 from fluxon_video.fs.config import ClientSettings, FluxonFsExport, RequestIdentity
 from fluxon_video.fs.storage import FileStat
 from fluxon_video.frame_index import FrameIndex
@@ -57,7 +57,9 @@ class FluxonFsVideoReader:
                  identity: RequestIdentity, export: FluxonFsExport, relpath: str,
                  version: FileStat, height: int | None, width: int | None, num_threads: int,
                  open_ms: float, autorotate: bool = False,
-                 on_read: Callable[[FluxonFsVideoReadStats], None] | None = None) -> None:
+                 on_read: Callable[[FluxonFsVideoReadStats], None] | None = None,
+                 opened: tuple[str, OpenedFile] | None = None,
+                 counters: ReadCounters | None = None) -> None:
         _, self._decode = require_native()
         t0 = time.perf_counter()
         self.export_name = export.name
@@ -73,7 +75,12 @@ class FluxonFsVideoReader:
         self._page_size = export.piece_size
         self._lock = threading.Lock()
         self._closed = False
-        self._range_source = FluxonFsRangeSource(client, identity, export.name, relpath, version)
+        # opened: (blob kind, what FluxonFsClient.open_file learnt: the frame
+        # index blob fetched with the stat); counters: what that cost (reported
+        # with the first read).
+        preloaded = None if opened is None else (opened[0], opened[1].blob)
+        self._range_source = FluxonFsRangeSource(client, identity, export.name, relpath, version,
+                                                 preloaded=preloaded, counters=counters)
         self._byte_source: Any = None
         self._decoder: Any = None
         self._metadata: FluxonFsVideoMetadata | None = None
@@ -85,10 +92,12 @@ class FluxonFsVideoReader:
             self._make_decoder(None)
             index, self._index_source, self._index_ms = load_or_build_index(
                 self._byte_source, self.name, self._range_source)
+            self._open_round_trips = self._round_trips_of_open(
+                None if opened is None else opened[1].round_trips)
             self._decoder.index = index
             if index is not None:
+                self._byte_source.set_extents(index.open_extents)
                 self._prefetch_container(index)
-            if index is not None:
                 self._metadata = build_metadata(index, version.size, version.mtime_ns, self.name)
             if autorotate:
                 self._decoder.orient = self._orientation(index)
@@ -101,20 +110,25 @@ class FluxonFsVideoReader:
         self.width: int = width
         self._open_ms = open_ms + (time.perf_counter() - t0) * 1e3 - self._index_ms
 
+    def _round_trips_of_open(self, stat_and_index: int | None) -> int:
+        """Network round trips the open waited for: getting the stat and the index
+        (FluxonFsClient.open_file; without it a stat and a KV read), and after a
+        scan the fetch jobs it waited for plus the index's KV write."""
+        trips = 2 if stat_and_index is None else stat_and_index
+        if self._index_source == "scan":
+            trips += self._byte_source.stats()["fetch_waits"] + 1
+        return trips
+
     def _prefetch_container(self, index: FrameIndex) -> None:
-        """Queue the bytes the container open reads beyond the packets (MP4's moov
-        and MKV's header before the first packet; a moov or Cues after the
-        last): the index says where they are, so they come in one round trip
-        (head and tail on two fetch workers) and no byte of media is fetched
-        for it. After a scan they are cached already (nothing is queued)."""
-        if index.pkt_pos.size == 0:
-            return
-        head = int(index.pkt_pos.min())
-        tail = int((index.pkt_pos + index.pkt_size).max())
-        if head > 0:
-            self._byte_source.prefetch(0, head)
-        if tail < self.version.size:
-            self._byte_source.prefetch(tail, self.version.size - tail)
+        """Queue the container bytes the open reads that the index did not bring
+        (it carries them up to MAX_OPEN_EXTENT_BYTES): the index says where
+        they are, so they come in one round trip (head and tail on two fetch
+        workers) and no byte of media is fetched for them. After a scan they
+        are cached already (nothing is queued)."""
+        carried = {off for off, _ in index.open_extents}
+        for off, length in index.container_ranges(self.version.size):
+            if off not in carried:
+                self._byte_source.prefetch(off, length)
 
     def _orientation(self, index: FrameIndex | None) -> int:
         orient = orientation_from_matrix(index.header.get("display_matrix")
@@ -133,6 +147,8 @@ class FluxonFsVideoReader:
         orient = self._decoder.orient if self._decoder is not None else 0
         self._decoder = self._decode.VideoDecoder(self._byte_source, self.num_threads, self.name)
         self._decoder.index = index
+        if index is not None:
+            self._byte_source.set_extents(index.open_extents)
         self._decoder.orient = orient
 
     # ---- what is known without decoding ----
@@ -203,10 +219,12 @@ class FluxonFsVideoReader:
         fetched = {k: after[k] - self._counted[k] for k in after}
         self._counted = after
         open_ms, self._open_ms = self._open_ms, 0.0
+        open_trips, self._open_round_trips = self._open_round_trips, 0
         index_ms, self._index_ms = self._index_ms, 0.0
         return FluxonFsVideoReadStats(
             **native.as_dict(), **fetched, open_ms=open_ms, index_ms=index_ms,
-            index_source=self._index_source, total_ms=seconds * 1e3, frames_returned=returned)
+            index_source=self._index_source, total_ms=seconds * 1e3, frames_returned=returned,
+            open_round_trips=open_trips)
 
     def close(self) -> None:
         """Release the decoder, page cache and fetch workers. Safe to call twice."""

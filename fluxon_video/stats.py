@@ -22,6 +22,7 @@ class DecodeStats:
     seeks: int = 0                  # FFmpeg seek callbacks
     page_hits: int = 0              # reader page cache
     page_misses: int = 0
+    first_frame_waits: int = 0      # fetch jobs (round trips) waited for before the first frame was ready
     bytes_fetched: int = 0          # bytes fetch workers brought into the page cache
     frames_decoded: int = 0
     frames_converted: int = 0
@@ -43,6 +44,10 @@ class FluxonFsVideoReadStats(DecodeStats):
     open_ms: float = 0.0            # opening the reader (stat, set-up); 0 for later reads
     index_ms: float = 0.0           # getting the frame index (first read only)
     index_source: str = ""          # "kv" (shared by another reader), "scan" or "none"
+    # Network round trips the reader's open waited for (first read only): the
+    # agent stat, the index's KV read, a scan's fetch jobs and KV write. With
+    # first_frame_waits: the round trips before the first frame.
+    open_round_trips: int = 0
     total_ms: float = 0.0           # end to end, this call
     kv_hits: int = 0                # KV piece cache
     kv_misses: int = 0
@@ -50,6 +55,7 @@ class FluxonFsVideoReadStats(DecodeStats):
     kv_round_trips: int = 0         # pipelined KV reads of pieces (one per fetched range)
     kv_errors: int = 0              # KV unreachable or skipped (circuit open)
     kv_corrupt: int = 0             # KV entries that failed verification
+    stat_requests: int = 0          # stats asked of the agent (first read: the open's)
     remote_reads: int = 0           # reads from the agent (or in-process export)
     remote_bytes: int = 0
     backfills_queued: int = 0
@@ -89,6 +95,7 @@ class FluxonFsProcessStats:
     remote_bytes: int = 0           # bytes from the agent (or in-process export)
     kv_bytes: int = 0               # bytes served by KV hits
     kv_round_trips: int = 0
+    stat_requests: int = 0          # stats asked of the agent
     backfills_queued: int = 0
     backfills_dropped: int = 0
     open_ms: float = 0.0

@@ -45,6 +45,15 @@ class ShortSource(BytesRangeSource):
         return super().read_range(offset, length)[:-1]
 
 
+def read_n(cursor, n: int) -> bytes:
+    """Read as FFmpeg's avio_read does: call again until n bytes or EOF (a read
+    returns short at a page that is not cached yet)."""
+    out = b""
+    while len(out) < n and (chunk := cursor.read(n - len(out))):
+        out += chunk
+    return out
+
+
 def make(source, **kw):
     kw.setdefault("page_size", PAGE)
     kw.setdefault("readahead_pages", 0)
@@ -62,11 +71,23 @@ def test_read_whole_file_in_odd_chunks_across_pages():
         assert cur.tell() == len(DATA)
 
 
-def test_single_read_spanning_pages():
-    with make(BytesRangeSource(DATA)) as bs:
+def test_a_read_spanning_pages_never_waits_once_it_has_bytes():
+    source = CountingSource(DATA)
+    with make(source) as bs:
         cur = bs.open_cursor()
         cur.seek(PAGE - 10)
-        assert cur.read(PAGE * 2 + 20) == DATA[PAGE - 10:PAGE * 3 + 10]
+        # Page 0 arrives; page 1 is not there: the read returns what it has
+        # (FFmpeg asks again if it wants more) and fetches nothing for it.
+        assert cur.read(PAGE * 2 + 20) == DATA[PAGE - 10:PAGE]
+        assert sorted(source.pages_read) == [0]
+        assert cur.read(PAGE * 2 + 10) == DATA[PAGE:PAGE * 2]
+        bs.prefetch(PAGE * 2, PAGE * 2)
+        deadline = time.monotonic() + 5
+        while bs.peek(PAGE * 2, PAGE * 2) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # Cached pages: one read spans them.
+        cur.seek(PAGE - 10)
+        assert cur.read(PAGE * 3) == DATA[PAGE - 10:PAGE * 4 - 10]
 
 
 def test_seek_whence_modes_and_size():
@@ -89,9 +110,9 @@ def test_seek_whence_modes_and_size():
 def test_repeat_read_is_served_by_the_cache():
     src = CountingSource(DATA)
     with make(src) as bs:
-        first = bs.open_cursor().read(len(DATA))
+        first = read_n(bs.open_cursor(), len(DATA))
         after_first = bs.stats()
-        second = bs.open_cursor().read(len(DATA))
+        second = read_n(bs.open_cursor(), len(DATA))
         after_second = bs.stats()
     assert first == second == DATA
     assert after_first["page_misses"] == 6 and after_first["bytes_fetched"] == len(DATA)
@@ -146,7 +167,7 @@ def test_cache_is_bounded_and_evicts_least_recently_used():
     src = CountingSource(DATA)
     with make(src, cache_bytes=2 * PAGE) as bs:
         cur = bs.open_cursor()
-        assert cur.read(len(DATA)) == DATA
+        assert read_n(cur, len(DATA)) == DATA
         stats = bs.stats()
         assert stats["cached_pages"] == 2
         assert stats["evictions"] == 4
@@ -172,7 +193,7 @@ def test_raising_source_surfaces_its_exception():
             cur.read(10)
         # ...but a new cursor retries the page rather than caching the failure.
         with pytest.raises(RaisingSource.Boom):
-            bs.open_cursor().read(len(DATA))
+            read_n(bs.open_cursor(), len(DATA))
         assert bs.stats()["fetch_errors"] >= 2
 
 
@@ -242,7 +263,7 @@ def test_local_file_source(tmp_path):
     path.write_bytes(DATA)
     with LocalFileRangeSource(path) as src, make(src) as bs:
         assert src.size == len(DATA)
-        assert bs.open_cursor().read(len(DATA)) == DATA
+        assert read_n(bs.open_cursor(), len(DATA)) == DATA
 
 
 def test_bad_arguments():
@@ -255,3 +276,45 @@ def test_bad_arguments():
         avio.ByteSource(src, src.size, fetch_workers=0)
     with pytest.raises(TypeError, match="read_range"):
         avio.ByteSource(object(), 10)
+
+
+def test_extents_are_served_without_fetching_and_reads_stop_at_them():
+    source = CountingSource(DATA)
+    head, tail = (0, DATA[:100]), (PAGE * 4 + 10, DATA[PAGE * 4 + 10:])
+    with avio.ByteSource(source, len(DATA), page_size=PAGE, readahead_pages=0) as bs:
+        bs.set_extents([head, tail])
+        cursor = bs.open_cursor()
+        assert cursor.read(64) == DATA[:64]
+        assert cursor.read(PAGE) == DATA[64:100]  # short: the extent ends there
+        cursor.seek(PAGE * 4 + 500)
+        assert cursor.read(10 * PAGE) == DATA[PAGE * 4 + 500:]
+        assert not source.calls
+        # A read that runs into an extent stops where it starts; the next one is served from it.
+        cursor.seek(PAGE * 4)
+        assert cursor.read(PAGE) == DATA[PAGE * 4:PAGE * 4 + 10]
+        assert cursor.read(PAGE) == DATA[PAGE * 4 + 10:PAGE * 5 + 10]
+        assert source.pages_read == Counter({4: 1})  # the 10 bytes before the tail extent
+        cursor.seek(100)
+        assert cursor.read(100) == DATA[100:200]  # past the head extent: from the pages
+
+
+def test_extents_are_checked_and_set_once():
+    with avio.ByteSource(BytesRangeSource(DATA), len(DATA), page_size=PAGE) as bs:
+        for bad in ([(50, b"x" * 10), (40, b"y")], [(len(DATA) - 1, b"ab")], [(-1, b"a")]):
+            with pytest.raises(ValueError, match="extents"):
+                bs.set_extents(bad)
+        bs.set_extents([(0, DATA[:10])])
+        with pytest.raises(ValueError, match="set once"):
+            bs.set_extents([(20, DATA[20:30])])
+
+
+def test_peek_returns_only_cached_bytes_and_never_fetches():
+    source = CountingSource(DATA)
+    with avio.ByteSource(source, len(DATA), page_size=PAGE, readahead_pages=0) as bs:
+        assert bs.peek(10, 100) is None
+        cursor = bs.open_cursor()
+        read_n(cursor, PAGE + 10)  # pages 0 and 1
+        assert bs.peek(10, PAGE) == DATA[10:PAGE + 10]
+        assert bs.peek(PAGE, PAGE + 1) is None  # reaches page 2
+        assert bs.peek(len(DATA), 1) is None
+        assert sum(source.calls.values()) == 2

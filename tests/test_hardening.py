@@ -105,7 +105,7 @@ def test_a_piece_of_the_wrong_redis_type_is_repaired(media, root, redis_server, 
     r = redis_server.client()
     with make_patcher(None, root, redis_url, piece_size=16 << 10) as patcher:
         with patcher.open_video_reader("train", VIDEO, H, W) as reader:
-            reader.read_frames_numpy([0])
+            reader.read_frames_numpy([0, 40])
         patcher.client.backfill.wait_idle()
     pieces = sorted(k for k in r.keys("*piece*"))
     assert len(pieces) >= 3

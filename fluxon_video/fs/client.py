@@ -17,6 +17,7 @@ for it.
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import os
 import queue
 import threading
@@ -31,16 +32,22 @@ import cachetools
 from fluxon_video import errors
 from fluxon_video.fs.config import FluxonFsConfig, FluxonFsExport, MissPolicy, RequestIdentity
 from fluxon_video.fs.kv import (
-    EmbeddedPieceStore,
-    blob_key,
     UNREACHABLE,
+    EmbeddedPieceStore,
+    Fields,
     GuardedPieceStore,
     PieceStore,
     RedisClusterPieceStore,
     RedisPieceStore,
+    blob_key,
+    decode_blob,
     decode_piece,
+    decode_stat,
+    encode_blob,
     encode_piece,
+    encode_stat,
     piece_key,
+    stat_key,
 )
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.routes import (
@@ -66,6 +73,7 @@ class ReadCounters:
     kv_misses: int = 0
     kv_bytes: int = 0  # bytes served by hits
     kv_round_trips: int = 0  # KV reads: one per range (its pieces go in one pipeline), one per blob
+    stat_requests: int = 0  # stats asked of the agent (not served by a metadata cache)
     kv_errors: int = 0  # KV unreachable or skipped by the open circuit
     kv_corrupt: int = 0  # entries that failed verification and were deleted
     remote_reads: int = 0
@@ -84,6 +92,16 @@ class ReadCounters:
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class OpenedFile:
+    """What opening a file learnt: its version, its blob of the kind asked for
+    (None: absent), and the network round trips that took one after another."""
+
+    version: FileStat
+    blob: bytes | None
+    round_trips: int
 
 
 class SingleFlight:
@@ -201,8 +219,11 @@ class _ProcessState:
     stats_lock: threading.Lock
     flights: SingleFlight
     backfill: Backfiller
+    # Runs a KV read while the agent answers a stat (stat_with_blob).
+    alongside: concurrent.futures.ThreadPoolExecutor
 
     def close(self) -> None:
+        self.alongside.shutdown(wait=True)
         self.backfill.close()
         for route in self.routes.values():
             route.close()
@@ -245,7 +266,9 @@ class FluxonFsClient:
             ttl_refreshed=cachetools.LRUCache(maxsize=262144),
             stats_lock=threading.Lock(),
             flights=SingleFlight(),
-            backfill=Backfiller(settings.backfill_workers, settings.backfill_queue_size))
+            backfill=Backfiller(settings.backfill_workers, settings.backfill_queue_size),
+            alongside=concurrent.futures.ThreadPoolExecutor(
+                max_workers=2, thread_name_prefix="fluxon-alongside"))
 
     def _checkpid(self) -> _ProcessState:
         """This process's state, built on first use here (after fork too)."""
@@ -266,25 +289,107 @@ class FluxonFsClient:
 
     # ---- metadata ----
 
-    def stat(self, identity: RequestIdentity, export_name: str, relpath: str) -> FileStat:
-        """The file's version as seen by identity; cached for the export's TTL."""
+    def stat(self, identity: RequestIdentity, export_name: str, relpath: str,
+             counters: ReadCounters | None = None) -> FileStat:
+        """The file's version as seen by identity; cached for the export's TTL
+        (in this process, and with metadata_cache_shared in the KV too)."""
         export = self.config.export(export_name)
-        state = self._checkpid()
-        key = (identity, export_name, relpath)
-        with state.stats_lock:
-            cached = state.stats.get(key)
+        cached = self._cached_stat(identity, export_name, relpath)
         if cached is not None:
-            return cached[1]
+            return cached
+        if export.metadata_cache_shared:
+            skey = self._stat_key(export, relpath, identity)
+            reachable, entry = self.kv.get(skey)
+            if reachable and counters is not None:
+                counters.add(kv_round_trips=1)
+            shared = self._shared_stat(identity, export, relpath, skey, entry)
+            if shared is not None:
+                return shared
+        return self._agent_stat(identity, export, relpath, counters)
+
+    def open_file(self, identity: RequestIdentity, export_name: str, relpath: str,
+                  kind: str, counters: ReadCounters) -> OpenedFile:
+        """The file's version and its blob of ``kind``, in one round trip where the
+        caches allow: with a stat cached in this process, one KV read; with
+        metadata_cache_shared, the stat another process had authorised for this
+        identity comes in the same KV pipeline as the blob (no agent request);
+        otherwise the blob is read while the agent answers the stat. The blob
+        is only returned after the stat (fetched alongside, never used before).
+        """
+        export = self.config.export(export_name)
+        bkey = blob_key(export.cache_kv_key_prefix, kind, export_name, relpath)
+        version = self._cached_stat(identity, export_name, relpath)
+        entry: Fields | None = None
+        fetched = False
+        trips = kv_reads = 0  # one after another; KV reads that were answered
+        if version is None and export.metadata_cache_shared:
+            skey = self._stat_key(export, relpath, identity)
+            reachable, (stat_entry, entry) = self.kv.get_many([skey, bkey])
+            fetched = reachable and entry is not UNREACHABLE
+            trips, kv_reads = 1, int(reachable)
+            version = self._shared_stat(identity, export, relpath, skey, stat_entry)
+        if version is None:
+            pending = None if fetched else self._checkpid().alongside.submit(self.kv.get, bkey)
+            writes = counters.kv_round_trips  # _agent_stat counts a shared stat's write
+            try:
+                version = self._agent_stat(identity, export, relpath, counters)
+            finally:
+                if pending is not None:
+                    reachable, entry = pending.result()
+                    fetched = reachable
+                    kv_reads += int(reachable)
+            trips += 1 + counters.kv_round_trips - writes  # the stat (the blob alongside)
+        if version.size > export.cache_max_bytes:  # the file stays out of the KV entirely
+            counters.add(kv_round_trips=kv_reads)
+            return OpenedFile(version, None, trips)
+        if not fetched:
+            reachable, entry = self.kv.get(bkey)
+            trips += 1
+            kv_reads += int(reachable)
+        counters.add(kv_round_trips=kv_reads)
+        return OpenedFile(version, self._blob_from_entry(export, bkey, version, entry), trips)
+
+    def _cached_stat(self, identity: RequestIdentity, export_name: str,
+                     relpath: str) -> FileStat | None:
+        state = self._checkpid()
+        with state.stats_lock:
+            cached = state.stats.get((identity, export_name, relpath))
+        return None if cached is None else cached[1]
+
+    def _stat_key(self, export: FluxonFsExport, relpath: str, identity: RequestIdentity) -> str:
+        return stat_key(export.cache_kv_key_prefix, export.name, relpath, identity.token)
+
+    def _shared_stat(self, identity: RequestIdentity, export: FluxonFsExport, relpath: str,
+                     skey: str, entry: Fields | None) -> FileStat | None:
+        """A stat the agent authorised for this identity in some process, while it
+        is younger than metadata_cache_ttl_ms; cached here for what is left."""
+        if entry is UNREACHABLE:
+            return None
+        shared = decode_stat(skey, entry, export.cache_bytes_field_key, time.time())
+        if shared is None:
+            return None
+        version, left = shared
+        state = self._checkpid()
+        with state.stats_lock:
+            state.stats[(identity, export.name, relpath)] = (time.monotonic() + left, version)
+        return version
+
+    def _agent_stat(self, identity: RequestIdentity, export: FluxonFsExport, relpath: str,
+                    counters: ReadCounters | None) -> FileStat:
+        state = self._checkpid()
+        key = (identity, export.name, relpath)
+        if counters is not None:
+            counters.add(stat_requests=1)
         try:
-            st = state.routes[export_name].stat(export_name, relpath, identity.token)
+            st = state.routes[export.name].stat(export.name, relpath, identity.token)
         except errors.FluxonFsIOError as exc:
             stale = self._stale_stat(state, export, key, exc)
             if stale is None:
                 if is_unreachable(exc):
-                    _warn.warning("agent", "%s:%s: stat failed: %s", export_name, relpath, exc)
+                    _warn.warning("agent", "%s:%s: stat failed: %s", export.name, relpath, exc)
                 raise
             _warn.warning("stale", "%s:%s: no agent answers (%s); serving the stat authorised "
-                          "%.1f s ago (stale_if_error_s)", export_name, relpath, exc,
+                          "%.1f s ago (stale_if_error_s)", export.name, relpath, exc,
                           time.monotonic() - state.last_good[key][0])
             return stale
         now = time.monotonic()
@@ -294,6 +399,12 @@ class FluxonFsClient:
                 state.stats[key] = (now + ttl, st)
             if export.stale_if_error_s > 0:
                 state.last_good[key] = (now, st)
+        if ttl > 0 and export.metadata_cache_shared:
+            skey = self._stat_key(export, relpath, identity)
+            self.kv.put(skey, encode_stat(skey, st, time.time() + ttl,
+                                          export.cache_bytes_field_key), math.ceil(ttl))
+            if counters is not None:
+                counters.add(kv_round_trips=1)
         return st
 
     def _stale_stat(self, state: _ProcessState, export: FluxonFsExport, key: tuple,
@@ -514,10 +625,16 @@ class FluxonFsClient:
         self.check_version(identity, export_name, relpath, version)
         if version.size > export.cache_max_bytes:  # the file stays out of the KV entirely
             return None
-        key = blob_key(export.cache_kv_key_prefix, kind, export_name, relpath, version)
+        key = blob_key(export.cache_kv_key_prefix, kind, export_name, relpath)
         reachable, entry = self.kv.get(key)
-        data = decode_piece(key, entry, export.cache_bytes_field_key, None) if reachable else None
-        if entry and data is None:
+        return self._blob_from_entry(export, key, version, entry if reachable else None)
+
+    def _blob_from_entry(self, export: FluxonFsExport, key: str, version: FileStat,
+                         entry: Fields | None) -> bytes | None:
+        if entry is UNREACHABLE:
+            return None
+        data, damaged = decode_blob(key, version, entry, export.cache_bytes_field_key)
+        if damaged:
             self.kv.delete(key)
         elif data is not None:
             self._refresh_ttl(export, key)  # as for pieces: an index in use does not expire
@@ -525,11 +642,13 @@ class FluxonFsClient:
 
     def store_blob(self, export_name: str, relpath: str, version: FileStat, kind: str,
                    data: bytes) -> None:
+        """Store this version's blob of kind (replacing any other version's)."""
         export = self.config.export(export_name)
         if version.size > export.cache_max_bytes:
             return
-        self._put(export, blob_key(export.cache_kv_key_prefix, kind, export_name, relpath,
-                                   version), data)
+        key = blob_key(export.cache_kv_key_prefix, kind, export_name, relpath)
+        self.kv.put(key, encode_blob(key, version, data, export.cache_bytes_field_key),
+                    export.cache_ttl_s)
 
     def close(self) -> None:
         """Stop this process's threads and connections; later calls raise. Safe to call twice."""
@@ -543,7 +662,9 @@ class FluxonFsRangeSource:
     """One file version, read for one identity: what a reader's ByteSource fetches from."""
 
     def __init__(self, client: FluxonFsClient, identity: RequestIdentity, export_name: str,
-                 relpath: str, version: FileStat) -> None:
+                 relpath: str, version: FileStat, *,
+                 preloaded: tuple[str, bytes | None] | None = None,
+                 counters: ReadCounters | None = None) -> None:
         self.client = client
         self.identity = identity
         self.export_name = export_name
@@ -551,19 +672,26 @@ class FluxonFsRangeSource:
         self.version = version
         self.size = version.size
         self.name = f"{export_name}:{relpath}"
-        self.counters = ReadCounters()
+        self.counters = counters if counters is not None else ReadCounters()
+        # (kind, blob or None) fetched with the stat (FluxonFsClient.stat_with_blob).
+        self._preloaded = preloaded
 
     def read_range(self, offset: int, length: int) -> bytes:
         return self.client.read_range(self.identity, self.export_name, self.relpath, self.version,
                                       offset, length, self.counters)
 
     def load_blob(self, kind: str) -> bytes | None:
-        """The blob of this kind another reader or node stored for this version, if any."""
+        """The blob of this kind another reader or node stored for this version, if
+        any (the one fetched with the stat, the first time it is asked for)."""
+        if self._preloaded is not None and self._preloaded[0] == kind:
+            blob, self._preloaded = self._preloaded[1], None
+            return blob
         self.counters.add(kv_round_trips=1)
         return self.client.load_blob(self.identity, self.export_name, self.relpath, self.version,
                                      kind)
 
     def store_blob(self, kind: str, data: bytes) -> None:
+        self.counters.add(kv_round_trips=1)
         self.client.store_blob(self.export_name, self.relpath, self.version, kind, data)
 
     def __repr__(self) -> str:

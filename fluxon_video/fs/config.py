@@ -74,6 +74,11 @@ class FluxonFsExport:
     cache_bytes_field_key: str = "bytes"
     cache_max_bytes: int = 64 << 30
     metadata_cache_ttl_ms: int = 5_000
+    # Off by default. Share agent-authorised stats through the KV for
+    # metadata_cache_ttl_ms (per identity token): a warm open or video_metadata
+    # in a new process is then one KV round trip and no agent request, and a
+    # changed file (or a revoked identity) goes unnoticed that long everywhere.
+    metadata_cache_shared: bool = False
     async_backfill_enabled: bool = True
     piece_size: int = defaults.PAGE_SIZE
     kv_miss_policy: MissPolicy = MissPolicy.RemoteRead
@@ -111,6 +116,8 @@ class FluxonFsExport:
                  f"{where}: cache_max_bytes must be an int >= 0")
         _require(_is_int(self.metadata_cache_ttl_ms) and self.metadata_cache_ttl_ms >= 0,
                  f"{where}: metadata_cache_ttl_ms must be an int >= 0")
+        _require(isinstance(self.metadata_cache_shared, bool),
+                 f"{where}: metadata_cache_shared must be true or false")
         _require(isinstance(self.async_backfill_enabled, bool),
                  f"{where}: async_backfill_enabled must be true or false")
         _require(_is_int(self.piece_size) and 4096 <= self.piece_size <= 256 * MiB,

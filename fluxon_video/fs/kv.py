@@ -12,6 +12,8 @@ An entry of the wrong type or a refused write (Redis full under
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 import time
 import zlib
@@ -46,10 +48,69 @@ def piece_key(prefix: str, export: str, relpath: str, version: FileStat, piece_s
             f"{_version(version)}:{piece_size}:{index}")
 
 
-def blob_key(prefix: str, kind: str, export: str, relpath: str, version: FileStat) -> str:
-    """The KV key of a per-file-version blob (e.g. the frame index), same encoding."""
-    return (f"{prefix}:{kind}:{len(export)}:{export}:{len(relpath.encode())}:{relpath}:"
-            f"{_version(version)}")
+def blob_key(prefix: str, kind: str, export: str, relpath: str) -> str:
+    """The KV key of a file's blob of one kind (e.g. the frame index), same encoding.
+
+    One key per file, not per version: the entry names its version (see
+    encode_blob), so a reader can fetch it before it knows the version, in
+    the same round trip as the stat (metadata_cache_shared).
+    """
+    return f"{prefix}:{kind}:{len(export)}:{export}:{len(relpath.encode())}:{relpath}"
+
+
+def stat_key(prefix: str, export: str, relpath: str, token: str) -> str:
+    """The KV key of a stat the agent authorised for one identity (metadata_cache_shared).
+
+    Keyed by a hash of the identity's token: only holders of the same token
+    share it.
+    """
+    who = hashlib.sha256(token.encode()).hexdigest()[:32]
+    return f"{prefix}:stat:{len(export)}:{export}:{len(relpath.encode())}:{relpath}:{who}"
+
+
+def encode_blob(key: str, version: FileStat, data: bytes, bytes_field: str) -> dict[str, bytes]:
+    """A blob entry: a piece entry whose checksum also covers the file version it
+    describes, plus that version in the clear (to tell "another version" from damage)."""
+    return {**encode_piece(f"{key}@{_version(version)}", data, bytes_field),
+            "version": _version(version).encode()}
+
+
+def decode_blob(key: str, version: FileStat, fields: Fields | None,
+                bytes_field: str) -> tuple[bytes | None, bool]:
+    """(the blob's bytes for this version or None, whether the entry is damaged:
+    present and claiming this version, yet failing verification)."""
+    if not fields:
+        return None, False
+    data = decode_piece(f"{key}@{_version(version)}", fields, bytes_field, None)
+    if data is not None:
+        return data, False
+    return None, fields.get("version") in (None, _version(version).encode())
+
+
+def encode_stat(key: str, version: FileStat, expires_at: float, bytes_field: str
+                ) -> dict[str, bytes]:
+    """A shared stat entry: the version and when it stops being usable (wall clock)."""
+    body = json.dumps({"size": version.size, "mtime_ns": version.mtime_ns,
+                       "ctime_ns": version.ctime_ns, "inode": version.inode,
+                       "expires_at": expires_at}).encode()
+    return encode_piece(key, body, bytes_field)
+
+
+def decode_stat(key: str, fields: Fields | None, bytes_field: str,
+                now: float) -> tuple[FileStat, float] | None:
+    """(version, seconds it stays usable) of a shared stat entry, None if absent,
+    damaged or expired."""
+    body = decode_piece(key, fields, bytes_field, None)
+    if body is None:
+        return None
+    try:
+        d = json.loads(body)
+        left = float(d["expires_at"]) - now
+        version = FileStat(int(d["size"]), int(d["mtime_ns"]), int(d["ctime_ns"]),
+                           int(d["inode"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+    return (version, left) if left > 0 else None
 
 
 def _checksum(key: str, data: bytes) -> int:

@@ -14,6 +14,7 @@ cdef extern from "libavformat/avio.h" nogil:
     ctypedef struct AVIOContext:
         unsigned char *buffer
         void *opaque
+        int direct
 
     AVIOContext *avio_alloc_context(
         unsigned char *buffer,
@@ -71,7 +72,9 @@ cdef extern from "libavformat/avformat.h" nogil:
 
     unsigned avformat_version()
     AVFormatContext *avformat_alloc_context()
-    int avformat_open_input(AVFormatContext **ps, const char *url, void *fmt, void *options)
+    int avformat_open_input(AVFormatContext **ps, const char *url, const AVInputFormat *fmt,
+                            void *options)
+    const AVInputFormat *av_find_input_format(const char *short_name)
     void avformat_close_input(AVFormatContext **s)
     int avformat_find_stream_info(AVFormatContext *ic, void *options)
     int av_read_frame(AVFormatContext *s, AVPacket *pkt)

@@ -1,0 +1,176 @@
+"""Warm opens: the frame index carries the container's header bytes, and with
+metadata_cache_shared the stat rides in the same KV round trip as the index.
+
+Real agent process, real redis-server; frames checked against the ffmpeg CLI.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+from fluxon_video import errors
+from fluxon_video.fs.client import FluxonFsClient
+from tests.helpers import make_patcher
+
+pytest.importorskip("fluxon_video._decode")
+pytestmark = pytest.mark.timeout(120)
+
+SIZE = (48, 64)
+PIECE = 4096  # small pieces: container bytes and packets land in different pieces
+
+
+def read(patcher, relpath, indices, export="shared"):
+    with patcher.open_video_reader(export, relpath, *SIZE) as reader:
+        frames = reader.read_frames_numpy(indices)
+        return frames, reader.last_stats, reader._decoder.index
+
+
+def record_fetches(monkeypatch) -> list[tuple[int, int]]:
+    """Every (offset, length) the readers' byte sources ask the client for."""
+    fetched: list[tuple[int, int]] = []
+    real = FluxonFsClient.read_range
+
+    def spy(self, identity, export_name, relpath, version, offset, length, counters):
+        fetched.append((offset, length))
+        return real(self, identity, export_name, relpath, version, offset, length, counters)
+
+    monkeypatch.setattr(FluxonFsClient, "read_range", spy)
+    return fetched
+
+
+@pytest.mark.parametrize("name", ["h264_faststart.mp4", "h264_moov_end.mp4", "hevc.mp4",
+                                  "vp9.webm"])
+def test_a_warm_open_fetches_no_container_byte(media, agent, export_root, redis_url,
+                                               monkeypatch, name):
+    relpath = f"bucket/videos/{name}"
+    data = (export_root / relpath).read_bytes()
+    ref = media.reference(name, *SIZE)
+    with make_patcher(agent.url, export_root, redis_url, piece_size=PIECE) as cold:
+        _, cold_stats, _ = read(cold, relpath, [40])
+        assert cold_stats.index_source == "scan"
+        assert cold.client.backfill.wait_idle()
+    fetched = record_fetches(monkeypatch)
+    with make_patcher(agent.url, export_root, redis_url, piece_size=PIECE) as warm:
+        frames, stats, index = read(warm, relpath, [40, 41])
+    np.testing.assert_array_equal(frames, ref[[40, 41]])
+    assert stats.index_source == "kv" and stats.path == "indexed" and not stats.fallback
+    # The index brought the header bytes the scan had read (not, say, the audio
+    # after the last video packet): they are the file's own bytes...
+    ranges = dict(index.container_ranges(len(data)))
+    assert index.open_extents
+    assert all(len(chunk) == ranges[off] for off, chunk in index.open_extents)
+    for off, chunk in index.open_extents:
+        assert chunk == data[off:off + len(chunk)]
+    # ...so every piece the warm read fetched holds packet bytes.
+    starts, ends = index.pkt_pos, index.pkt_pos + index.pkt_size
+    for off, length in fetched:
+        assert ((starts < off + length) & (ends > off)).any(), (off, length)
+    assert stats.remote_reads == 0 and stats.stat_requests == 1
+    # The stat with the index alongside; then waits for fetch jobs (the
+    # cluster's pieces go out as a few jobs, not one wait per piece).
+    assert stats.open_round_trips == 1
+    assert stats.first_frame_waits <= 3 < stats.kv_hits
+
+
+def test_shared_stats_make_a_warm_open_one_kv_round_trip(media, agent, export_root, redis_url):
+    relpath = "bucket/videos/hevc.mp4"
+    ref = media.reference("hevc.mp4", *SIZE)
+    with make_patcher(agent.url, export_root, redis_url, metadata_cache_shared=True) as node_a:
+        read(node_a, relpath, [3])
+        assert node_a.client.backfill.wait_idle()
+    with make_patcher(agent.url, export_root, redis_url, metadata_cache_shared=True) as node_b:
+        meta, meta_stats = node_b.video_metadata_with_stats("shared", relpath)
+    assert meta.num_frames == ref.shape[0]
+    # The stat another process had authorised and the index: one pipeline, no agent.
+    assert meta_stats.stat_requests == 0 and meta_stats.kv_round_trips == 1
+    assert meta_stats.index_source == "kv"
+    with make_patcher(agent.url, export_root, redis_url, metadata_cache_shared=True) as node_c:
+        frames, stats, _ = read(node_c, relpath, [3, 50])
+    np.testing.assert_array_equal(frames, ref[[3, 50]])
+    assert stats.stat_requests == 0 and stats.remote_reads == 0
+    # Off (the default): every new process asks the agent.
+    with make_patcher(agent.url, export_root, redis_url) as node_d:
+        _, default_stats = node_d.video_metadata_with_stats("shared", relpath)
+    assert default_stats.stat_requests == 1
+
+
+def test_a_shared_stat_serves_only_the_identity_it_was_authorised_for(agent, export_root,
+                                                                       redis_url):
+    relpath = "bucket/videos/h264_faststart.mp4"
+    with make_patcher(agent.url, export_root, redis_url, metadata_cache_shared=True) as alice:
+        alice.video_metadata("train", relpath)
+        alice.video_metadata("shared", relpath)
+    with make_patcher(agent.url, export_root, redis_url, identity="bob",
+                      metadata_cache_shared=True) as bob:
+        # bob may not read "train": alice's cached stat does not let him in.
+        with pytest.raises(errors.FluxonFsPermissionError):
+            bob.video_metadata("train", relpath)
+        _, stats = bob.video_metadata_with_stats("shared", relpath)
+    assert stats.stat_requests == 1  # his own stat, from the agent
+
+
+def test_a_shared_stat_expires_with_the_metadata_ttl(media, agent, export_root, redis_url):
+    relpath = "bucket/videos/warm_open_rewritten.mp4"
+    target = export_root / relpath
+    shutil.copy(media.path("h264_faststart.mp4"), target)
+    options = dict(metadata_cache_shared=True, metadata_cache_ttl_ms=400)
+    try:
+        with make_patcher(agent.url, export_root, redis_url, **options) as node_a:
+            read(node_a, relpath, [5])
+        shutil.copy(media.path("hevc.mp4"), target)
+        time.sleep(0.5)
+        with make_patcher(agent.url, export_root, redis_url, **options) as node_b:
+            frames, stats, _ = read(node_b, relpath, [5, 60])
+        np.testing.assert_array_equal(frames, media.reference("hevc.mp4", *SIZE)[[5, 60]])
+        assert stats.stat_requests == 1  # the shared stat had expired
+        # The index stored for the old version is another version's: a miss, not damage.
+        assert stats.index_source == "scan" and stats.kv_corrupt == 0
+    finally:
+        target.unlink()
+
+
+# ---- cold opens ----
+
+def test_a_cold_mp4_scan_reads_the_header_and_first_packets_only(media, agent, export_root,
+                                                                   redis_url):
+    """No readahead while the header and the first packets are read: an MP4 with its
+    moov first costs the pages they lie in (here the first), not a readahead window."""
+    relpath = "bucket/videos/warm_open_long.mp4"
+    target = export_root / relpath
+    shutil.copy(media.path("long_640x360.mp4"), target)
+    try:
+        piece = 262080
+        assert target.stat().st_size > 3 * piece
+        with make_patcher(agent.url, export_root, redis_url, piece_size=piece) as cold:
+            meta, stats = cold.video_metadata_with_stats("shared", relpath)
+        assert stats.index_source == "scan" and meta.num_frames == 12 * 24
+        assert stats.remote_reads == 1 and stats.remote_bytes == piece
+    finally:
+        target.unlink()
+
+
+def test_a_cold_webm_is_fetched_in_parallel_batches_and_its_open_counted(media, agent,
+                                                                         export_root, redis_url):
+    relpath = "bucket/videos/vp9.webm"
+    size = (export_root / relpath).stat().st_size
+    assert size > 20 * PIECE
+    with make_patcher(agent.url, export_root, redis_url, piece_size=PIECE) as cold:
+        frames, stats, _ = read(cold, relpath, [10])
+    np.testing.assert_array_equal(frames, media.reference("vp9.webm", *SIZE)[[10]])
+    # The scan reads the whole file: asked for at once, it comes in jobs of
+    # up to 16 pieces on the two fetch workers (one more when a worker takes
+    # a single piece before the other claims its neighbours), not a readahead
+    # window at a time.
+    assert stats.remote_bytes == size
+    assert stats.remote_reads <= -(-size // (16 * PIECE)) + 1
+    # The stat with the index read alongside, the scan's waits, the index's
+    # write; the frame's packets were read by the scan already.
+    assert stats.open_round_trips <= 2 + stats.remote_reads
+    assert stats.first_frame_waits == 0
+    with make_patcher(agent.url, export_root, redis_url, piece_size=PIECE) as warm:
+        _, warm_stats, _ = read(warm, relpath, [10])
+    assert warm_stats.open_round_trips == 1 and warm_stats.first_frame_waits <= 3
