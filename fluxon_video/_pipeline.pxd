@@ -35,6 +35,10 @@ cdef class Pipeline:
     # indexed path can skip that: the codec opens from the container's codec
     # parameters, and every output frame is still checked against the index.
     cdef public bint probe_streams
+    # Fill in missing packet pts as the index scan does (AVI's I and P frames
+    # have none): set for decodes that identify frames by pts against the
+    # index. The sequential reference reads packets as the ffmpeg CLI does.
+    cdef public bint genpts
     cdef bint fresh             # opened, nothing read yet
     cdef bint positioned        # fed packets since the last seek and not drained
     cdef bint packet_pending    # pkt holds a packet the decoder refused with EAGAIN
