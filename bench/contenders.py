@@ -49,15 +49,22 @@ class DecordHandle:
         del self.reader
 
 
+def pyav_open(path: Path) -> Any:
+    """av.open; for AVI, which stores no pts for I/P-frames, with the demuxer
+    inferring them (+genpts), as a user matching frames by pts must."""
+    import av
+
+    options = {"fflags": "+genpts"} if path.suffix == ".avi" else {}
+    return av.open(str(path), container_options=options)
+
+
 class PyAVIndex:
     """Presentation-order pts of every frame and of every keyframe: one packet scan."""
 
     def __init__(self, path: Path) -> None:
-        import av
-
         t0 = time.perf_counter()
         pts, keys = [], []
-        with av.open(str(path)) as container:
+        with pyav_open(path) as container:
             stream = container.streams.video[0]
             for packet in container.demux(stream):
                 if packet.pts is None:  # the demuxer's final empty packet
@@ -102,11 +109,9 @@ class PyAVHandle:
         return cls._indexes[path].ms
 
     def __init__(self, path: Path, height: int, width: int, native: bool, threads: int) -> None:
-        import av
-
         self.prepare(path)
         self.index = self._indexes[path]
-        self.container = av.open(str(path))
+        self.container = pyav_open(path)
         self.stream = self.container.streams.video[0]
         self.stream.thread_type = "AUTO"
         self.stream.codec_context.thread_count = threads

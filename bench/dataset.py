@@ -60,6 +60,9 @@ DATASET = [
                "-b:v", "800k")),
     VideoSpec("av1_144p_gop60.mkv", 256, 144, 5, 60,
               ("-c:v", "libsvtav1", "-preset", "12", "-g", "60")),
+    # MPEG-4 part 2 (DivX/Xvid era) with B-frames: AVI stores no pts for I/P-frames.
+    VideoSpec("mpeg4_360p_gop60.avi", 640, 360, 10, 60,
+              ("-c:v", "mpeg4", "-bf", "2", "-q:v", "3", "-g", "60")),
     VideoSpec("h264_720p_gop250_60s.mp4", 1280, 720, 60, 250, X264, faststart=True,
               role="batched"),
 ]
@@ -137,8 +140,10 @@ def generate(spec: VideoSpec, out: Path) -> None:
 
 
 def probe(spec: VideoSpec, path: Path) -> Video:
+    # +genpts: AVI stores no pts for I/P-frames; the demuxer infers them (a
+    # no-op where the container has them).
     out = subprocess.run(
-        ["ffprobe", "-v", "error", "-select_streams", "v:0",
+        ["ffprobe", "-v", "error", "-fflags", "+genpts", "-select_streams", "v:0",
          "-show_entries", "stream=codec_name,time_base:format=size:packet=pts,pos,size,flags",
          "-of", "json", str(path)], check=True, capture_output=True, text=True).stdout
     info = json.loads(out)

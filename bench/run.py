@@ -2,9 +2,10 @@
 """fluxon_video benchmark: peers on local files vs fluxon_video through FluxonFS.
 
 Generates (once, cached under --data) a small dataset of testsrc2 videos
-(H.264 GOP 250 and GOP 30, faststart and moov-at-end, HEVC, VP9, AV1, one
-60 s video), starts a private redis-server and the real agent on loopback,
-and times, with the same seeded clips for every contender:
+(H.264 GOP 250 and GOP 30, faststart and moov-at-end, HEVC, VP9, AV1,
+MPEG-4 part 2 in AVI, one 60 s video), starts a private redis-server and the
+real agent on loopback, and times, with the same seeded clips for every
+contender:
 
   1. peers on local files: decord, PyAV (seek to keyframe + decode forward),
      torchcodec (skipped, with a note, where it does not import);

@@ -182,13 +182,17 @@ cdef class VideoDecoder:
         self.source.pagecache()  # raises if the byte source is closed or not ours
         p.targets_left = ntargets
         # The indexed path opens without probing the first packets (fewer bytes
-        # and round trips); the sequential reference opens as the CLI does.
+        # and round trips) and reads packets with the pts the scan inferred;
+        # the sequential reference opens and reads as the CLI does.
+        if self.pipe.is_open() and self.pipe.genpts != (index is not None):
+            self.pipe.release()  # opened for the other path
         if not self.pipe.is_open():
             self.pipe.probe_streams = index is None
             self.pipe.input_format = NULL
             if index is not None:
                 demuxer = index.format_name.split(",")[0].encode()
                 self.pipe.input_format = av_find_input_format(demuxer)
+            self.pipe.genpts = index is not None
         self.pipe.open(p)
         fx_sink_init(&sink, &self.converter, &out_view[0, 0, 0, 0], out.shape[1], out.shape[2])
         keep = None  # the arrays the plan points into, alive until the call returns

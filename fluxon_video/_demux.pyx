@@ -6,11 +6,13 @@ The scan never decodes. For MP4/MOV, whose sample table FFmpeg has already
 parsed when the container opens, payload reads are zero-filled so no media
 byte is fetched; the packets it yields are checked one by one against the
 demuxer's index entries, and any disagreement repeats the scan on real bytes.
+Elsewhere it reads the payloads, and for MPEG-4 part 2 keeps the few bytes of
+each packet that say whether the packet is one frame (see mpeg4.py).
 """
 from libc.errno cimport ENOMEM
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libc.stdlib cimport free, realloc
-from libc.string cimport strncmp
+from libc.string cimport memcpy, strncmp
 
 import numpy as np
 
@@ -20,8 +22,9 @@ from fluxon_video._avio cimport (
 from fluxon_video._pagecache cimport fx_pagecache
 from fluxon_video._errors cimport err_check
 from fluxon_video.libav.avcodec cimport (
-    AVDISCARD_ALL, AVCodecParameters, AVPacket, AV_PKT_DATA_DISPLAYMATRIX, AV_PKT_FLAG_DISCARD,
-    AV_PKT_FLAG_CORRUPT, AV_PKT_FLAG_KEY, av_packet_alloc, av_packet_free, av_packet_unref, avcodec_get_name,
+    AVDISCARD_ALL, AV_CODEC_ID_MPEG4, AV_CODEC_PROP_REORDER, AVCodecDescriptor, AVCodecParameters,
+    AVPacket, AV_PKT_DATA_DISPLAYMATRIX, AV_PKT_FLAG_DISCARD, AV_PKT_FLAG_CORRUPT, AV_PKT_FLAG_KEY,
+    av_packet_alloc, av_packet_free, av_packet_unref, avcodec_descriptor_get, avcodec_get_name,
 )
 from fluxon_video.libav.avformat cimport (
     AVFMT_FLAG_CUSTOM_IO, AVFMT_FLAG_GENPTS, AVFormatContext, AVINDEX_KEYFRAME, AVIOContext, AVIndexEntry, AVStream,
@@ -35,6 +38,13 @@ from fluxon_video.libav.avutil cimport (
 )
 
 from fluxon_video.frame_index import FrameIndex
+from fluxon_video.mpeg4 import packing_problem
+
+# What the MPEG-4 part 2 check keeps of a packet: everything before its first
+# VOP (the stream headers, up to MPEG4_HEAD_MAX bytes) and the VOP header's
+# first bytes (coding type, time increment, vop_coded).
+cdef int64_t MPEG4_VOP_HEADER_BYTES = 16
+cdef int64_t MPEG4_HEAD_MAX = 1024
 
 
 cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_info,
@@ -84,10 +94,20 @@ cdef struct PacketLog:
     int64_t n
     int64_t cap
     int64_t *pts
+    int64_t *dts
     int64_t *pos
     int64_t *size
     int64_t *duration
     uint8_t *flags
+    # MPEG-4 part 2 outside MP4/MOV only: per packet, how many VOPs it holds
+    # and where its head (see MPEG4_HEAD_MAX) ends in `head`, which holds the
+    # heads one after another.
+    bint mpeg4
+    int32_t *vops
+    int64_t *head_end
+    uint8_t *head
+    int64_t head_used
+    int64_t head_cap
 
 
 cdef void *_grow(void *block, size_t size, bint *failed) noexcept nogil:
@@ -108,14 +128,21 @@ cdef int log_append(PacketLog *log, AVPacket *pkt) noexcept nogil:
     if log.n == log.cap:
         cap = log.cap * 2 if log.cap else 4096
         log.pts = <int64_t *> _grow(log.pts, cap * sizeof(int64_t), &failed)
+        log.dts = <int64_t *> _grow(log.dts, cap * sizeof(int64_t), &failed)
         log.pos = <int64_t *> _grow(log.pos, cap * sizeof(int64_t), &failed)
         log.size = <int64_t *> _grow(log.size, cap * sizeof(int64_t), &failed)
         log.duration = <int64_t *> _grow(log.duration, cap * sizeof(int64_t), &failed)
         log.flags = <uint8_t *> _grow(log.flags, cap * sizeof(uint8_t), &failed)
+        if log.mpeg4:
+            log.vops = <int32_t *> _grow(log.vops, cap * sizeof(int32_t), &failed)
+            log.head_end = <int64_t *> _grow(log.head_end, cap * sizeof(int64_t), &failed)
         if failed:
             return AVERROR(ENOMEM)
         log.cap = cap
+    if log.mpeg4 and log_mpeg4_head(log, pkt) < 0:
+        return AVERROR(ENOMEM)
     log.pts[log.n] = pkt.pts
+    log.dts[log.n] = pkt.dts
     log.pos[log.n] = pkt.pos
     log.size[log.n] = pkt.size
     log.duration[log.n] = pkt.duration
@@ -126,15 +153,63 @@ cdef int log_append(PacketLog *log, AVPacket *pkt) noexcept nogil:
     return 0
 
 
+cdef int count_vops(const uint8_t *data, int64_t size, int64_t *first) noexcept nogil:
+    """How many VOP start codes (00 00 01 B6) data holds; *first: where the
+    first one begins, or -1. Start codes are byte-aligned and never emulated."""
+    cdef int64_t i = 0
+    cdef int count = 0
+    first[0] = -1
+    while i + 3 < size:
+        if data[i + 2] > 1:
+            i += 3  # no start code begins at i, i + 1 or i + 2
+        elif data[i + 2] == 0:
+            i += 1
+        elif data[i] or data[i + 1]:
+            i += 3
+        else:
+            if data[i + 3] == 0xB6:
+                if count == 0:
+                    first[0] = i
+                count += 1
+            i += 3
+    return count
+
+
+cdef int log_mpeg4_head(PacketLog *log, AVPacket *pkt) noexcept nogil:
+    """Record the packet's VOP count and head (see PacketLog)."""
+    cdef int64_t first, length = 0, cap
+    cdef bint failed = False
+    log.vops[log.n] = count_vops(pkt.data, pkt.size, &first)
+    if first >= 0:
+        length = min(first + 4 + MPEG4_VOP_HEADER_BYTES, <int64_t> pkt.size, MPEG4_HEAD_MAX)
+    if log.head_used + length > log.head_cap:
+        cap = max(2 * log.head_cap, log.head_used + length, <int64_t> 65536)
+        log.head = <uint8_t *> _grow(log.head, cap, &failed)
+        if failed:
+            return AVERROR(ENOMEM)
+        log.head_cap = cap
+    if length:
+        memcpy(log.head + log.head_used, pkt.data, length)
+    log.head_used += length
+    log.head_end[log.n] = log.head_used
+    return 0
+
+
 cdef void log_free(PacketLog *log) noexcept nogil:
     free(log.pts)
+    free(log.dts)
     free(log.pos)
     free(log.size)
     free(log.duration)
     free(log.flags)
-    log.pts = log.pos = log.size = log.duration = NULL
-    log.flags = NULL
-    log.n = log.cap = 0
+    free(log.vops)
+    free(log.head_end)
+    free(log.head)
+    log.pts = log.dts = log.pos = log.size = log.duration = log.head_end = NULL
+    log.flags = log.head = NULL
+    log.vops = NULL
+    log.n = log.cap = log.head_used = log.head_cap = 0
+    log.mpeg4 = False
 
 
 cdef bint is_mov(AVFormatContext *fmt) noexcept nogil:
@@ -161,9 +236,12 @@ cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
         # instead of a readahead window at a time.
         fx_source_prefetch(pc, fx_avio_cursor(pb).pos, pc.file_size - fx_avio_cursor(pb).pos)
     # Packets without a pts (AVI's I and P frames) get the one the demuxer
-    # can infer, as the decoder's best-effort timestamps do.
+    # can infer; the indexed path reads packets the same way.
     fmt[0].flags |= AVFMT_FLAG_GENPTS
     fx_avio_cursor(pb).zero_fill = zero_fill and is_mov(fmt[0])
+    # Outside MP4/MOV the payloads are read anyway: look at MPEG-4 part 2's.
+    log.mpeg4 = (fmt[0].streams[stream_index[0]].codecpar.codec_id == AV_CODEC_ID_MPEG4
+                 and not is_mov(fmt[0]))
     failed_call[0] = "av_packet_alloc"
     pkt = av_packet_alloc()
     if pkt == NULL:
@@ -213,6 +291,20 @@ cdef str _name(const char *text):
     return text.decode() if text != NULL else ""
 
 
+cdef str mpeg4_problem(PacketLog *log, AVCodecParameters *par, key):
+    """The MPEG-4 part 2 check (mpeg4.packing_problem) on what the scan kept."""
+    cdef int64_t i, start = 0
+    heads = []
+    for i in range(log.n):
+        heads.append((<char *> log.head)[start:log.head_end[i]] if log.head_end[i] > start else b"")
+        start = log.head_end[i]
+    vops = [log.vops[i] for i in range(log.n)]
+    extradata = ((<char *> par.extradata)[:par.extradata_size] if par.extradata != NULL
+                 else b"")
+    tag = (<uint32_t> par.codec_tag).to_bytes(4, "little").decode("latin-1")
+    return packing_problem(extradata, tag, vops, heads, key)
+
+
 cdef dict stream_header(AVFormatContext *fmt, AVStream *st, int64_t file_size):
     """What the container header says of the stream (no decode): sizes, colours, timing."""
     cdef AVCodecParameters *par = st.codecpar
@@ -221,6 +313,7 @@ cdef dict stream_header(AVFormatContext *fmt, AVStream *st, int64_t file_size):
     cdef const int32_t *matrix = <const int32_t *> av_stream_get_side_data(
         st, AV_PKT_DATA_DISPLAYMATRIX, &matrix_size)
     cdef AVRational sar = par.sample_aspect_ratio
+    cdef const AVCodecDescriptor *codec = avcodec_descriptor_get(par.codec_id)
     if sar.num <= 0 or sar.den <= 0:
         sar = st.sample_aspect_ratio
     sar_pair = (int(sar.num), int(sar.den)) if sar.num > 0 and sar.den > 0 else (1, 1)
@@ -238,6 +331,9 @@ cdef dict stream_header(AVFormatContext *fmt, AVStream *st, int64_t file_size):
         "display_matrix": ([matrix[i] for i in range(9)] if matrix != NULL
                            and matrix_size >= 9 * sizeof(int32_t) else None),
         "file_size": file_size,
+        # The codec may store frames out of presentation order (B-frames):
+        # then only true pts say the order, which AVI does not store.
+        "reorders": codec == NULL or (codec.props & AV_CODEC_PROP_REORDER) != 0,
     }
 
 
@@ -251,9 +347,11 @@ def scan_packets(ByteSource source, str name=None):
     cdef bint zero_fill, retry = False
     cdef const char *failed_call = NULL
     cdef AVStream *st
-    log.n = log.cap = 0
-    log.pts = log.pos = log.size = log.duration = NULL
-    log.flags = NULL
+    log.n = log.cap = log.head_used = log.head_cap = 0
+    log.pts = log.dts = log.pos = log.size = log.duration = log.head_end = NULL
+    log.flags = log.head = NULL
+    log.vops = NULL
+    log.mpeg4 = False
     try:
         for attempt in range(2):
             zero_fill = attempt == 0
@@ -275,13 +373,17 @@ def scan_packets(ByteSource source, str name=None):
         st = fmt.streams[stream_index]
         count = log.n
         pts = np.asarray(<int64_t[:count]> log.pts).copy() if count else np.empty(0, np.int64)
+        dts = np.asarray(<int64_t[:count]> log.dts).copy() if count else np.empty(0, np.int64)
         pos = np.asarray(<int64_t[:count]> log.pos).copy() if count else np.empty(0, np.int64)
         size = np.asarray(<int64_t[:count]> log.size).copy() if count else np.empty(0, np.int64)
         duration = (np.asarray(<int64_t[:count]> log.duration).copy() if count
                     else np.empty(0, np.int64))
         flags = np.asarray(<uint8_t[:count]> log.flags).copy() if count else np.empty(0, np.uint8)
+        key = (flags & 1) != 0
+        problem = mpeg4_problem(&log, st.codecpar, key) if log.mpeg4 else ""
         return FrameIndex(fmt.iformat.name.decode(), avcodec_get_name(st.codecpar.codec_id).decode(),
-                          stream_index, pts, pos, size, (flags & 1) != 0, (flags & 2) != 0,
+                          stream_index, pts, pos, size, key, (flags & 2) != 0,
+                          trusted=not problem, reason=problem, pkt_dts=dts,
                           pkt_duration=duration, pkt_cut=(flags & 4) != 0, header=stream_header(fmt, st, source.size))
     finally:
         avformat_close_input(&fmt)

@@ -39,6 +39,7 @@ def decode_floor(ByteSource source, indices, num_threads=1, str name=None):
     if targets.size == 0:
         return {"decode_ms": 0.0, "frames_decoded": 0, "decoder_seeks": 0}
     cdef Pipeline pipe = Pipeline(source, positive_int("num_threads", num_threads), name)
+    pipe.genpts = True  # frames are identified by the pts the scan inferred
     try:
         pipe.open(&p)
         keep = make_plan(&plan, index, targets, np.zeros_like(targets), False)

@@ -25,8 +25,9 @@ from fluxon_video.libav.avutil cimport AVERROR_EOF, av_frame_unref
 cdef int64_t TARGET_SLACK_PACKETS = 48
 # Codecs where skipping non-reference frames that are not targets is exact:
 # nothing references them, and these decoders keep their ordering state
-# (POC, DPB output) from reference pictures only.
-SKIP_NONREF_CODECS = frozenset({"h264", "hevc"})
+# (POC, DPB output) from reference pictures only. MPEG-4 part 2 skips only
+# B-VOPs, never references, after reading their header (VOP timing).
+SKIP_NONREF_CODECS = frozenset({"h264", "hevc", "mpeg4"})
 
 
 cdef inline int64_t _find(const int64_t *values, int64_t n, int64_t x) noexcept nogil:

@@ -39,6 +39,10 @@ cdef class Pipeline:
     # probing, so it reads no byte the demuxer's header parsing does not ask
     # for (a warm open's header bytes come with the index). NULL: probe.
     cdef const AVInputFormat *input_format
+    # Fill in missing packet pts as the index scan does (AVI's I and P frames
+    # have none): set for decodes that identify frames by pts against the
+    # index. The sequential reference reads packets as the ffmpeg CLI does.
+    cdef public bint genpts
     cdef bint fresh             # opened, nothing read yet
     cdef bint positioned        # fed packets since the last seek and not drained
     cdef bint packet_pending    # pkt holds a packet the decoder refused with EAGAIN

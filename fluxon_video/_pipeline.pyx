@@ -23,7 +23,8 @@ from fluxon_video.libav.avcodec cimport (
     avcodec_send_packet,
 )
 from fluxon_video.libav.avformat cimport (
-    AVSEEK_FLAG_BACKWARD, AVStream, av_read_frame, av_seek_frame, avformat_close_input,
+    AVFMT_FLAG_GENPTS, AVSEEK_FLAG_BACKWARD, AVStream, av_read_frame, av_seek_frame,
+    avformat_close_input,
 )
 from fluxon_video.libav.avutil cimport AVERROR, AVERROR_EOF, av_frame_alloc, av_frame_free
 
@@ -139,6 +140,8 @@ cdef class Pipeline:
         if ret < 0:
             return ret
         self.fmt.opaque = self.log
+        if self.genpts:
+            self.fmt.flags |= AVFMT_FLAG_GENPTS
         # Our own allocations name themselves: err_check keeps their ENOMEM a
         # MemoryError, where an ENOMEM from a call fed the file's data is a
         # file FFmpeg cannot read.

@@ -13,7 +13,10 @@ file once. From the packets in decode order it derives:
   open-GOP leading picture starts from the previous keyframe);
 - the timestamp to seek the demuxer with to land on that keyframe: its pts
   (demuxers seek by presentation time with AVSEEK_FLAG_BACKWARD; MP4's
-  DTS-based sample times would land one GOP early).
+  DTS-based sample times would land one GOP early), but its dts in AVI, whose
+  index counts frames in decode order (a keyframe's inferred pts is the next
+  I/P-frame's dts: with B-frames, seeking by it lands on the next keyframe
+  when that one follows in decode order).
 
 It also carries the container's bytes outside every packet at the head and
 tail of the file (MP4's moov, Matroska's header and Cues), up to
@@ -25,9 +28,10 @@ The index is stored in the KV as an opaque blob of kind ``BLOB_KIND`` under
 the file version; the kind carries the format version, so a reader never
 loads an index written in another format.
 
-An index is *trusted* only where that derivation is known to hold; the
-decoder still checks every frame it lands on against it and falls back to a
-sequential decode on any disagreement.
+An index is *trusted* only where that derivation is known to hold (for
+MPEG-4 part 2 the scan checks the bitstream, see mpeg4.py, and passes its
+verdict in); the decoder still checks every frame it lands on against it and
+falls back to a sequential decode on any disagreement.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import numpy as np
 FORMAT_VERSION = 5
 BLOB_KIND = f"frameindex-v{FORMAT_VERSION}"
 SEEKABLE_FORMATS = ("mov", "mp4", "matroska", "webm", "avi")
+SEEK_BY_DTS_FORMATS = ("avi",)
 AV_NOPTS_VALUE = -(1 << 63)
 # Container bytes carried in the index (beyond that, the open fetches them):
 # a few KiB for clips, about 1 MiB of moov for an hour at 30 fps.
@@ -64,6 +69,7 @@ class FrameIndex:
     reason: str = ""
     pkt_duration: np.ndarray | None = None  # per packet, in time_base units (0: unknown)
     pkt_cut: np.ndarray | None = None  # bool: the demuxer returned fewer bytes than the packet has
+    pkt_dts: np.ndarray | None = None  # what AVI seeks by (see pkt_seek_ts); None: the pts
     # What the container header says of the stream: time_base, sizes, pix_fmt,
     # colours, display matrix, file_size ... (see _demux.stream_header).
     header: dict[str, Any] = field(default_factory=dict)
@@ -87,6 +93,8 @@ class FrameIndex:
                              else np.asarray(self.pkt_duration, np.int64))
         self.pkt_cut = (np.zeros(self.pkt_pts.shape, bool) if self.pkt_cut is None
                         else np.asarray(self.pkt_cut, bool))
+        self.pkt_dts = (self.pkt_pts.copy() if self.pkt_dts is None
+                        else np.asarray(self.pkt_dts, np.int64))
         shown = np.flatnonzero(~self.pkt_discard & ~self.pkt_truncated)
         order = np.argsort(self.pkt_pts[shown], kind="stable")
         self.frame_dec = shown[order]
@@ -128,6 +136,12 @@ class FrameIndex:
         self.open_extents = [(off, data) for off, data in extents if data]
 
     @property
+    def pkt_seek_ts(self) -> np.ndarray:
+        """Per packet, the timestamp that seeks the demuxer to it (see the module doc)."""
+        by_dts = any(name in self.format_name.split(",") for name in SEEK_BY_DTS_FORMATS)
+        return self.pkt_dts if by_dts else self.pkt_pts
+
+    @property
     def frame_count(self) -> int:
         return int(self.frame_pts.shape[0])
 
@@ -152,8 +166,12 @@ class FrameIndex:
         problems = []
         if not any(name in self.format_name.split(",") for name in SEEKABLE_FORMATS):
             problems.append(f"container {self.format_name} is not in the seekable set")
-        if self.codec_name == "mpeg4" and "avi" in self.format_name.split(","):
-            problems.append("MPEG-4 part 2 in AVI may pack B-frames (packets are not frames)")
+        if ("avi" in self.format_name.split(",") and self.header.get("reorders", True)
+                and self.codec_name != "mpeg4"):
+            # AVI stores no pts: the demuxer infers them from frame types,
+            # which says the presentation order only for MPEG-4 part 2 (whose
+            # packets the scan checks, see mpeg4.py), not for B-pyramids.
+            problems.append(f"{self.codec_name} in AVI: no pts give the order of reordered frames")
         shown_pts = self.frame_pts
         if shown_pts.size == 0:
             problems.append("no frames")
@@ -167,6 +185,8 @@ class FrameIndex:
             problems.append("duplicate packet positions")
         if (self.frame_key < 0).any():
             problems.append("frames before the first keyframe")
+        elif (self.pkt_seek_ts[self.frame_key] == AV_NOPTS_VALUE).any():
+            problems.append("keyframes without a timestamp to seek to")
         if problems:
             self.trusted = False
             self.reason = "; ".join(problems)
@@ -205,7 +225,7 @@ class FrameIndex:
             "bounds": bounds,
             "key_dec": c_key.astype(np.int64),
             "key_pos": self.pkt_pos[c_key],
-            "seek_ts": self.pkt_pts[c_key],
+            "seek_ts": self.pkt_seek_ts[c_key],
             "reach_dec": c_reach.astype(np.int64),
             "end_byte": c_end,
         }
@@ -216,7 +236,7 @@ class FrameIndex:
         buf = io.BytesIO()
         np.savez(buf, pkt_pts=self.pkt_pts, pkt_pos=self.pkt_pos, pkt_size=self.pkt_size,
                  pkt_key=self.pkt_key, pkt_discard=self.pkt_discard, pkt_duration=self.pkt_duration,
-                 pkt_cut=self.pkt_cut,
+                 pkt_cut=self.pkt_cut, pkt_dts=self.pkt_dts,
                  header=np.asarray([json.dumps(self.header)]),
                  meta=np.asarray([FORMAT_VERSION, self.stream_index, int(self.trusted)], np.int64),
                  names=np.asarray([self.format_name, self.codec_name, self.reason]),
@@ -241,7 +261,7 @@ class FrameIndex:
             return cls(format_name, codec_name, stream_index, arrays["pkt_pts"], arrays["pkt_pos"],
                        arrays["pkt_size"], arrays["pkt_key"], arrays["pkt_discard"],
                        trusted=bool(trusted), reason=reason, pkt_duration=arrays["pkt_duration"],
-                       pkt_cut=arrays["pkt_cut"],
+                       pkt_cut=arrays["pkt_cut"], pkt_dts=arrays["pkt_dts"],
                        header=json.loads(str(arrays["header"][0])), open_extents=extents)
         except Exception:  # noqa: BLE001 - a damaged blob is just a miss
             return None

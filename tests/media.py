@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ class Clip:
     video: bool = True
     pix_fmt: str = "yuv420p"
     derive_from: str | None = None  # stream-copy this clip instead of encoding a source
+    pack_bframes: bool = False  # with derive_from (MPEG-4 part 2): DivX-style packed B-frames
     truncate_tail: int = 0  # bytes cut off the end of the file after muxing
 
 
@@ -55,8 +57,16 @@ CLIPS = {c.name: c for c in [
     Clip("vp9.webm", 256, 144, 3, ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8",
                                    "-g", "24", "-b:v", "300k")),
     Clip("av1.mkv", 256, 144, 2, ("-c:v", "libsvtav1", "-preset", "12", "-g", "24")),
-    # MPEG-4 part 2 with B-frames in AVI (packed bitstream, no sample table).
+    # MPEG-4 part 2 with B-frames in AVI: no pts for I- and P-frames (the demuxer infers them),
+    # open GOPs (B-frames after a keyframe reference the previous GOP).
     Clip("mpeg4.avi", 256, 144, 3, ("-c:v", "mpeg4", "-bf", "2", "-g", "24", "-q:v", "5")),
+    Clip("mpeg4_nobf.avi", 256, 144, 3, ("-c:v", "mpeg4", "-bf", "0", "-g", "24", "-q:v", "5")),
+    # GOP 3 with 2 B-frames: keyframes follow each other in decode order (I0 I3 B1 B2 I6 ...).
+    Clip("mpeg4_gop3.avi", 256, 144, 2, ("-c:v", "mpeg4", "-bf", "2", "-g", "3", "-q:v", "5")),
+    # The same frames with DivX packed B-frames: packets are not frames.
+    Clip("mpeg4_packed.avi", 256, 144, 0, (), derive_from="mpeg4.avi", pack_bframes=True),
+    # H.264 with B-frames in AVI: nothing gives its presentation order but decoding.
+    Clip("h264.avi", 256, 144, 2, X264),
     # Odd size, 4:4:4 chroma.
     Clip("odd_321x241.mp4", 321, 241, 2, X264, pix_fmt="yuv444p"),
     # 4:2:0 at a width that is not a multiple of 8: swscale's unscaled converter works in
@@ -115,6 +125,10 @@ class MediaLibrary:
 def make_clip(clip: Clip, out: Path, source: Path | None = None) -> None:
     cmd = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y"]
     part = str(out) + ".part" + out.suffix
+    if source is not None and clip.pack_bframes:
+        pack_bframes(source, Path(part), clip.fps)
+        os.replace(part, out)
+        return
     if source is not None:
         subprocess.run([*cmd, *clip.args, "-i", str(source), "-c", "copy", part], check=True)
         os.replace(part, out)
@@ -135,6 +149,50 @@ def make_clip(clip: Clip, out: Path, source: Path | None = None) -> None:
     if clip.truncate_tail:
         os.truncate(part, os.path.getsize(part) - clip.truncate_tail)
     os.replace(part, out)
+
+
+VOP = b"\x00\x00\x01\xb6"
+# A not-coded P-VOP at 24 fps (5-bit time increment): the placeholder of packed bitstreams.
+NOT_CODED_P_VOP = VOP + bytes([0b01010000, 0b01001111])
+DIVX_PACKED_USER_DATA = b"\x00\x00\x01\xb2DivX503b1393p"
+
+
+def pack_bframes(source: Path, out: Path, fps: int) -> None:
+    """A DivX-style packed copy of an MPEG-4 part 2 AVI (FFmpeg can only unpack).
+
+    Each I/P-VOP that B-VOPs follow in decode order takes the first of them into
+    its packet, the others move up one packet, and a not-coded VOP fills the
+    place left; the first packet gets the user data that tells decoders so.
+    Packets pass through the image2 muxer and demuxer: one file per packet.
+    """
+    cmd = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y"]
+    with tempfile.TemporaryDirectory() as tmp:
+        pattern = f"{tmp}/%05d.m4v"
+        subprocess.run([*cmd, "-i", str(source), "-c", "copy", "-f", "image2", pattern], check=True)
+        files = sorted(Path(tmp).glob("*.m4v"))
+        packets = [f.read_bytes() for f in files]
+        for f, data in zip(files, packed_bframes(packets), strict=True):
+            f.write_bytes(data)
+        subprocess.run([*cmd, "-f", "image2", "-framerate", str(fps), "-c:v", "mpeg4",
+                        "-i", pattern, "-c", "copy", str(out)], check=True)
+
+
+def packed_bframes(packets: list[bytes]) -> list[bytes]:
+    def is_b(data: bytes) -> bool:
+        return data[data.find(VOP) + 4] >> 6 == 2
+
+    out: list[bytes] = []
+    i = 0
+    while i < len(packets):
+        j = i + 1
+        while j < len(packets) and is_b(packets[j]):
+            j += 1
+        b_vops = packets[i + 1:j]
+        out += [packets[i] + b_vops[0], *b_vops[1:], NOT_CODED_P_VOP] if b_vops else [packets[i]]
+        i = j
+    first_vop = out[0].find(VOP)
+    out[0] = out[0][:first_vop] + DIVX_PACKED_USER_DATA + out[0][first_vop:]
+    return out
 
 
 def reference_frames(path: Path, height: int, width: int) -> np.ndarray:

@@ -1,6 +1,6 @@
 # libavcodec: decoder contexts and packets.
 # https://ffmpeg.org/doxygen/5.1/group__libavc.html
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t
 
 from fluxon_video.libav.avutil cimport (
     AVColorRange, AVColorSpace, AVFrame, AVMediaType, AVRational,
@@ -9,9 +9,19 @@ from fluxon_video.libav.avutil cimport (
 
 cdef extern from "libavcodec/codec_id.h" nogil:
     cdef enum AVCodecID:
-        pass
+        AV_CODEC_ID_MPEG4
 
     const char *avcodec_get_name(AVCodecID id)
+
+
+# https://ffmpeg.org/doxygen/5.1/structAVCodecDescriptor.html
+cdef extern from "libavcodec/codec_desc.h" nogil:
+    int AV_CODEC_PROP_REORDER
+
+    ctypedef struct AVCodecDescriptor:
+        int props
+
+    const AVCodecDescriptor *avcodec_descriptor_get(AVCodecID id)
 
 
 # https://ffmpeg.org/doxygen/5.1/structAVCodec.html
@@ -27,6 +37,9 @@ cdef extern from "libavcodec/codec_par.h" nogil:
     ctypedef struct AVCodecParameters:
         AVMediaType codec_type
         AVCodecID codec_id
+        uint32_t codec_tag
+        uint8_t *extradata
+        int extradata_size
         int format
         int64_t bit_rate
         int bits_per_raw_sample
@@ -48,6 +61,7 @@ cdef extern from "libavcodec/packet.h" nogil:
 
     ctypedef struct AVPacket:
         int64_t pts
+        int64_t dts
         uint8_t *data
         int size
         int stream_index
