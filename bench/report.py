@@ -247,6 +247,21 @@ def targets(results: dict) -> list[dict]:
                         f"{peer['contender']} {fmt(theirs)} ms" if peer else "–",
                     "ratio": theirs / mine if mine and theirs else None,
                     "meaning": "peer time ÷ fluxon time; > 1 is fluxon faster"})
+    for video in clip_videos:  # issue 15: every codec, fluxon's decoder on the local file
+        local = find(records, "clips224", video["video"], "fluxon-local", "local")
+        peer = best_peer(records, "clips224", video["video"], "clips_per_s")
+        mine = local["summary"]["clips_per_s"] if local and local["summary"]["ok"] else None
+        theirs = peer["summary"]["clips_per_s"] if peer else None
+        floor = floor_of(results, local) if local else None
+        out.append({"target": "(e) local file, 1 thread: fluxon ÷ best exact peer (goal ≥ 1.5×; "
+                              "clip ÷ floor ≤ 0.8×)",
+                    "condition": f"{video['video']}, clips224",
+                    "fluxon": (f"{fmt(mine, 2)} clips/s; clip/floor "
+                               f"{ratio(per_floor(local['summary']['clip_ms'], floor))}"
+                               if mine else "–"),
+                    "peer": f"{peer['contender']} {fmt(theirs, 2)} clips/s" if peer else "–",
+                    "ratio": mine / theirs if mine and theirs else None,
+                    "meaning": "fluxon ÷ peer; > 1 is fluxon faster"})
     for video in clip_videos:
         cold = find(records, "clips224", video["video"], "fluxon", "cold")
         ideal = results["ideal_bytes"][video["video"]]

@@ -56,8 +56,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch-clips", type=int,
                     help="clips of the 60 s video in the batched workload (default: 8, quick: 4)")
     ap.add_argument("--seed", type=int, default=5, help="clip sampling seed (default: 5)")
-    ap.add_argument("--threads", type=int, default=2,
-                    help="decoder threads for every contender (default: 2)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="decoder threads for every contender (default: 1, as the targets "
+                         "are stated)")
     ap.add_argument("--piece-size", type=int, default=DEFAULT_PIECE_SIZE,
                     help="FluxonFS piece size for the main runs, bytes "
                          f"(default: the export default, {DEFAULT_PIECE_SIZE >> 10} KiB)")
