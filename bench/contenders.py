@@ -152,20 +152,38 @@ class TorchcodecHandle:
 
 
 class FluxonLocalHandle:
-    """fluxon_video's decoder on the local file (no FluxonFS): the engine alone."""
+    """fluxon_video's decoder on the local file (no FluxonFS): the engine alone. As
+    for PyAV, the file's index is built once, untimed, and one reader (one
+    decoder) serves the clips of a pass."""
 
-    def __init__(self, path: Path, height: int, width: int, native: bool, threads: int) -> None:
-        self.path, self.height, self.width, self.threads = path, height, width, threads
+    _indexes: dict[Path, Any] = {}
+    _index_ms: dict[Path, float] = {}
 
-    def read(self, indices: Sequence[int]) -> tuple[np.ndarray, dict[str, Any]]:
+    @classmethod
+    def prepare(cls, path: Path) -> float:
+        """Scan the file once (not timed with the clips); returns the scan's ms."""
         import fluxon_video as fv
 
-        frames, stats = fv.decode_local_frames(self.path, indices, self.height, self.width,
-                                               self.threads)
+        if path not in cls._indexes:
+            t0 = time.perf_counter()
+            with fv.LocalVideoReader(path) as reader:
+                cls._indexes[path] = reader.index
+            cls._index_ms[path] = (time.perf_counter() - t0) * 1e3
+        return cls._index_ms[path]
+
+    def __init__(self, path: Path, height: int, width: int, native: bool, threads: int) -> None:
+        import fluxon_video as fv
+
+        self.prepare(path)
+        self.height, self.width = height, width
+        self.reader = fv.LocalVideoReader(path, threads, index=self._indexes[path])
+
+    def read(self, indices: Sequence[int]) -> tuple[np.ndarray, dict[str, Any]]:
+        frames, stats = self.reader.read_frames_numpy(indices, self.height, self.width)
         return frames, stats.as_dict()
 
     def close(self) -> None:
-        pass
+        self.reader.close()
 
 
 class FluxonPoolHandle:

@@ -397,19 +397,23 @@ def targets(results: dict, summaries: list[dict]) -> list[dict]:
         f = flux[0]
         ratio = fastest["item_ms_p50"] / f["item_ms_p50"] if fastest else None
         rt = f.get("fluxon", {})
-        trips = (f["requests_per_item"] or 0) + rt.get("kv_round_trips_per_item", 0)
+        counted = [x["open_round_trips"] for x in rt.get("per_item", []) if "open_round_trips" in x]
+        # The library's count (the stat and the index read alongside are one round trip);
+        # without it, every request counted apart.
+        trips = (statistics.median(counted) if counted else
+                 (f["requests_per_item"] or 0) + rt.get("kv_round_trips_per_item", 0))
         warm = cache.startswith("warm")
         out.append({"target": f"metadata only: fastest exact peer's open ÷ fluxon {cache} "
                               "video_metadata (p50 per video)",
                     "condition": cond, "goal": "≥ 10× (warm)" if warm else "–",
                     "fluxon": f"{f['item_ms_p50']:.1f} ms; {f['requests_per_item']:.2f} agent "
                               f"req + {rt.get('kv_round_trips_per_item', 0):.2f} KV round trips "
-                              "per video",
+                              f"per video; {trips:g} round trip(s) one after another (p50)",
                     "other": (f"{fastest['label']} {fastest['item_ms_p50']:.1f} ms, "
                               f"{fastest['requests_per_item']:.2f} req" if fastest else "–"),
                     "ratio": _fmt_ratio(ratio),
-                    "status": (_met(ratio, 10.0) + ("; 1 round trip" if trips <= 1.0 else
-                                                   f"; {trips:.2f} round trips, goal 1")
+                    "status": (_met(ratio, 10.0) + ("; 1 round trip: met" if trips <= 1.0 else
+                                                   f"; {trips:g} round trips, goal 1")
                                if warm else "(context)")})
 
     # (5) round trips before the first frame, as the library counts them
@@ -554,6 +558,13 @@ def markdown(results: dict, summaries: list[dict], target_rows: list[dict]) -> s
         f"{(store.get('piece_size') or 0) // KiB} KiB.",
         "- The agent has no bandwidth cap of its own: the same relay shapes its connections "
         "(an agent flag `--inject-bandwidth-mbps` would make this native).",
+        "- fluxon rows: cold (Redis flushed, a new process), warm-kv (a new process, Redis as "
+        "the cold pass left it, default settings), warm-kv+shared (the same with the export's "
+        "`metadata_cache_shared = true` and `metadata_cache_ttl_ms = 120000`: the stat the "
+        "cold pass had authorised comes with the frame index in one Redis pipeline, so no "
+        "agent request; the cold pass runs with that setting to leave those entries), "
+        "warm-reader (the cold process's pool again). Redis has no injected latency: it is "
+        "the cache next to the training nodes, the agent is the remote store.",
         "- Workload: " + wl["clip"] + "; interleaved rounds per workload (row order rotates each "
         "round): " + ", ".join(f"{v} at {k} ms" for k, v in wl["rounds"].items())
         + f"; {wl['threads']} decoder thread(s) per contender; batched K = {wl['batched_clips']}.",
@@ -602,8 +613,9 @@ def markdown(results: dict, summaries: list[dict], target_rows: list[dict]) -> s
     lines += batched_table(summaries)
     lines += ["", "## Metadata only", "",
               WORKLOADS["metadata"] + ". fluxon: `patcher.video_metadata` in a new process, "
-              "cold (Redis flushed: a scan of remote bytes builds the frame index) and warm-kv "
-              "(the index in Redis). PyAV: the stream header (`frames`; Matroska has none, so its "
+              "cold (Redis flushed: a scan of remote bytes builds the frame index), warm-kv "
+              "(the index in Redis; the agent answers the stat meanwhile) and warm-kv+shared "
+              "(stat and index in one Redis pipeline). PyAV: the stream header (`frames`; Matroska has none, so its "
               "packets are counted by demuxing); torchcodec approximate: the header; torchcodec "
               "exact: a scan of every packet; decord: reads the whole file and indexes it.", ""]
     lines += metadata_table(summaries)

@@ -4,7 +4,7 @@ The public API lives in :mod:`fluxon_video.video` and is re-exported here.
 """
 
 from fluxon_video import logs as _logs  # noqa: F401 - installs the NullHandler
-from fluxon_video.local import decode_local_frames
+from fluxon_video.local import LocalVideoReader, decode_local_frames
 from fluxon_video.native import HAVE_FFMPEG
 from fluxon_video.sources import BytesRangeSource, LocalFileRangeSource, RangeSource
 from fluxon_video.video import *  # noqa: F401,F403
@@ -18,5 +18,6 @@ __all__ = [
     "BytesRangeSource",
     "LocalFileRangeSource",
     "RangeSource",
+    "LocalVideoReader",
     "decode_local_frames",
 ]

@@ -116,7 +116,6 @@ fx_pagecache *fx_pagecache_new(int64_t file_size, int64_t page_size, int64_t cap
         return NULL;
     }
     pc->lru.lru_next = pc->lru.lru_prev = &pc->lru;
-    pc->last_wait_job = -1;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
@@ -161,7 +160,7 @@ int fx_pagecache_next_job(fx_pagecache *pc, int64_t *page, int64_t *offset, int6
     if (!pc->job_head) pc->job_tail = NULL;
     e->job_next = NULL;
     e->state = FX_PAGE_FETCHING;
-    e->job = e->index;
+    e->job_seq = ++pc->jobs_started;
     *page = e->index;
     *offset = e->index * pc->page_size;
     *length = pc->file_size - *offset < pc->page_size ? pc->file_size - *offset : pc->page_size;
@@ -172,12 +171,13 @@ int fx_pagecache_next_job(fx_pagecache *pc, int64_t *page, int64_t *offset, int6
 int64_t fx_pagecache_claim_following(fx_pagecache *pc, int64_t page, int64_t max_pages) {
     int64_t claimed = 0;
     pthread_mutex_lock(&pc->mu);
+    int64_t seq = pc->slots[page] ? pc->slots[page]->job_seq : 0;
     for (int64_t p = page + 1; p < pc->num_pages && claimed < max_pages && !pc->closed; p++) {
         fx_page *e = pc->slots[p];
         if (!e || e->state != FX_PAGE_QUEUED) break;
         job_unlink(pc, e);
         e->state = FX_PAGE_FETCHING;
-        e->job = page;
+        e->job_seq = seq;
         claimed++;
     }
     pthread_mutex_unlock(&pc->mu);
@@ -266,11 +266,14 @@ static fx_page *acquire_page(fx_pagecache *pc, fx_cursor *c, int64_t page) {
             }
         }
         if (e->state == FX_PAGE_READY) {
-            if (!counted) pc->stats.page_hits++;
-            else if (e->job != pc->last_wait_job) {
-                /* Pages of one fetch job arrive together: one wait, one round trip. */
-                pc->stats.fetch_waits++;
-                pc->last_wait_job = e->job;
+            if (!counted) {
+                pc->stats.page_hits++;
+            } else {
+                /* One round trip per wait for a job that started after the previous
+                 * wait ended: pages of one job, and jobs in flight together,
+                 * arrive in the same round trip. */
+                if (e->job_seq > pc->jobs_at_last_wait) pc->stats.fetch_waits++;
+                pc->jobs_at_last_wait = pc->jobs_started;
             }
             return e;
         }

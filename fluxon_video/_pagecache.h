@@ -38,7 +38,7 @@ typedef struct fx_page {
     int state;
     int from_readahead; /* queued speculatively, nobody waited for it yet */
     int retried;        /* a failed readahead page gets one demand retry */
-    int64_t job;        /* first page of the fetch job that carries it */
+    int64_t job_seq;    /* which fetch job carries it: jobs are numbered as they start */
     uint8_t *data;
     int64_t len;
     struct fx_page *lru_prev, *lru_next; /* READY pages */
@@ -54,7 +54,7 @@ typedef struct fx_cache_stats {
     int64_t readahead_cancelled;
     int64_t evictions;
     int64_t fetch_errors;
-    int64_t fetch_waits;     /* distinct fetch jobs a reader waited for (round trips) */
+    int64_t fetch_waits;     /* waits for a job that started after the previous wait ended */
 } fx_cache_stats;
 
 /* Per-AVIOContext read position and error slot. */
@@ -98,7 +98,8 @@ typedef struct fx_pagecache {
     int64_t ready_pages;
     fx_page *job_head, *job_tail;
     int closed;
-    int64_t last_wait_job;   /* job of the last page a reader waited for */
+    int64_t jobs_started;    /* fetch jobs taken by workers so far */
+    int64_t jobs_at_last_wait; /* jobs_started when the last wait ended */
     fx_extent *extents;      /* sorted by offset, disjoint; set once */
     int64_t n_extents;
     fx_cache_stats stats;

@@ -52,6 +52,7 @@ AV_NOPTS_VALUE = -(1 << 63)
 # Container bytes carried in the index (beyond that, the open fetches them):
 # a few KiB for clips, about 1 MiB of moov for an hour at 30 fps.
 MAX_OPEN_EXTENT_BYTES = 2 << 20
+LAST_PACKET_KEPT = 256 << 10
 
 
 @dataclass
@@ -134,6 +135,16 @@ class FrameIndex:
             return
         extents = [(off, peek(off, n)) for off, n in ranges]
         self.open_extents = [(off, data) for off, data in extents if data]
+        # FFmpeg 5.1's MP4 demuxer reads the end of the last packet while it opens
+        # a file whose moov follows it: keep that packet too, if it is small and
+        # still cached.
+        last = int(np.argmax(self.pkt_pos))
+        start, end = int(self.pkt_pos[last]), int(self.pkt_pos[last] + self.pkt_size[last])
+        if self.open_extents and self.open_extents[-1][0] == end > start and (
+                self.pkt_size[last] <= LAST_PACKET_KEPT):
+            before = peek(start, end - start)
+            if before is not None:
+                self.open_extents[-1] = (start, before + self.open_extents[-1][1])
 
     @property
     def pkt_seek_ts(self) -> np.ndarray:

@@ -43,3 +43,60 @@ def decode_local_frames(
                 index, _, _ = load_or_build_index(byte_source, source.name)
             return decode.decode_frames(byte_source, indices, height, width, num_threads,
                                         index=index)
+
+
+class LocalVideoReader:
+    """A local file held open: its frame index built once, the decoder kept between
+    reads (a read ahead of where it stands continues without seeking), as a
+    FluxonFS reader does. Use as a context manager; ``close()`` is idempotent.
+
+    ``index`` (a FrameIndex of this very file) skips the scan at open.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], num_threads: int = 1, *,
+                 index: Any = None, **byte_source_options: Any) -> None:
+        avio, decode = require_native("decoding a local file")
+        positive_int("num_threads", num_threads)
+        self._source = LocalFileRangeSource(path)
+        self._byte_source: Any = None
+        self._decoder: Any = None
+        try:
+            self._byte_source = avio.ByteSource(self._source, self._source.size,
+                                                name=self._source.name, **byte_source_options)
+            if index is None:
+                index, _, _ = load_or_build_index(self._byte_source, self._source.name)
+            self._byte_source.set_extents(index.open_extents if index is not None else [])
+            self._decoder = decode.VideoDecoder(self._byte_source, num_threads,
+                                                self._source.name)
+            self._decoder.index = index
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def index(self) -> Any:
+        """The FrameIndex (None if the file could not be indexed: reads are sequential)."""
+        return self._decoder.index if self._decoder is not None else None
+
+    def read_frames_numpy(self, indices: Sequence[int], height: int,
+                          width: int) -> tuple[np.ndarray, DecodeStats]:
+        """Frames at ``indices`` as uint8 (N, height, width, 3) RGB, and the decode's stats."""
+        if self._decoder is None:
+            from fluxon_video.errors import FluxonFsClosedError
+
+            raise FluxonFsClosedError(f"{self._source.name}: the reader is closed")
+        positive_int("height", height)
+        positive_int("width", width)
+        return self._decoder.decode(indices, height, width)
+
+    def close(self) -> None:
+        for part in (self._decoder, self._byte_source, self._source):
+            if part is not None:
+                part.close()
+        self._decoder = self._byte_source = None
+
+    def __enter__(self) -> LocalVideoReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -7,6 +7,7 @@ import contextvars
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -205,15 +206,22 @@ class FluxonFsPatcher:
         version = opened.version
         source = FluxonFsRangeSource(self.client, who, export_name, relpath, version,
                                      preloaded=(BLOB_KIND, opened.blob), counters=counters)
-        index, where, index_ms = load_or_build_index(
-            lambda: make_byte_source(source, export.piece_size, self.config.client),
-            source.name, source)
+        scanned: list[Any] = []  # the scan's byte source, if one was made
+
+        def scan_source() -> Any:
+            scanned.append(make_byte_source(source, export.piece_size, self.config.client))
+            return scanned[-1]
+
+        index, where, index_ms = load_or_build_index(scan_source, source.name, source)
         if index is None:
             raise FluxonFsDecodeError(f"{source.name}: not a video FFmpeg can index")
         metadata = build_metadata(index, version.size, version.mtime_ns, source.name)
+        # Round trips: the stat with the index; after a scan, its waits and the index's write.
+        trips = opened.round_trips + (
+            scanned[0].stats()["fetch_waits"] + 1 if where == "scan" and scanned else 0)
         stats = FluxonFsVideoReadStats(index_source=where, index_ms=index_ms,
                                        total_ms=(time.perf_counter() - t0) * 1e3,
-                                       **source.counters.snapshot())
+                                       open_round_trips=trips, **source.counters.snapshot())
         self._stats.add_read(stats, metadata=True)
         return index, metadata, stats
 

@@ -113,3 +113,28 @@ def test_thread_count_does_not_change_pixels(media):
 def test_library_versions_are_reported():
     versions = decode.library_versions()
     assert set(versions) == {"libavutil", "libavcodec", "libavformat", "libswscale"}
+
+
+@pytest.mark.parametrize("name", ["h264_moov_end.mp4", "vp9.webm", "mpeg4.avi"])
+def test_a_local_reader_keeps_its_decoder_and_index_between_reads(media, name):
+    import fluxon_video as fv
+
+    ref = media.reference(name, 48, 64)
+    reads = [[5, 6, 7], [30, 31], [2], [len(ref) - 1]]
+    with fv.LocalVideoReader(media.path(name)) as reader:
+        index = reader.index
+        assert index is not None and index.frame_count == len(ref)
+        got = [reader.read_frames_numpy(r, 48, 64) for r in reads]
+    for r, (frames, _) in zip(reads, got):
+        np.testing.assert_array_equal(frames, ref[r])
+    # [30, 31] straight after [5, 6, 7] within one GOP continues without a seek
+    # where the GOP allows; every read is indexed, none fell back.
+    assert all(stats.path == "indexed" and not stats.fallback for _, stats in got)
+    assert got[0][1].decoder_seeks + got[1][1].decoder_seeks <= 2
+    # A second reader given the index does not scan again, and reads the same.
+    with fv.LocalVideoReader(media.path(name), index=index) as again:
+        assert again.index is index
+        np.testing.assert_array_equal(again.read_frames_numpy([30], 48, 64)[0], ref[[30]])
+    reader.close()  # twice is fine
+    with pytest.raises(errors.FluxonFsClosedError):
+        reader.read_frames_numpy([0], 48, 64)
