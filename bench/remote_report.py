@@ -560,9 +560,9 @@ def markdown(results: dict, summaries: list[dict], target_rows: list[dict]) -> s
         "(an agent flag `--inject-bandwidth-mbps` would make this native).",
         "- fluxon rows: cold (Redis flushed, a new process), warm-kv (a new process, Redis as "
         "the cold pass left it, default settings), warm-kv+shared (the same with the export's "
-        "`metadata_cache_shared = true` and `metadata_cache_ttl_ms = 120000`: the stat the "
-        "cold pass had authorised comes with the frame index in one Redis pipeline, so no "
-        "agent request; the cold pass runs with that setting to leave those entries), "
+        "`metadata_cache_shared = true` and `metadata_cache_ttl_ms = 120000`: the stats another "
+        "process had just had authorised (an untimed process before the pass) come with the "
+        "frame index in one Redis pipeline, so no agent request), "
         "warm-reader (the cold process's pool again). Redis has no injected latency: it is "
         "the cache next to the training nodes, the agent is the remote store.",
         "- Workload: " + wl["clip"] + "; interleaved rounds per workload (row order rotates each "

@@ -561,6 +561,13 @@ def fluxon_pass(task: dict) -> list[dict]:
     fv.decode_local_frames(task["warm_path"], [0], SIZE, SIZE, task["threads"])  # untimed
     counters = Counters(task["store"], "fluxon")
     patcher = make_patcher(task["fluxon"])
+    if task.get("prime_shared_stats"):
+        # What another process of the same identity leaves behind (metadata_cache_shared).
+        with patcher:
+            for item in task["items"]:
+                patcher.client.stat(patcher.identity, task["fluxon"]["export"],
+                                    task["videos"][item["video"]]["relpath"])
+        return []
     pool = patcher.open_video_reader_pool()
     out = []
 

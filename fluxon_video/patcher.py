@@ -216,9 +216,9 @@ class FluxonFsPatcher:
         if index is None:
             raise FluxonFsDecodeError(f"{source.name}: not a video FFmpeg can index")
         metadata = build_metadata(index, version.size, version.mtime_ns, source.name)
-        # Round trips: the stat with the index; after a scan, its waits and the index's write.
+        # Round trips: the stat with the index; after a scan, its waits.
         trips = opened.round_trips + (
-            scanned[0].stats()["fetch_waits"] + 1 if where == "scan" and scanned else 0)
+            scanned[0].stats()["fetch_waits"] if where == "scan" and scanned else 0)
         stats = FluxonFsVideoReadStats(index_source=where, index_ms=index_ms,
                                        total_ms=(time.perf_counter() - t0) * 1e3,
                                        open_round_trips=trips, **source.counters.snapshot())

@@ -113,10 +113,10 @@ class FluxonFsVideoReader:
     def _round_trips_of_open(self, stat_and_index: int | None) -> int:
         """Network round trips the open waited for: getting the stat and the index
         (FluxonFsClient.open_file; without it a stat and a KV read), and after a
-        scan the fetch jobs it waited for plus the index's KV write."""
+        scan the fetch jobs it waited for (its KV write is not waited for)."""
         trips = 2 if stat_and_index is None else stat_and_index
         if self._index_source == "scan":
-            trips += self._byte_source.stats()["fetch_waits"] + 1
+            trips += self._byte_source.stats()["fetch_waits"]
         return trips
 
     def _prefetch_container(self, index: FrameIndex) -> None:

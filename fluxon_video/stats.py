@@ -45,7 +45,7 @@ class FluxonFsVideoReadStats(DecodeStats):
     index_ms: float = 0.0           # getting the frame index (first read only)
     index_source: str = ""          # "kv" (shared by another reader), "scan" or "none"
     # Network round trips the reader's open waited for (first read only): the
-    # agent stat, the index's KV read, a scan's fetch jobs and KV write. With
+    # agent stat with the index's KV read, a scan's fetch jobs. With
     # first_frame_waits: the round trips before the first frame.
     open_round_trips: int = 0
     total_ms: float = 0.0           # end to end, this call

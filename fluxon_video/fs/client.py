@@ -219,7 +219,8 @@ class _ProcessState:
     stats_lock: threading.Lock
     flights: SingleFlight
     backfill: Backfiller
-    # Runs a KV read while the agent answers a stat (stat_with_blob).
+    # KV reads while the agent answers a stat (open_file), and the writes
+    # nobody waits for (a shared stat, an index blob); close() waits for them.
     alongside: concurrent.futures.ThreadPoolExecutor
 
     def close(self) -> None:
@@ -330,7 +331,6 @@ class FluxonFsClient:
             version = self._shared_stat(identity, export, relpath, skey, stat_entry)
         if version is None:
             pending = None if fetched else self._checkpid().alongside.submit(self.kv.get, bkey)
-            writes = counters.kv_round_trips  # _agent_stat counts a shared stat's write
             try:
                 version = self._agent_stat(identity, export, relpath, counters)
             finally:
@@ -338,7 +338,7 @@ class FluxonFsClient:
                     reachable, entry = pending.result()
                     fetched = reachable
                     kv_reads += int(reachable)
-            trips += 1 + counters.kv_round_trips - writes  # the stat (the blob alongside)
+            trips += 1  # the stat (the blob read alongside)
         if version.size > export.cache_max_bytes:  # the file stays out of the KV entirely
             counters.add(kv_round_trips=kv_reads)
             return OpenedFile(version, None, trips)
@@ -400,11 +400,10 @@ class FluxonFsClient:
             if export.stale_if_error_s > 0:
                 state.last_good[key] = (now, st)
         if ttl > 0 and export.metadata_cache_shared:
+            # Shared for other processes; nobody here waits for the write.
             skey = self._stat_key(export, relpath, identity)
-            self.kv.put(skey, encode_stat(skey, st, time.time() + ttl,
-                                          export.cache_bytes_field_key), math.ceil(ttl))
-            if counters is not None:
-                counters.add(kv_round_trips=1)
+            state.alongside.submit(self.kv.put, skey, encode_stat(
+                skey, st, time.time() + ttl, export.cache_bytes_field_key), math.ceil(ttl))
         return st
 
     def _stale_stat(self, state: _ProcessState, export: FluxonFsExport, key: tuple,
@@ -642,13 +641,15 @@ class FluxonFsClient:
 
     def store_blob(self, export_name: str, relpath: str, version: FileStat, kind: str,
                    data: bytes) -> None:
-        """Store this version's blob of kind (replacing any other version's)."""
+        """Store this version's blob of kind (replacing any other version's), in the
+        background: the caller does not wait (close() does, for the writes queued)."""
         export = self.config.export(export_name)
         if version.size > export.cache_max_bytes:
             return
         key = blob_key(export.cache_kv_key_prefix, kind, export_name, relpath)
-        self.kv.put(key, encode_blob(key, version, data, export.cache_bytes_field_key),
-                    export.cache_ttl_s)
+        self._checkpid().alongside.submit(
+            self.kv.put, key, encode_blob(key, version, data, export.cache_bytes_field_key),
+            export.cache_ttl_s)
 
     def close(self) -> None:
         """Stop this process's threads and connections; later calls raise. Safe to call twice."""
@@ -691,7 +692,6 @@ class FluxonFsRangeSource:
                                      kind)
 
     def store_blob(self, kind: str, data: bytes) -> None:
-        self.counters.add(kv_round_trips=1)
         self.client.store_blob(self.export_name, self.relpath, self.version, kind, data)
 
     def __repr__(self) -> str:
