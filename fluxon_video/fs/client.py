@@ -674,7 +674,7 @@ class FluxonFsRangeSource:
         self.size = version.size
         self.name = f"{export_name}:{relpath}"
         self.counters = counters if counters is not None else ReadCounters()
-        # (kind, blob or None) fetched with the stat (FluxonFsClient.stat_with_blob).
+        # (kind, blob or None) fetched with the stat (FluxonFsClient.open_file).
         self._preloaded = preloaded
 
     def read_range(self, offset: int, length: int) -> bytes:
