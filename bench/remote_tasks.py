@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from contenders import pyav_decode_from
+from contenders import FluxonLocalHandle, pyav_decode_from
 from frames import CheckResult, Reference
 from tasks import make_patcher
 
@@ -480,16 +480,10 @@ def _fluxon_clips_pass(task: dict, pool: Any, counters: Counters, row: dict) -> 
 def _fluxon_local_pass(task: dict) -> dict:
     """fluxon's decoder on the local files, no store: what decoding alone costs (reference).
     A new open per item, as in the other rows; each file's index is built once, untimed
-    (the warm rows get theirs from Redis)."""
-    import fluxon_video as fv
-
+    (the warm rows get theirs from Redis), as bench/run.py's fluxon-local row does."""
     videos, threads = task["videos"], task["threads"]
-    indexes = {}
     for item in task["items"]:
-        path = videos[item["video"]]["path"]
-        if path not in indexes:
-            with fv.LocalVideoReader(path) as reader:
-                indexes[path] = reader.index
+        FluxonLocalHandle.prepare(Path(videos[item["video"]]["path"]))
     check = CheckResult(exact_required=True)
     item_ms: list[float] = []
     item_videos: list[str] = []
@@ -502,12 +496,14 @@ def _fluxon_local_pass(task: dict) -> dict:
             t0 = time.perf_counter()
             outs = []
             frames_decoded = 0
-            with fv.LocalVideoReader(video["path"], threads,
-                                     index=indexes[video["path"]]) as reader:
+            handle = FluxonLocalHandle(Path(video["path"]), SIZE, SIZE, False, threads)
+            try:
                 for clip in item["clips"]:
-                    frames, stats = reader.read_frames_numpy(clip, SIZE, SIZE)
+                    frames, stats = handle.read(clip)
                     outs.append(frames)
-                    frames_decoded += stats.frames_decoded
+                    frames_decoded += stats["frames_decoded"]
+            finally:
+                handle.close()
             item_ms.append((time.perf_counter() - t0) * 1e3)
             item_videos.append(item["video"])
         except Exception as exc:  # noqa: BLE001
