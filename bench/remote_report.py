@@ -397,11 +397,8 @@ def targets(results: dict, summaries: list[dict]) -> list[dict]:
         f = flux[0]
         ratio = fastest["item_ms_p50"] / f["item_ms_p50"] if fastest else None
         rt = f.get("fluxon", {})
-        counted = [x["open_round_trips"] for x in rt.get("per_item", []) if "open_round_trips" in x]
-        # The library's count (the stat and the index read alongside are one round trip);
-        # without it, every request counted apart.
-        trips = (statistics.median(counted) if counted else
-                 (f["requests_per_item"] or 0) + rt.get("kv_round_trips_per_item", 0))
+        # The library's count: the stat and the index read alongside are one round trip.
+        trips = statistics.median(x["open_round_trips"] for x in rt["per_item"])
         warm = cache.startswith("warm")
         out.append({"target": f"metadata only: fastest exact peer's open ÷ fluxon {cache} "
                               "video_metadata (p50 per video)",
@@ -425,11 +422,8 @@ def targets(results: dict, summaries: list[dict]) -> list[dict]:
             continue
         by_layout: dict[str, list[float]] = {}
         for x in flux[0]["fluxon"]["per_item"]:
-            if "open_round_trips" in x:
-                by_layout.setdefault(layout.get(x["video"], "?"), []).append(
-                    x["open_round_trips"] + x["first_frame_waits"])
-        if not by_layout:
-            continue
+            by_layout.setdefault(layout.get(x["video"], "?"), []).append(
+                x["open_round_trips"] + x["first_frame_waits"])
         text = "; ".join(f"{k} {statistics.median(v):g} (max {max(v):g})"
                          for k, v in sorted(by_layout.items()))
         goals = {"mkv": 3, "mp4 faststart": 2, "mp4 moov-at-end": 3}
