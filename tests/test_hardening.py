@@ -101,12 +101,18 @@ def test_a_fifo_never_ties_up_the_agent(agent, root):
 
 # ---- 3. KV entries of the wrong type, and refused writes ----
 
-def test_a_piece_of_the_wrong_redis_type_is_repaired(media, root, redis_server, redis_url):
-    r = redis_server.client()
+def store_pieces(root, redis_url: str, indices: list[int]) -> None:
+    """Read VIDEO's frames at indices in a patcher of its own (16 KiB pieces), so the
+    pieces they need are in Redis when it returns."""
     with make_patcher(None, root, redis_url, piece_size=16 << 10) as patcher:
         with patcher.open_video_reader("train", VIDEO, H, W) as reader:
-            reader.read_frames_numpy([0, 40])
+            reader.read_frames_numpy(indices)
         patcher.client.backfill.wait_idle()
+
+
+def test_a_piece_of_the_wrong_redis_type_is_repaired(media, root, redis_server, redis_url):
+    r = redis_server.client()
+    store_pieces(root, redis_url, [0, 40])
     pieces = sorted(k for k in r.keys("*piece*"))
     assert len(pieces) >= 3
     r.delete(pieces[0], pieces[1])
@@ -129,10 +135,7 @@ def test_a_piece_of_the_wrong_redis_type_is_repaired(media, root, redis_server, 
 
 def test_a_full_redis_refuses_writes_but_reads_go_on(media, root, redis_server, redis_url):
     r = redis_server.client()
-    with make_patcher(None, root, redis_url, piece_size=16 << 10) as patcher:
-        with patcher.open_video_reader("train", VIDEO, H, W) as reader:
-            reader.read_frames_numpy([1])  # this file's pieces go into Redis
-        patcher.client.backfill.wait_idle()
+    store_pieces(root, redis_url, [1])  # this file's pieces go into Redis
     stored = r.dbsize()
     r.config_set("maxmemory-policy", "noeviction")
     r.config_set("maxmemory", r.info("memory")["used_memory"] + 1000)
@@ -197,10 +200,7 @@ def test_a_rewrite_with_the_mtime_restored_is_a_new_version(media, tmp_path, red
 
 def test_a_piece_copied_under_another_key_is_corrupt(media, root, redis_server, redis_url):
     r = redis_server.client()
-    with make_patcher(None, root, redis_url, piece_size=16 << 10) as patcher:
-        with patcher.open_video_reader("train", VIDEO, H, W) as reader:
-            reader.read_frames_numpy([0, 70])
-        patcher.client.backfill.wait_idle()
+    store_pieces(root, redis_url, [0, 70])
     keys = sorted(r.keys("*piece*"), key=lambda k: int(k.rsplit(b":", 1)[1]))
     assert len(keys) >= 3
     r.hset(keys[1], mapping=r.hgetall(keys[2]))  # piece 2's (valid) entry under piece 1's key
