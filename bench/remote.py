@@ -201,28 +201,22 @@ def mixed(names: list[str], n: int) -> list[str]:
     return out
 
 
-def open_prefetch(size: int, piece: int) -> list[tuple[int, int]]:
-    """The (offset, length) ranges a fluxon reader prefetches when it opens a file of
-    ``size`` bytes: asked of the installed library (FluxonFsVideoReader's
-    ``_prefetch_container_ends``, called on a stand-in that records); [] if that fails."""
-    from types import SimpleNamespace
+def scan_ranges(video: Any) -> list[tuple[int, int]]:
+    """The (offset, length) ranges a cold fluxon open's scan reads: the whole file
+    for the containers the library scans whole (indexing.WHOLE_FILE_SCANS), else
+    the container bytes before the first video packet and after the last."""
+    from fluxon_video.indexing import WHOLE_FILE_SCANS
 
-    try:
-        from fluxon_video.reader import FluxonFsVideoReader
-
-        calls: list[tuple[int, int]] = []
-        stand_in = SimpleNamespace(version=SimpleNamespace(size=size), _page_size=piece,
-                                   _byte_source=SimpleNamespace(
-                                       prefetch=lambda o, n: calls.append((o, n))))
-        FluxonFsVideoReader._prefetch_container_ends(stand_in)  # type: ignore[arg-type]
-        return calls
-    except Exception:  # noqa: BLE001 - the library changed: no model
-        return []
+    if video.name.lower().endswith(WHOLE_FILE_SCANS):
+        return [(0, video.size)]
+    head = min(p["pos"] for p in video.packets)
+    tail = max(p["pos"] + p["size"] for p in video.packets)
+    return [(o, n) for o, n in ((0, head), (tail, video.size - tail)) if n > 0]
 
 
 def piece_model(video: Any, clips: list[list[int]], piece: int) -> dict[str, int]:
     """Bytes of the pieces holding the clips' GOP spans (``span_piece_bytes``), and of those
-    plus the pieces a reader's open prefetches (``open_model_bytes``, see open_prefetch)."""
+    plus the pieces a cold open's scan reads (``open_model_bytes``, see scan_ranges)."""
     def pieces(lo: int, hi: int) -> set[int]:
         return set(range(lo // piece, (hi - 1) // piece + 1)) if hi > lo else set()
 
@@ -232,7 +226,7 @@ def piece_model(video: Any, clips: list[list[int]], piece: int) -> dict[str, int
         span |= pieces(min(p["pos"] for p in packets),
                        max(p["pos"] + p["size"] for p in packets))
     opened = set(span)
-    for offset, length in open_prefetch(video.size, piece):
+    for offset, length in scan_ranges(video):
         opened |= pieces(offset, offset + length)
 
     def size(chosen: set[int]) -> int:
@@ -430,7 +424,6 @@ class Bench:
             self.plans.setdefault("metadata", []).append(
                 [{"video": n} for n in (names[i] for i in rng.permutation(len(names)))])
         piece = self.piece_size()
-        self.prefetch_example = open_prefetch(8 * piece, piece)
         for workload in ("clips", "batched"):
             for plan in self.plans[workload]:
                 for item in plan:
@@ -680,7 +673,6 @@ class Bench:
             "videos": [self.facts(v) for v in self.videos.values()],
             "plans": self.plans,
             "needed_bytes": self.needed_bytes(),
-            "open_prefetch_of_8_pieces": getattr(self, "prefetch_example", []),
             "passes": self.passes,
             "skipped": self.skipped,
             "notes": self.notes,

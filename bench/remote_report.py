@@ -235,7 +235,7 @@ def _bytes_by_layout(results: dict, cold: dict, latency: float) -> str:
 
 
 def _bytes_model(results: dict, cold: dict, latency: float) -> str:
-    """Where fluxon's cold bytes go: the piece-rounded spans, plus the open's prefetch."""
+    """Where fluxon's cold bytes go: the piece-rounded spans, plus what the scan reads."""
     pairs = [(x, i) for x, i in _cold_items(results, cold, latency) if "span_piece_bytes" in i]
     need = sum(i["needed_bytes"] for _, i in pairs)
     if not need:
@@ -243,13 +243,10 @@ def _bytes_model(results: dict, cold: dict, latency: float) -> str:
     span = sum(i["span_piece_bytes"] for _, i in pairs) / need
     opened = sum(i["open_model_bytes"] for _, i in pairs) / need
     got = sum(x["remote_bytes"] for x, _ in pairs) / need
-    ranges = results.get("open_prefetch_of_8_pieces") or []
-    piece = results["conditions"]["store"].get("piece_size") or 1
-    what = (", ".join(f"{o // piece}+{-(-n // piece)}" for o, n in ranges)
-            if ranges else "unknown")
-    return (f"÷ needed: the GOP spans in whole pieces {span:.2f}×; plus what the reader's open "
-            f"prefetches (pieces first+count of an 8-piece file: {what}) {opened:.2f}×; "
-            f"measured {got:.2f}× (the rest: pages past the spans)")
+    return (f"÷ needed: the GOP spans in whole pieces {span:.2f}×; plus the pieces the cold "
+            f"scan reads (MP4: the container bytes before the first and after the last packet; "
+            f"MKV/WebM/AVI: the whole file) {opened:.2f}×; measured {got:.2f}× (the rest: "
+            f"pages past the spans)")
 
 
 def _fmt_ratio(x: float | None) -> str:

@@ -23,7 +23,7 @@ from libc.stdlib cimport calloc, free, malloc
 from fluxon_video._pagecache cimport (
     FX_ERR_CLOSED, FX_ERR_FETCH, FX_ERR_NOMEM, FX_ERR_TIMEOUT, fx_cache_stats, fx_cursor,
     fx_cursor_init, fx_pagecache, fx_pagecache_cached_pages, fx_pagecache_complete,
-    fx_pagecache_cancel_speculative, fx_pagecache_claim_following, fx_pagecache_free,
+    fx_pagecache_cancel_speculative, fx_pagecache_free,
     fx_pagecache_get_stats, fx_pagecache_fetch_waits, fx_pagecache_new,
     fx_pagecache_next_job, fx_pagecache_peek, fx_pagecache_prefetch, fx_pagecache_read,
     fx_pagecache_set_extents, fx_pagecache_shutdown,
@@ -87,20 +87,16 @@ cdef class _FetchCore:
         self.pc = NULL
 
     def run_worker(self):
-        cdef int64_t page = 0, offset = 0, length = 0, extra = 0, k, page_len, at
-        cdef int64_t page_size = self.pc.page_size, file_size = self.pc.file_size
-        cdef int has_job
+        cdef int64_t page = 0, offset = 0, length = 0, pages = 0, k, page_len, at
+        cdef int64_t page_size = self.pc.page_size
         cdef const uint8_t[::1] view
         while True:
             with nogil:
-                has_job = fx_pagecache_next_job(self.pc, &page, &offset, &length)
-                # The queued pages right after it ride along: one range read
-                # serves them all (one pipelined KV read, one agent read).
-                if has_job:
-                    extra = fx_pagecache_claim_following(self.pc, page, MAX_BATCH_PAGES - 1)
-            if not has_job:
+                # The queued pages right after the first ride along: one range
+                # read serves them all (one pipelined KV read, one agent read).
+                pages = fx_pagecache_next_job(self.pc, MAX_BATCH_PAGES, &page, &offset, &length)
+            if pages == 0:
                 return
-            length = min(file_size, offset + (extra + 1) * page_size) - offset
             try:
                 data = self.read_range(offset, length)
                 view = memoryview(data).cast("B")
@@ -110,7 +106,7 @@ cdef class _FetchCore:
                     raise cls(f"{self.name}: the source returned {view.shape[0]} bytes "
                               f"for {length} bytes at offset {offset}")
             except BaseException as exc:
-                for k in range(page, page + extra + 1):
+                for k in range(page, page + pages):
                     # Record first: a waiting reader looks the exception up as
                     # soon as the page turns FAILED.
                     self.fetch_errors[k] = exc
@@ -118,7 +114,7 @@ cdef class _FetchCore:
                     with nogil:
                         fx_pagecache_complete(self.pc, k, NULL, 0, 1)
                 continue
-            for k in range(page, page + extra + 1):
+            for k in range(page, page + pages):
                 # The page is good now: an earlier failure of it (a readahead
                 # nobody waited for, or one a reader already reported) is not
                 # kept for good. A reader that saw that failure but has not

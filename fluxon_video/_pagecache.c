@@ -148,7 +148,8 @@ void fx_pagecache_free(fx_pagecache *pc) {
 
 /* ---- fetch worker side ---- */
 
-int fx_pagecache_next_job(fx_pagecache *pc, int64_t *page, int64_t *offset, int64_t *length) {
+int64_t fx_pagecache_next_job(fx_pagecache *pc, int64_t max_pages, int64_t *page,
+                              int64_t *offset, int64_t *length) {
     pthread_mutex_lock(&pc->mu);
     while (!pc->closed && !pc->job_head) pthread_cond_wait(&pc->job_queued, &pc->mu);
     if (pc->closed) {
@@ -161,27 +162,23 @@ int fx_pagecache_next_job(fx_pagecache *pc, int64_t *page, int64_t *offset, int6
     e->job_next = NULL;
     e->state = FX_PAGE_FETCHING;
     e->job_seq = ++pc->jobs_started;
+    /* Claimed under the same lock as the first page: a second worker woken by
+     * the same queueing cannot split the run by taking page+1 in between. */
+    int64_t taken = 1;
+    for (int64_t p = e->index + 1; p < pc->num_pages && taken < max_pages; p++) {
+        fx_page *f = pc->slots[p];
+        if (!f || f->state != FX_PAGE_QUEUED) break;
+        job_unlink(pc, f);
+        f->state = FX_PAGE_FETCHING;
+        f->job_seq = e->job_seq;
+        taken++;
+    }
     *page = e->index;
     *offset = e->index * pc->page_size;
-    *length = pc->file_size - *offset < pc->page_size ? pc->file_size - *offset : pc->page_size;
+    int64_t end = *offset + taken * pc->page_size;
+    *length = (end < pc->file_size ? end : pc->file_size) - *offset;
     pthread_mutex_unlock(&pc->mu);
-    return 1;
-}
-
-int64_t fx_pagecache_claim_following(fx_pagecache *pc, int64_t page, int64_t max_pages) {
-    int64_t claimed = 0;
-    pthread_mutex_lock(&pc->mu);
-    int64_t seq = pc->slots[page] ? pc->slots[page]->job_seq : 0;
-    for (int64_t p = page + 1; p < pc->num_pages && claimed < max_pages && !pc->closed; p++) {
-        fx_page *e = pc->slots[p];
-        if (!e || e->state != FX_PAGE_QUEUED) break;
-        job_unlink(pc, e);
-        e->state = FX_PAGE_FETCHING;
-        e->job_seq = seq;
-        claimed++;
-    }
-    pthread_mutex_unlock(&pc->mu);
-    return claimed;
+    return taken;
 }
 
 void fx_pagecache_complete(fx_pagecache *pc, int64_t page, const uint8_t *data, int64_t len,

@@ -113,13 +113,14 @@ void fx_pagecache_shutdown(fx_pagecache *pc);
 /* Frees everything. Call once, after every worker has returned. */
 void fx_pagecache_free(fx_pagecache *pc);
 
-/* Blocks until a job is available (returns 1) or the cache is shut down (returns 0). */
-int fx_pagecache_next_job(fx_pagecache *pc, int64_t *page, int64_t *offset, int64_t *length);
-/* After next_job returned page: claim the queued pages right after it (page+1,
- * page+2, ... while queued, at most max_pages), so one range fetch serves them
- * all (one pipelined KV read, one agent read for a run of misses). They are
- * FETCHING on return; complete each. Returns how many were claimed. */
-int64_t fx_pagecache_claim_following(fx_pagecache *pc, int64_t page, int64_t max_pages);
+/* Blocks until a job is available or the cache is shut down (returns 0). The
+ * job is the first queued page plus the queued pages right after it (page+1,
+ * page+2, ... while queued, at most max_pages in all), so one range fetch
+ * serves them all (one pipelined KV read, one agent read for a run of misses).
+ * Returns how many pages it holds; they are FETCHING and *offset, *length
+ * cover them all. Complete each page. */
+int64_t fx_pagecache_next_job(fx_pagecache *pc, int64_t max_pages, int64_t *page,
+                              int64_t *offset, int64_t *length);
 /* Delivers a job's bytes (copied) or its failure (data NULL, failed 1). */
 void fx_pagecache_complete(fx_pagecache *pc, int64_t page, const uint8_t *data, int64_t len,
                            int failed);

@@ -43,8 +43,8 @@ cdef extern from "_pagecache.h" nogil:
                                    int readahead_pages, int64_t wait_timeout_ms)
     void fx_pagecache_shutdown(fx_pagecache *pc)
     void fx_pagecache_free(fx_pagecache *pc)
-    int fx_pagecache_next_job(fx_pagecache *pc, int64_t *page, int64_t *offset, int64_t *length)
-    int64_t fx_pagecache_claim_following(fx_pagecache *pc, int64_t page, int64_t max_pages)
+    int64_t fx_pagecache_next_job(fx_pagecache *pc, int64_t max_pages, int64_t *page,
+                                  int64_t *offset, int64_t *length)
     void fx_pagecache_complete(fx_pagecache *pc, int64_t page, const uint8_t *data, int64_t len,
                                int failed)
     void fx_cursor_init(fx_cursor *c)

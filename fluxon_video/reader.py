@@ -120,15 +120,17 @@ class FluxonFsVideoReader:
         return trips
 
     def _prefetch_container(self, index: FrameIndex) -> None:
-        """Queue the container bytes the open reads that the index did not bring
-        (it carries them up to MAX_OPEN_EXTENT_BYTES): the index says where
-        they are, so they come in one round trip (head and tail on two fetch
-        workers) and no byte of media is fetched for them. After a scan they
-        are cached already (nothing is queued)."""
-        carried = {off for off, _ in index.open_extents}
+        """Queue the container bytes the open reads when the index does not carry
+        them (over MAX_OPEN_EXTENT_BYTES): the index says where they are, so they
+        come in one round trip (head and tail on two fetch workers) and no byte
+        of media is fetched for them. An index that carries extents carries every
+        container range the scan's open read; a range it left out (the audio
+        after the last video packet of a faststart MP4) is not read by the open
+        and is not fetched. After a scan the ranges are cached already."""
+        if index.open_extents:
+            return
         for off, length in index.container_ranges(self.version.size):
-            if off not in carried:
-                self._byte_source.prefetch(off, length)
+            self._byte_source.prefetch(off, length)
 
     def _orientation(self, index: FrameIndex | None) -> int:
         orient = orientation_from_matrix(index.header.get("display_matrix")

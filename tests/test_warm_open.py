@@ -165,11 +165,10 @@ def test_a_cold_webm_is_fetched_in_parallel_batches_and_its_open_counted(media, 
         frames, stats, _ = read(cold, relpath, [10])
     np.testing.assert_array_equal(frames, media.reference("vp9.webm", *SIZE)[[10]])
     # The scan reads the whole file: asked for at once, it comes in jobs of
-    # up to 16 pieces on the two fetch workers (one more when a worker takes
-    # a single piece before the other claims its neighbours), not a readahead
-    # window at a time.
+    # 16 pieces (a worker takes a run of queued pieces in one step, so the
+    # other worker cannot split it), not a readahead window at a time.
     assert stats.remote_bytes == size
-    assert stats.remote_reads <= -(-size // (16 * PIECE)) + 1
+    assert stats.remote_reads == -(-size // (16 * PIECE))
     # The stat with the index read alongside, the scan's waits, the index's
     # write; the frame's packets were read by the scan already.
     assert stats.open_round_trips <= 2 + stats.remote_reads
