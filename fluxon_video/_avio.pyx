@@ -25,7 +25,7 @@ from fluxon_video._pagecache cimport (
     fx_cursor_init, fx_pagecache, fx_pagecache_cached_pages, fx_pagecache_complete,
     fx_pagecache_cancel_speculative, fx_pagecache_free,
     fx_pagecache_get_stats, fx_pagecache_fetch_waits, fx_pagecache_new,
-    fx_pagecache_next_job, fx_pagecache_peek, fx_pagecache_prefetch, fx_pagecache_read,
+    fx_pagecache_next_job, fx_pagecache_note_wait, fx_pagecache_peek, fx_pagecache_prefetch, fx_pagecache_read,
     fx_pagecache_set_extents, fx_pagecache_shutdown,
 )
 from fluxon_video.libav.avformat cimport (
@@ -133,6 +133,18 @@ cdef class _FetchCore:
             view = None
 
 
+def _join_extents(extents):
+    """(offset, bytes) ranges sorted, with overlapping or touching ones joined."""
+    out = []
+    for off, data in sorted(extents, key=lambda x: x[0]):
+        if out and off <= out[-1][0] + len(out[-1][1]):
+            last_off, last = out[-1]
+            out[-1] = (last_off, last + data[last_off + len(last) - off:])
+        else:
+            out.append((off, data))
+    return out
+
+
 cdef class ByteSource:
     """A file of fixed size, read through a page cache filled by fetch workers."""
 
@@ -158,6 +170,8 @@ cdef class ByteSource:
         self.size = size
         self.page_size = page_size
         self.pid = os.getpid()
+        self.range_source = range_source
+        self.extents = []
         self.core = _FetchCore(read_range, size, page_size, cache_bytes, readahead_pages,
                                int(fetch_timeout_s * 1000), self.name)
         self.workers = []
@@ -258,12 +272,15 @@ cdef class ByteSource:
 
     def set_extents(self, extents):
         """Serve these (offset, bytes) ranges without fetching: bytes of this file
-        version known in advance (the container header a frame index recorded).
-
-        Sorted, disjoint, inside the file; set at most once, before reading.
+        version known in advance (the container header a frame index recorded,
+        or a probe of the file's end). Added to those set before: ranges that
+        overlap or touch are joined (they are the same file's bytes).
         """
+        extents = _join_extents(self.extents + [(int(off), bytes(data))
+                                                for off, data in extents if len(data)])
+        if any(off < 0 or off + len(data) > self.size for off, data in extents):
+            raise ValueError(f"{self.name}: extents must lie inside the file")
         cdef fx_pagecache *pc = self.pagecache()
-        extents = [(int(off), bytes(data)) for off, data in extents if len(data)]
         cdef int64_t n = len(extents), i
         cdef int64_t *offsets = <int64_t *> malloc(max(n, 1) * sizeof(int64_t))
         cdef int64_t *lens = <int64_t *> malloc(max(n, 1) * sizeof(int64_t))
@@ -284,12 +301,31 @@ cdef class ByteSource:
         if ret == -2:
             raise MemoryError(f"{self.name}: out of memory setting extents")
         if ret < 0:
-            raise ValueError(f"{self.name}: extents must be sorted, disjoint, inside the "
-                             "file, and set once")
+            raise ValueError(f"{self.name}: extents must lie inside the file")
+        self.extents = extents
+
+    def fetch_extent(self, int64_t offset, int64_t length):
+        """Read [offset, offset+length) from the range source now, bypassing the
+        pages, and serve it as the extent (see set_extents): a probe for bytes
+        the demuxer will ask for soon, fetched alongside the pages already in
+        flight. Counted as one round trip. A range source may offer
+        ``read_extent(offset, length)`` for reads that are not whole pages.
+        Raises what the range source raised."""
+        cdef fx_pagecache *pc = self.pagecache()
+        if length <= 0 or offset < 0 or offset + length > self.size:
+            raise ValueError(f"{self.name}: extent {offset}+{length} outside {self.size} bytes")
+        read = getattr(self.range_source, "read_extent", None) or self.range_source.read_range
+        data = read(offset, length)
+        if len(data) != length:
+            raise errors.FluxonFsShortReadError(
+                f"{self.name}: the source returned {len(data)} bytes for {length} bytes at "
+                f"offset {offset}")
+        fx_pagecache_note_wait(pc)
+        self.set_extents([(offset, data)])
 
     def peek(self, int64_t offset, int64_t length):
-        """Bytes [offset, offset+length) if every page of them is cached, else None
-        (never waits, never fetches)."""
+        """Bytes [offset, offset+length) if every byte of them is in an extent or a
+        cached page, else None (never waits, never fetches)."""
         cdef fx_pagecache *pc = self.pagecache()
         if length < 0 or offset < 0 or offset + length > self.size:
             return None

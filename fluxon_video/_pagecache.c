@@ -222,6 +222,25 @@ void fx_cursor_init(fx_cursor *c) {
     c->err_page = -1;
 }
 
+static const fx_extent *next_extent(const fx_pagecache *pc, int64_t pos) {
+    int64_t lo = 0, hi = pc->n_extents;
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (pc->extents[mid].offset + pc->extents[mid].len <= pos) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < pc->n_extents ? &pc->extents[lo] : NULL;
+}
+
+/* The whole page is in one extent: nothing to fetch for it. */
+static int page_in_extent(const fx_pagecache *pc, int64_t page) {
+    if (!pc->n_extents) return 0;
+    int64_t start = page * pc->page_size, end = start + pc->page_size;
+    if (end > pc->file_size) end = pc->file_size;
+    const fx_extent *x = next_extent(pc, start);
+    return x && x->offset <= start && end <= x->offset + x->len;
+}
+
 static void queue_readahead(fx_pagecache *pc, const fx_cursor *c, int64_t page) {
     int64_t end = pc->num_pages;
     if (c->readahead_end > 0) {
@@ -229,7 +248,7 @@ static void queue_readahead(fx_pagecache *pc, const fx_cursor *c, int64_t page) 
         if (limit < end) end = limit;
     }
     for (int64_t q = page + 1; q <= page + pc->readahead_pages && q < end; q++) {
-        if (!pc->slots[q] && !queue_page(pc, q, 1)) return;
+        if (!pc->slots[q] && !page_in_extent(pc, q) && !queue_page(pc, q, 1)) return;
     }
 }
 
@@ -308,16 +327,6 @@ static fx_page *acquire_page(fx_pagecache *pc, fx_cursor *c, int64_t page) {
 }
 
 /* The first extent that ends after pos (it may start after pos), or NULL. */
-static const fx_extent *next_extent(const fx_pagecache *pc, int64_t pos) {
-    int64_t lo = 0, hi = pc->n_extents;
-    while (lo < hi) {
-        int64_t mid = (lo + hi) / 2;
-        if (pc->extents[mid].offset + pc->extents[mid].len <= pos) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < pc->n_extents ? &pc->extents[lo] : NULL;
-}
-
 int fx_pagecache_set_extents(fx_pagecache *pc, const int64_t *offsets, const int64_t *lens,
                              const uint8_t *const *datas, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
@@ -337,18 +346,16 @@ int fx_pagecache_set_extents(fx_pagecache *pc, const int64_t *offsets, const int
         xs[i].offset = offsets[i];
         xs[i].len = lens[i];
     }
+    /* Readers copy from extents under the lock only: the old set can go once
+     * the new one is in place. */
     pthread_mutex_lock(&pc->mu);
-    int taken = pc->extents != NULL;
-    if (!taken) {
-        pc->extents = xs;
-        pc->n_extents = n;
-    }
+    fx_extent *old = pc->extents;
+    int64_t n_old = pc->n_extents;
+    pc->extents = xs;
+    pc->n_extents = n;
     pthread_mutex_unlock(&pc->mu);
-    if (taken) {
-        for (int64_t i = 0; i < n; i++) free(xs[i].data);
-        free(xs);
-        return -1;
-    }
+    for (int64_t i = 0; i < n_old; i++) free(old[i].data);
+    free(old);
     return 0;
 }
 
@@ -357,16 +364,33 @@ int64_t fx_pagecache_peek(fx_pagecache *pc, int64_t offset, uint8_t *buf, int64_
     pthread_mutex_lock(&pc->mu);
     int64_t done = 0;
     while (done < n) {
-        int64_t pos = offset + done, page = pos / pc->page_size;
-        fx_page *e = pc->slots[page];
-        if (!e || e->state != FX_PAGE_READY) break;
-        int64_t off = pos - page * pc->page_size, k = e->len - off;
-        if (k > n - done) k = n - done;
-        memcpy(buf + done, e->data + off, (size_t)k);
+        int64_t pos = offset + done, k;
+        const fx_extent *x = pc->n_extents ? next_extent(pc, pos) : NULL;
+        if (x && x->offset <= pos) {
+            k = x->offset + x->len - pos;
+            if (k > n - done) k = n - done;
+            memcpy(buf + done, x->data + (pos - x->offset), (size_t)k);
+        } else {
+            int64_t page = pos / pc->page_size;
+            fx_page *e = pc->slots[page];
+            if (!e || e->state != FX_PAGE_READY) break;
+            int64_t off = pos - page * pc->page_size;
+            k = e->len - off;
+            if (k > n - done) k = n - done;
+            if (x && pos + k > x->offset) k = x->offset - pos;
+            memcpy(buf + done, e->data + off, (size_t)k);
+        }
         done += k;
     }
     pthread_mutex_unlock(&pc->mu);
     return done == n ? n : -1;
+}
+
+void fx_pagecache_note_wait(fx_pagecache *pc) {
+    pthread_mutex_lock(&pc->mu);
+    pc->stats.fetch_waits++;
+    pc->jobs_at_last_wait = pc->jobs_started;
+    pthread_mutex_unlock(&pc->mu);
 }
 
 int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t n) {
@@ -442,7 +466,7 @@ int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length, 
     if (max_pages > pc->capacity_pages - 2) max_pages = pc->capacity_pages - 2;
     pthread_mutex_lock(&pc->mu);
     for (int64_t q = offset / pc->page_size; q <= last && queued < max_pages && !pc->closed; q++) {
-        if (pc->slots[q]) continue;
+        if (pc->slots[q] || page_in_extent(pc, q)) continue;
         if (!queue_page(pc, q, 1)) break;
         queued++;
     }

@@ -100,7 +100,7 @@ typedef struct fx_pagecache {
     int closed;
     int64_t jobs_started;    /* fetch jobs taken by workers so far */
     int64_t jobs_at_last_wait; /* jobs_started when the last wait ended */
-    fx_extent *extents;      /* sorted by offset, disjoint; set once */
+    fx_extent *extents;      /* sorted by offset, disjoint */
     int64_t n_extents;
     fx_cache_stats stats;
 } fx_pagecache;
@@ -130,13 +130,18 @@ void fx_cursor_init(fx_cursor *c);
  * Returns the bytes copied (0 at EOF) or -1 with c->error set. */
 int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t n);
 
-/* Installs extents (copied; sorted, disjoint, inside the file) once, before
- * reads: returns 0, -1 for bad or repeated extents, -2 out of memory. */
+/* Installs extents (copied; sorted, disjoint, inside the file) in place of the
+ * ones set before: returns 0, -1 for bad extents, -2 out of memory. */
 int fx_pagecache_set_extents(fx_pagecache *pc, const int64_t *offsets, const int64_t *lens,
                              const uint8_t *const *datas, int64_t n);
-/* Copies [offset, offset+n) into buf if every page of it is cached, without
- * waiting or touching the statistics; returns n, or -1 if any page is not. */
+/* Copies [offset, offset+n) into buf if every byte of it is in an extent or a
+ * cached page, without waiting or touching the statistics; returns n, or -1
+ * if any page is not. */
 int64_t fx_pagecache_peek(fx_pagecache *pc, int64_t offset, uint8_t *buf, int64_t n);
+/* A reader waited for bytes fetched outside the cache (an extent read from the
+ * range source): one more round trip, and jobs started before it ended belong
+ * to it. */
+void fx_pagecache_note_wait(fx_pagecache *pc);
 
 /* Queue the absent pages of [offset, offset+length) as speculative jobs, at
  * most max_pages of them; returns how many were queued. */

@@ -52,6 +52,7 @@ cdef extern from "_pagecache.h" nogil:
     int fx_pagecache_set_extents(fx_pagecache *pc, const int64_t *offsets, const int64_t *lens,
                                  const uint8_t *const *datas, int64_t n)
     int64_t fx_pagecache_peek(fx_pagecache *pc, int64_t offset, uint8_t *buf, int64_t n)
+    void fx_pagecache_note_wait(fx_pagecache *pc)
     int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length,
                                   int64_t max_pages)
     int64_t fx_pagecache_cancel_speculative(fx_pagecache *pc)

@@ -5,9 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from fluxon_video.errors import FluxonFsDecodeError
+from fluxon_video.errors import FluxonFsDecodeError, FluxonFsIOError
 from fluxon_video.frame_index import BLOB_KIND, FrameIndex
+from fluxon_video.logs import get_logger
 from fluxon_video.native import require_native
+
+log = get_logger("indexing")
 
 
 class BlobStore(Protocol):
@@ -53,11 +56,37 @@ def load_or_build_index(byte_source: Any, name: str,
 WHOLE_FILE_SCANS = (".mkv", ".webm", ".avi")
 
 
+# Containers whose index (an MP4 moov) may follow the media: the scan's open
+# would read the head, find the media there, then wait for the end.
+MOOV_MAY_TRAIL = (".mp4", ".m4v", ".mov", ".3gp")
+# The end of such a file, read alongside the head: a moov of a few minutes of
+# video fits (its sample tables take some bytes per frame); a larger one is
+# read from the pages before it (one more round trip). For a moov-first file
+# these bytes are the cost of the probe.
+TAIL_PROBE_BYTES = 64 << 10
+
+
 def _scan(byte_source: Any, name: str) -> FrameIndex:
     from fluxon_video import _demux
 
+    size, page = byte_source.size, byte_source.page_size
     if name.lower().endswith(WHOLE_FILE_SCANS):
-        byte_source.prefetch(0, byte_source.size)  # in parallel batches, not page 0 first
+        byte_source.prefetch(0, size)  # in parallel batches, not page 0 first
+    elif name.lower().endswith(MOOV_MAY_TRAIL):
+        if size <= page + TAIL_PROBE_BYTES:
+            byte_source.prefetch(0, size)  # one round trip for both ends
+        else:
+            start = size - TAIL_PROBE_BYTES
+            if page <= TAIL_PROBE_BYTES:
+                # Whole pages cost at most one more: every byte read can be
+                # cached as a piece (a piece read in part is not).
+                start -= start % page
+            byte_source.prefetch(0, 1)  # the head in flight while the tail is read
+            try:
+                byte_source.fetch_extent(start, size - start)
+            except FluxonFsIOError as exc:  # a probe: the scan reads those bytes again
+                log.debug("%s: probing the last %d bytes failed (%s); the scan reads them",
+                          name, TAIL_PROBE_BYTES, exc)
     index = _demux.scan_packets(byte_source, name)
     # The scan's open read the container's header bytes: keep them with the
     # index (no fetch; only pages still cached), so later opens need none.

@@ -298,14 +298,50 @@ def test_extents_are_served_without_fetching_and_reads_stop_at_them():
         assert cursor.read(100) == DATA[100:200]  # past the head extent: from the pages
 
 
-def test_extents_are_checked_and_set_once():
-    with avio.ByteSource(BytesRangeSource(DATA), len(DATA), page_size=PAGE) as bs:
-        for bad in ([(50, b"x" * 10), (40, b"y")], [(len(DATA) - 1, b"ab")], [(-1, b"a")]):
+def test_extents_are_checked_and_later_ones_join_the_earlier():
+    source = CountingSource(DATA)
+    with avio.ByteSource(source, len(DATA), page_size=PAGE, readahead_pages=0) as bs:
+        for bad in ([(len(DATA) - 1, b"ab")], [(-1, b"a")]):
             with pytest.raises(ValueError, match="extents"):
                 bs.set_extents(bad)
         bs.set_extents([(0, DATA[:10])])
-        with pytest.raises(ValueError, match="set once"):
-            bs.set_extents([(20, DATA[20:30])])
+        # Overlapping, touching and separate ranges: all of them are served.
+        bs.set_extents([(5, DATA[5:30]), (30, DATA[30:40]), (PAGE * 3, DATA[PAGE * 3:PAGE * 3 + 7])])
+        bs.set_extents([(20, DATA[20:25])])  # inside one already there
+        assert bs.peek(0, 40) == DATA[:40]
+        assert bs.peek(PAGE * 3, 7) == DATA[PAGE * 3:PAGE * 3 + 7]
+        cursor = bs.open_cursor()
+        assert cursor.read(100) == DATA[:40]  # short: the joined extent ends at 40
+        cursor.seek(PAGE * 3)
+        assert cursor.read(7) == DATA[PAGE * 3:PAGE * 3 + 7]
+        assert not source.calls
+
+
+def test_a_fetched_extent_is_one_round_trip_with_the_pages_in_flight():
+    source = CountingSource(DATA, delay=0.05)
+    tail = len(DATA) - 200
+    with avio.ByteSource(source, len(DATA), page_size=PAGE, readahead_pages=0) as bs:
+        bs.prefetch(0, 1)  # page 0 on its way while the extent is read
+        bs.fetch_extent(tail, 200)
+        assert source.calls[tail] == 1 and bs.peek(tail, 200) == DATA[tail:]
+        cursor = bs.open_cursor()
+        assert read_n(cursor, PAGE) == DATA[:PAGE]
+        cursor.seek(tail)
+        assert read_n(cursor, 200) == DATA[tail:]
+        # Page 0 started before the extent's wait ended: the same round trip.
+        assert bs.stats()["fetch_waits"] == 1
+        assert sum(source.calls.values()) == 2
+        # peek joins pages and the extent.
+        assert bs.peek(PAGE * 4, len(DATA) - PAGE * 4) is None  # page 4 not fetched
+        cursor.seek(PAGE * 4)
+        assert read_n(cursor, tail - PAGE * 4) == DATA[PAGE * 4:tail]
+        assert bs.peek(PAGE * 4, len(DATA) - PAGE * 4) == DATA[PAGE * 4:]
+        with pytest.raises(ValueError, match="outside"):
+            bs.fetch_extent(tail, 201)
+    with avio.ByteSource(ShortSource(DATA), len(DATA), page_size=PAGE) as bs:
+        with pytest.raises(errors.FluxonFsShortReadError):
+            bs.fetch_extent(0, 100)
+        assert bs.peek(0, 100) is None  # nothing kept of a short read
 
 
 def test_peek_returns_only_cached_bytes_and_never_fetches():

@@ -156,14 +156,15 @@ def test_short_read_from_the_remote_fails_that_read(agent, export_root, monkeypa
         data = real_get(self, path, params, token, what)
         return data[:-10] if path == "/v1/read" else data
 
-    # Small pieces, a late frame: its bytes were not fetched when the reader opened.
+    # Small pieces, an early frame: its bytes were not fetched when the reader opened
+    # (the open read the first piece and the file's last 64 KiB).
     with make_patcher(agent.url, export_root, piece_size=4096) as patcher:
         reader = patcher.open_video_reader("train", VIDEO, 16, 16, 1)
         monkeypatch.setattr(AgentRoute, "_get", short_get)
         with pytest.raises(errors.FluxonFsShortReadError, match="returned .* of .* bytes"):
-            reader.read_frames_numpy([70])
+            reader.read_frames_numpy([10])
         monkeypatch.undo()
-        assert reader.read_frames_numpy([70]).shape == (1, 16, 16, 3)  # the next read retries
+        assert reader.read_frames_numpy([10]).shape == (1, 16, 16, 3)  # the next read retries
         reader.close()
 
 
@@ -282,7 +283,7 @@ def test_agent_refuses_stale_versions_even_with_a_long_metadata_ttl(agent, expor
         with open(path, "ab") as f:
             f.write(b"\0")
         with pytest.raises(errors.FluxonFsFileChangedError):
-            reader.read_frames_numpy([70])  # pages not fetched at open
+            reader.read_frames_numpy([10])  # pages not fetched at open (its head and end were)
         reader.close()
 
 
@@ -347,7 +348,7 @@ def test_agent_stopped_gives_a_clear_error_within_the_timeout(agent_config, expo
             process.stop()
             t0 = time.monotonic()
             with pytest.raises(errors.FluxonFsIOError, match=f"train:{VIDEO}.*unreachable"):
-                reader.read_frames_numpy([70])  # pages not fetched at open
+                reader.read_frames_numpy([10])  # pages not fetched at open (its head and end were)
             assert time.monotonic() - t0 < 5
             reader.close()
     finally:

@@ -115,18 +115,23 @@ def test_a_piece_of_the_wrong_redis_type_is_repaired(media, root, redis_server, 
     store_pieces(root, redis_url, [0, 40])
     pieces = sorted(k for k in r.keys("*piece*"))
     assert len(pieces) >= 3
-    r.delete(pieces[0], pieces[1])
-    r.set(pieces[0], b"a string")
-    r.rpush(pieces[1], b"a", b"list")
+    # Every piece (whichever the read needs): strings and lists in turn.
+    for n, key in enumerate(pieces):
+        r.delete(key)
+        if n % 2:
+            r.rpush(key, b"a", b"list")
+        else:
+            r.set(key, b"a string")
     ref = media.reference("h264_faststart.mp4", H, W)
     with make_patcher(None, root, redis_url, piece_size=16 << 10) as patcher:
         with patcher.open_video_reader("train", VIDEO, H, W) as reader:
             np.testing.assert_array_equal(reader.read_frames_numpy([0, 40]), ref[[0, 40]])
             stats = reader.last_stats
-        assert stats.kv_corrupt >= 2 and stats.kv_errors == 0
+        assert stats.kv_corrupt >= 2 and stats.kv_errors == 0 and stats.kv_hits == 0
         assert not patcher.client.kv.circuit_open
         patcher.client.backfill.wait_idle()
-    assert r.type(pieces[0]) == b"hash" and r.type(pieces[1]) == b"hash"  # rewritten
+    rewritten = [key for key in pieces if r.type(key) == b"hash"]
+    assert len(rewritten) >= stats.kv_corrupt  # each damaged piece read was stored again
     with make_patcher(None, root, redis_url, piece_size=16 << 10) as patcher:
         with patcher.open_video_reader("train", VIDEO, H, W) as reader:
             reader.read_frames_numpy([0, 40])
@@ -203,13 +208,16 @@ def test_a_piece_copied_under_another_key_is_corrupt(media, root, redis_server, 
     store_pieces(root, redis_url, [0, 70])
     keys = sorted(r.keys("*piece*"), key=lambda k: int(k.rsplit(b":", 1)[1]))
     assert len(keys) >= 3
-    r.hset(keys[1], mapping=r.hgetall(keys[2]))  # piece 2's (valid) entry under piece 1's key
+    # Each piece's (valid) entry under the next piece's key, whichever the read needs.
+    entries = [r.hgetall(key) for key in keys]
+    for key, entry in zip(keys, entries[1:] + entries[:1]):
+        r.hset(key, mapping=entry)
     with make_patcher(None, root, redis_url, piece_size=16 << 10) as patcher:
         with patcher.open_video_reader("train", VIDEO, H, W) as reader:
             np.testing.assert_array_equal(reader.read_frames_numpy([0, 70]),
                                           media.reference("h264_faststart.mp4", H, W)[[0, 70]])
             assert reader.metadata.num_frames == 72
-            assert reader.last_stats.kv_corrupt >= 1
+            assert reader.last_stats.kv_corrupt >= 1 and reader.last_stats.kv_hits == 0
 
 
 # ---- 8. relpaths are normalised at the edge ----

@@ -7,6 +7,7 @@ Real agent process, real redis-server; frames checked against the ffmpeg CLI.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import time
 
 import numpy as np
@@ -34,9 +35,10 @@ def record_fetches(monkeypatch) -> list[tuple[int, int]]:
     fetched: list[tuple[int, int]] = []
     real = FluxonFsClient.read_range
 
-    def spy(self, identity, export_name, relpath, version, offset, length, counters):
+    def spy(self, identity, export_name, relpath, version, offset, length, counters, **kw):
         fetched.append((offset, length))
-        return real(self, identity, export_name, relpath, version, offset, length, counters)
+        return real(self, identity, export_name, relpath, version, offset, length, counters,
+                    **kw)
 
     monkeypatch.setattr(FluxonFsClient, "read_range", spy)
     return fetched
@@ -138,20 +140,34 @@ def test_a_shared_stat_expires_with_the_metadata_ttl(media, agent, export_root, 
 
 # ---- cold opens ----
 
-def test_a_cold_mp4_scan_reads_the_header_and_first_packets_only(media, agent, export_root,
-                                                                   redis_url):
-    """No readahead while the header and the first packets are read: an MP4 with its
-    moov first costs the pages they lie in (here the first), not a readahead window."""
+@pytest.mark.parametrize("moov", ["first", "at the end"])
+def test_a_cold_mp4_scan_reads_its_head_and_end_in_one_round_trip(media, agent, export_root,
+                                                                    redis_url, moov):
+    """No readahead while the header and the first packets are read, and the file's
+    last 64 KiB come alongside the first piece: wherever the moov is, the scan costs
+    one round trip after the stat and those bytes, not a readahead window or a
+    second trip to the end."""
+    from fluxon_video.indexing import TAIL_PROBE_BYTES
+
     relpath = "bucket/videos/warm_open_long.mp4"
     target = export_root / relpath
-    shutil.copy(media.path("long_640x360.mp4"), target)
+    flags = ["-movflags", "+faststart"] if moov == "first" else []
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-i", str(media.path("long_640x360.mp4")),
+                    "-c", "copy", *flags, str(target)], check=True)
     try:
         piece = 262080
         assert target.stat().st_size > 3 * piece
         with make_patcher(agent.url, export_root, redis_url, piece_size=piece) as cold:
             meta, stats = cold.video_metadata_with_stats("shared", relpath)
+            assert cold.client.backfill.wait_idle()
         assert stats.index_source == "scan" and meta.num_frames == 12 * 24
-        assert stats.remote_reads == 1 and stats.remote_bytes == piece
+        assert stats.remote_reads == 2 and stats.remote_bytes == piece + TAIL_PROBE_BYTES
+        assert stats.open_round_trips == 2  # the stat (with the index missed), both ends
+        # The index keeps what the open read: a warm read fetches packets only.
+        with make_patcher(agent.url, export_root, redis_url, piece_size=piece) as warm:
+            frames, warm_stats, _ = read(warm, relpath, [200])
+        np.testing.assert_array_equal(frames, media.reference("long_640x360.mp4", *SIZE)[[200]])
+        assert warm_stats.index_source == "kv" and warm_stats.open_round_trips == 1
     finally:
         target.unlink()
 

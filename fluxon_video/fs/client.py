@@ -442,7 +442,12 @@ class FluxonFsClient:
     # ---- the range read ----
 
     def read_range(self, identity: RequestIdentity, export_name: str, relpath: str,
-                   version: FileStat, offset: int, length: int, counters: ReadCounters) -> bytes:
+                   version: FileStat, offset: int, length: int, counters: ReadCounters, *,
+                   stage_partial: bool = True) -> bytes:
+        """Bytes [offset, offset+length): pieces from the KV, runs of missing pieces
+        in one agent read each, backfilled. A piece the read only partly covers is
+        staged by fetching it whole in the background, unless stage_partial is
+        False (a small probe of a file's end would otherwise cost a whole piece)."""
         export = self.config.export(export_name)
         if offset < 0 or length < 0 or offset + length > version.size:
             raise errors.FluxonFsBadRequestError(
@@ -475,7 +480,8 @@ class FluxonFsClient:
                     run += 1
                 hi = min(offset + length, (indices[run - 1] + 1) * ps)
                 parts.append(self._remote_read_with_backfill(
-                    export, relpath, version, indices[k:run], lo, hi, identity, counters))
+                    export, relpath, version, indices[k:run], lo, hi, identity, counters,
+                    stage_partial))
                 k = run
                 continue
             k += 1
@@ -567,7 +573,8 @@ class FluxonFsClient:
 
     def _remote_read_with_backfill(self, export: FluxonFsExport, relpath: str, version: FileStat,
                                    indices: list[int], lo: int, hi: int,
-                                   identity: RequestIdentity, counters: ReadCounters) -> bytes:
+                                   identity: RequestIdentity, counters: ReadCounters,
+                                   stage_partial: bool = True) -> bytes:
         """Bytes [lo, hi) of consecutive missing pieces, in one remote read; each
         piece is backfilled (from these bytes when they hold all of it)."""
         first = self._key(export, relpath, version, indices[0])
@@ -581,6 +588,8 @@ class FluxonFsClient:
             if lo <= start and end <= hi:  # we hold the whole piece: store it, no second fetch
                 piece = data[start - lo:end - lo]
                 job = partial(self._store, export, relpath, version, index, piece)
+            elif not stage_partial:
+                continue
             else:
                 job = partial(self._stage_piece, export, relpath, version, index, identity,
                               ReadCounters())
@@ -680,6 +689,12 @@ class FluxonFsRangeSource:
     def read_range(self, offset: int, length: int) -> bytes:
         return self.client.read_range(self.identity, self.export_name, self.relpath, self.version,
                                       offset, length, self.counters)
+
+    def read_extent(self, offset: int, length: int) -> bytes:
+        """Like read_range, for bytes kept apart from the pages (ByteSource.fetch_extent):
+        pieces it holds only part of are not staged."""
+        return self.client.read_range(self.identity, self.export_name, self.relpath, self.version,
+                                      offset, length, self.counters, stage_partial=False)
 
     def load_blob(self, kind: str) -> bytes | None:
         """The blob of this kind another reader or node stored for this version, if
