@@ -59,11 +59,18 @@ WHOLE_FILE_SCANS = (".mkv", ".webm", ".avi")
 # Containers whose index (an MP4 moov) may follow the media: the scan's open
 # would read the head, find the media there, then wait for the end.
 MOOV_MAY_TRAIL = (".mp4", ".m4v", ".mov", ".3gp")
-# The end of such a file, read alongside the head: a moov of a few minutes of
-# video fits (its sample tables take some bytes per frame); a larger one is
-# read from the pages before it (one more round trip). For a moov-first file
-# these bytes are the cost of the probe.
-TAIL_PROBE_BYTES = 64 << 10
+# The end of such a file, read alongside the head. A moov takes some 10-20
+# bytes per frame, the media bitrate / fps: 1/64 of the file holds it down to
+# ~250 kbit/s at 30 fps, and the floor holds half a minute of frames at any
+# bitrate. A larger moov is read from the pages before it (one more round
+# trip). For a moov-first file these bytes are the cost of the probe.
+TAIL_PROBE_MIN = 16 << 10
+TAIL_PROBE_MAX = 1 << 20
+
+
+def tail_probe_bytes(size: int) -> int:
+    """How many bytes at the end of an MP4 of ``size`` bytes a cold scan reads early."""
+    return min(max(size // 64, TAIL_PROBE_MIN), TAIL_PROBE_MAX)
 
 
 def _scan(byte_source: Any, name: str) -> FrameIndex:
@@ -73,11 +80,12 @@ def _scan(byte_source: Any, name: str) -> FrameIndex:
     if name.lower().endswith(WHOLE_FILE_SCANS):
         byte_source.prefetch(0, size)  # in parallel batches, not page 0 first
     elif name.lower().endswith(MOOV_MAY_TRAIL):
-        if size <= page + TAIL_PROBE_BYTES:
+        probe = tail_probe_bytes(size)
+        if size <= page + probe:
             byte_source.prefetch(0, size)  # one round trip for both ends
         else:
-            start = size - TAIL_PROBE_BYTES
-            if page <= TAIL_PROBE_BYTES:
+            start = size - probe
+            if page <= probe:
                 # Whole pages cost at most one more: every byte read can be
                 # cached as a piece (a piece read in part is not).
                 start -= start % page
@@ -86,7 +94,7 @@ def _scan(byte_source: Any, name: str) -> FrameIndex:
                 byte_source.fetch_extent(start, size - start)
             except FluxonFsIOError as exc:  # a probe: the scan reads those bytes again
                 log.debug("%s: probing the last %d bytes failed (%s); the scan reads them",
-                          name, TAIL_PROBE_BYTES, exc)
+                          name, size - start, exc)
     index = _demux.scan_packets(byte_source, name)
     # The scan's open read the container's header bytes: keep them with the
     # index (no fetch; only pages still cached), so later opens need none.

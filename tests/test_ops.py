@@ -47,9 +47,11 @@ FILES = ["a/b/three.mp4", "a/one.mp4", "a/two.webm", "c/four.mkv", "c/inside.mp4
 @pytest.fixture(scope="module")
 def config(tmp_path_factory, tree):
     """A config file for both the agent and CLI clients (alice reads, bob is refused)."""
-    def write(redis_url: str | None = None, agent_url: str | None = None) -> Path:
+    def write(redis_url: str | None = None, agent_url: str | None = None,
+              ttl_s: int | None = None) -> Path:
         client = f'[client]\nredis_url = "{redis_url}"\n\n' if redis_url else ""
         agent = f'agent_url = "{agent_url}"\n' if agent_url else ""
+        agent += f"cache_ttl_s = {ttl_s}\n" if ttl_s else ""
         path = tmp_path_factory.mktemp("ops-config") / "fluxon.toml"
         identities = "\n".join(f'{n} = "{t}"' for n, t in IDENTITIES.items())
         path.write_text(f'{client}[identities]\n{identities}\n\n[[exports]]\nname = "data"\n'
@@ -166,6 +168,21 @@ def test_warm_then_a_new_process_reads_nothing_from_the_agent(agent, tree, confi
                                           text=True, check=True).stdout)
         assert stats["remote_bytes"] == 0 and stats["remote_reads"] == 0
         assert stats["index_from_kv"] == 4 and stats["index_scans"] == 0 and stats["kv_hits"] > 0
+
+
+def test_warm_gives_what_it_finds_another_ttl(agent, config, tmp_path):
+    with RedisServer(tmp_path) as redis_server:
+        path = config(redis_url=redis_server.url, agent_url=agent.url, ttl_s=3600)
+        assert _warm_stats(path)["pieces"] > 0
+        r = redis_server.client()
+        keys = r.keys("*")
+        assert any(b":piece:" in k for k in keys) and any(b":frameindex-" in k for k in keys)
+        assert all(3500 < r.ttl(k) <= 3600 for k in keys)
+        for k in keys:
+            r.expire(k, 60)  # about to expire
+        again = _warm_stats(path)  # a new process: nothing fetched, every entry kept
+        assert again["pieces"] == 0 and again["bytes"] == 0
+        assert all(3500 < r.ttl(k) <= 3600 for k in keys)
 
 
 def test_warm_interrupted_then_resumed(tree, config, tmp_path):

@@ -617,6 +617,8 @@ class FluxonFsClient:
         if not reachable:
             raise errors.FluxonFsIOError(f"{export_name}:{relpath}: the KV is unreachable")
         if present:
+            # What a warm run finds stays another TTL, like a piece a read hits.
+            self._refresh_ttl(export, key)
             return 0
         start, length = index * export.piece_size, self._piece_len(export, version, index)
         data = self._remote(export, relpath, version, start, length, identity, counters)
