@@ -50,6 +50,15 @@ def load_or_build_index(byte_source: Any, name: str,
     return index, "scan", (time.perf_counter() - t0) * 1e3
 
 
+def open_round_trips(stat_and_index: int, index_source: str, scan_source: Any) -> int:
+    """Network round trips an open waited for: getting the stat and the index
+    (``FluxonFsClient.open_file``'s count), and after a scan the fetch jobs it
+    waited for on ``scan_source``'s pages (its KV write is not waited for)."""
+    if index_source == "scan" and scan_source is not None:
+        return stat_and_index + scan_source.stats()["fetch_waits"]
+    return stat_and_index
+
+
 # Containers whose scan reads every byte (packet sizes and flags are spread
 # over the file). Judged by the name only to start fetching early: the scan
 # itself asks for the rest of any file that is not MP4 once it has opened it.

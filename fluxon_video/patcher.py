@@ -23,7 +23,7 @@ from fluxon_video.fs.config import (
 from fluxon_video.fs.kv import PieceStore
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.paths import check_relpath
-from fluxon_video.indexing import load_or_build_index
+from fluxon_video.indexing import load_or_build_index, open_round_trips
 from fluxon_video.frame_index import BLOB_KIND, FrameIndex
 from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata, timestamps_s
 from fluxon_video.native import require_native
@@ -216,9 +216,7 @@ class FluxonFsPatcher:
         if index is None:
             raise FluxonFsDecodeError(f"{source.name}: not a video FFmpeg can index")
         metadata = build_metadata(index, version.size, version.mtime_ns, source.name)
-        # Round trips: the stat with the index; after a scan, its waits.
-        trips = opened.round_trips + (
-            scanned[0].stats()["fetch_waits"] if where == "scan" and scanned else 0)
+        trips = open_round_trips(opened.round_trips, where, scanned[0] if scanned else None)
         stats = FluxonFsVideoReadStats(index_source=where, index_ms=index_ms,
                                        total_ms=(time.perf_counter() - t0) * 1e3,
                                        open_round_trips=trips, **source.counters.snapshot())

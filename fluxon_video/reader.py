@@ -15,7 +15,7 @@ from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource, OpenedFi
 from fluxon_video.fs.config import ClientSettings, FluxonFsExport, RequestIdentity
 from fluxon_video.fs.storage import FileStat
 from fluxon_video.frame_index import FrameIndex
-from fluxon_video.indexing import load_or_build_index
+from fluxon_video.indexing import load_or_build_index, open_round_trips
 from fluxon_video.metadata import (
     FluxonFsVideoMetadata,
     build_metadata,
@@ -92,8 +92,10 @@ class FluxonFsVideoReader:
             self._make_decoder(None)
             index, self._index_source, self._index_ms = load_or_build_index(
                 self._byte_source, self.name, self._range_source)
-            self._open_round_trips = self._round_trips_of_open(
-                None if opened is None else opened[1].round_trips)
+            # Without open_file's count: a stat, then a KV read of the index.
+            self._open_round_trips = open_round_trips(
+                2 if opened is None else opened[1].round_trips, self._index_source,
+                self._byte_source)
             self._decoder.index = index
             if index is not None:
                 self._byte_source.set_extents(index.open_extents)
@@ -109,15 +111,6 @@ class FluxonFsVideoReader:
         self.height: int = height
         self.width: int = width
         self._open_ms = open_ms + (time.perf_counter() - t0) * 1e3 - self._index_ms
-
-    def _round_trips_of_open(self, stat_and_index: int | None) -> int:
-        """Network round trips the open waited for: getting the stat and the index
-        (FluxonFsClient.open_file; without it a stat and a KV read), and after a
-        scan the fetch jobs it waited for (its KV write is not waited for)."""
-        trips = 2 if stat_and_index is None else stat_and_index
-        if self._index_source == "scan":
-            trips += self._byte_source.stats()["fetch_waits"]
-        return trips
 
     def _prefetch_container(self, index: FrameIndex) -> None:
         """Queue the container bytes the open reads when the index does not carry
