@@ -161,7 +161,8 @@ int64_t fx_pagecache_next_job(fx_pagecache *pc, int64_t max_pages, int64_t *page
     if (!pc->job_head) pc->job_tail = NULL;
     e->job_next = NULL;
     e->state = FX_PAGE_FETCHING;
-    e->job_seq = ++pc->jobs_started;
+    /* Asked for before an outside wait ended (note_wait): that round trip's. */
+    e->job_seq = e->outside_trip ? 0 : ++pc->jobs_started;
     /* Claimed under the same lock as the first page: a second worker woken by
      * the same queueing cannot split the run by taking page+1 in between. */
     int64_t taken = 1;
@@ -390,6 +391,7 @@ void fx_pagecache_note_wait(fx_pagecache *pc) {
     pthread_mutex_lock(&pc->mu);
     pc->stats.fetch_waits++;
     pc->jobs_at_last_wait = pc->jobs_started;
+    for (fx_page *e = pc->job_head; e; e = e->job_next) e->outside_trip = 1;
     pthread_mutex_unlock(&pc->mu);
 }
 

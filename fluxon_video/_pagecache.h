@@ -39,6 +39,7 @@ typedef struct fx_page {
     int from_readahead; /* queued speculatively, nobody waited for it yet */
     int retried;        /* a failed readahead page gets one demand retry */
     int64_t job_seq;    /* which fetch job carries it: jobs are numbered as they start */
+    int outside_trip;   /* queued before an outside wait ended: part of that round trip */
     uint8_t *data;
     int64_t len;
     struct fx_page *lru_prev, *lru_next; /* READY pages */
@@ -139,7 +140,8 @@ int fx_pagecache_set_extents(fx_pagecache *pc, const int64_t *offsets, const int
  * if any page is not. */
 int64_t fx_pagecache_peek(fx_pagecache *pc, int64_t offset, uint8_t *buf, int64_t n);
 /* A reader waited for bytes fetched outside the cache (an extent read from the
- * range source): one more round trip, and jobs started before it ended belong
+ * range source): one more round trip, and jobs started or queued before it
+ * ended (asked for at the same time, however late a worker takes them) belong
  * to it. */
 void fx_pagecache_note_wait(fx_pagecache *pc);
 

@@ -138,3 +138,52 @@ def test_a_local_reader_keeps_its_decoder_and_index_between_reads(media, name):
     reader.close()  # twice is fine
     with pytest.raises(errors.FluxonFsClosedError):
         reader.read_frames_numpy([0], 48, 64)
+
+
+# ---- the cold scan's probe of an MP4's end ----
+
+class ProbeCountingSource(BytesRangeSource):
+    """Records every read; the first read of the probe's range can be made to fail."""
+
+    def __init__(self, data: bytes, fail_probe: bool = False) -> None:
+        super().__init__(data, "probe.mp4")
+        self.reads: list[tuple[int, int]] = []
+        self.fail_probe = fail_probe
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        self.reads.append((offset, length))
+        if self.fail_probe and offset + length == self.size and length % PROBE_PAGE:
+            self.fail_probe = False
+            raise errors.FluxonFsIOError("probe.mp4: the storage hiccuped")
+        return super().read_range(offset, length)
+
+
+PROBE_PAGE = 32 << 10
+
+
+@pytest.mark.parametrize("name", ["h264_moov_end.mp4", "h264_faststart.mp4"])
+@pytest.mark.parametrize("fail_probe", [False, True])
+def test_a_cold_mp4_scan_reads_the_head_page_and_the_end_together(media, name, fail_probe):
+    from fluxon_video import _avio
+    from fluxon_video.indexing import load_or_build_index, tail_probe_bytes
+
+    data = media.path(name).read_bytes()
+    probe = tail_probe_bytes(len(data))
+    assert len(data) > PROBE_PAGE + probe and probe % PROBE_PAGE
+    source = ProbeCountingSource(data, fail_probe)
+    with _avio.ByteSource(source, len(data), page_size=PROBE_PAGE) as bs:
+        index, where, _ = load_or_build_index(bs, name)
+        waits = bs.stats()["fetch_waits"]
+    assert where == "scan" and index.frame_count == ffprobe_frame_count(media.path(name))
+    if not fail_probe:
+        # The first page and the end, one round trip; no other byte (a moov at
+        # the end fits in the probe).
+        assert sorted(source.reads) == [(0, PROBE_PAGE), (len(data) - probe, probe)]
+        assert waits == 1
+        assert index.open_extents and index.open_extents[-1][0] + len(
+            index.open_extents[-1][1]) == len(data)
+    else:
+        # A failed probe is not the scan's failure: it reads the end from the pages.
+        assert (len(data) - probe, probe) in source.reads
+        assert any(off % PROBE_PAGE == 0 and off > 0 for off, _ in source.reads) == (
+            name == "h264_moov_end.mp4")
