@@ -279,11 +279,22 @@ def test_decoder_thread_errors_with_pipelines_in_parallel(media, tmp_path):
         for _ in range(3):
             with pytest.raises(errors.FluxonFsDecodeError) as info:
                 fv.decode_local_frames(path, [0, 40], 32, 32, 1 + i % 4, seek=bool(i % 2))
-            messages.append(str(info.value))
+            messages.append((1 + i % 4, str(info.value)))
 
     assert run_in_threads(worker, 6) == []
     assert len(messages) == 18
-    assert all(m.endswith("(Error splitting the input into NAL units.)") for m in messages), messages
+    # FFmpeg logs two lines per garbage packet: "Invalid NAL unit size (a > b)."
+    # then "Error splitting the input into NAL units." (the ffmpeg CLI shows
+    # both). One decoding thread ends on the second; with frame threads the
+    # error can surface while another thread of the same pipeline has logged
+    # only the first line of the next packet.
+    last_line = (r"\((Error splitting the input into NAL units\."
+                 r"|Invalid NAL unit size \(-?\d+ > \d+\)\.)\)$")
+    for threads, message in messages:
+        if threads == 1:
+            assert message.endswith("(Error splitting the input into NAL units.)"), message
+        else:
+            assert re.search(last_line, message), message
 
 
 # ---- fetch errors are not kept once the page reads fine (issue 12, #13) ----
