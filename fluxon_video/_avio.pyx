@@ -23,10 +23,10 @@ from libc.stdlib cimport calloc, free, malloc
 from fluxon_video._pagecache cimport (
     FX_ERR_CLOSED, FX_ERR_FETCH, FX_ERR_NOMEM, FX_ERR_TIMEOUT, fx_cache_stats, fx_cursor,
     fx_cursor_init, fx_pagecache, fx_pagecache_cached_pages, fx_pagecache_complete,
-    fx_pagecache_cancel_speculative, fx_pagecache_free,
-    fx_pagecache_get_stats, fx_pagecache_fetch_waits, fx_pagecache_new,
-    fx_pagecache_next_job, fx_pagecache_note_wait, fx_pagecache_peek, fx_pagecache_prefetch, fx_pagecache_read,
-    fx_pagecache_set_extents, fx_pagecache_shutdown,
+    fx_pagecache_cancel_speculative, fx_pagecache_free, fx_pagecache_get_stats,
+    fx_pagecache_fetch_waits, fx_pagecache_new, fx_pagecache_next_job, fx_pagecache_note_wait,
+    fx_pagecache_peek, fx_pagecache_prefetch, fx_pagecache_read, fx_pagecache_set_extents,
+    fx_pagecache_shutdown,
 )
 from fluxon_video.libav.avformat cimport (
     AVIOContext, AVSEEK_FORCE, AVSEEK_SIZE, avio_alloc_context, avio_context_free,

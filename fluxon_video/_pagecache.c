@@ -223,6 +223,7 @@ void fx_cursor_init(fx_cursor *c) {
     c->err_page = -1;
 }
 
+/* The first extent that ends after pos (it may start after pos), or NULL. */
 static const fx_extent *next_extent(const fx_pagecache *pc, int64_t pos) {
     int64_t lo = 0, hi = pc->n_extents;
     while (lo < hi) {
@@ -327,7 +328,6 @@ static fx_page *acquire_page(fx_pagecache *pc, fx_cursor *c, int64_t page) {
     }
 }
 
-/* The first extent that ends after pos (it may start after pos), or NULL. */
 int fx_pagecache_set_extents(fx_pagecache *pc, const int64_t *offsets, const int64_t *lens,
                              const uint8_t *const *datas, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
