@@ -593,8 +593,10 @@ class Bench:
             if cache == "cold":
                 self.store.flush()
             shared = cache == "warm-kv+shared"
-            fx = {**self.fluxon_config(), "metadata_cache_shared": shared,
-                  "metadata_cache_ttl_ms": SHARED_STAT_TTL_MS if shared else 5_000}
+            fx = self.fluxon_config()
+            if shared:
+                fx = {**fx, "metadata_cache_shared": True,
+                      "metadata_cache_ttl_ms": SHARED_STAT_TTL_MS}
             task = {**self.task(workload, self.plans[workload][r], latency, r),
                     "fluxon": fx, "cache": cache, "warm_path": warm,
                     "warm_reader": cache == "cold" and workload == "clips",

@@ -278,17 +278,16 @@ def targets(results: dict, summaries: list[dict]) -> list[dict]:
         flux = _find(summaries, "clips", lt, "fluxon", cache)
         if not flux:
             continue
-        f = flux[0] if flux else None
-        ratio = (f["clips_per_s"] / best["clips_per_s"]
-                 if f and best and f["clips_per_s"] else None)
-        rr = _round_ratios(f, best, passes) if f and best else None
+        f = flux[0]
+        ratio = f["clips_per_s"] / best["clips_per_s"] if best and f["clips_per_s"] else None
+        rr = _round_ratios(f, best, passes) if best else None
         out.append({
             "target": f"random clip per item: fluxon {cache} ÷ best exact peer",
             "condition": cond, "goal": f"≥ {goal:g}×",
-            "fluxon": f"{f['clips_per_s']:.2f} clips/s" if f and f["clips_per_s"] else "–",
+            "fluxon": f"{f['clips_per_s']:.2f} clips/s" if f["clips_per_s"] else "–",
             "other": f"{best['label']} {best['clips_per_s']:.2f} clips/s" if best else "no exact peer",
             "ratio": _fmt_ratio(ratio) + (f" (rounds {rr[0]:.2f}–{rr[1]:.2f})" if rr else ""),
-            "status": _met(ratio, goal) if f and f["ok"] else "n/a (fluxon flagged)"})
+            "status": _met(ratio, goal) if f["ok"] else "n/a (fluxon flagged)"})
 
     fastest = _best(peers, exact=False)
     warm = _find(summaries, "clips", lt, "fluxon", "warm-kv")

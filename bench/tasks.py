@@ -132,10 +132,10 @@ def make_patcher(fx: dict) -> Any:
     import fluxon_video as fv
     from fluxon_video.fs.config import ClientSettings, FluxonFsExport
 
+    # Metadata-cache settings only where the task sets them: the export's defaults otherwise.
+    metadata = {k: fx[k] for k in ("metadata_cache_shared", "metadata_cache_ttl_ms") if k in fx}
     export = FluxonFsExport(fx["export"], fx["root"], agent_url=fx["agent_url"],
-                            allow=[fx["identity"]], piece_size=fx["piece_size"],
-                            metadata_cache_shared=fx.get("metadata_cache_shared", False),
-                            metadata_cache_ttl_ms=fx.get("metadata_cache_ttl_ms", 5_000))
+                            allow=[fx["identity"]], piece_size=fx["piece_size"], **metadata)
     return fv.FluxonFsPatcher(exports=[export], identities={fx["identity"]: fx["token"]},
                               client=ClientSettings(redis_url=fx["redis_url"]),
                               identity=fx["identity"])
