@@ -1,4 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
+
 """VideoDecoder: frames at indices, straight into a caller-owned NHWC buffer.
 
 Frame i is the i-th frame the decoder outputs when the first video stream is
@@ -20,19 +21,27 @@ import numpy as np
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memset
 
+from libc.errno cimport EIO
+
 from fluxon_video._avio cimport ByteSource
+from fluxon_video._pagecache cimport fx_cursor
 from fluxon_video._convert cimport FrameSink, fx_converter, fx_converter_free, fx_sink_init
 from fluxon_video._paths cimport (
-    FX_FALLBACK, IndexedPlan, decode_indexed, decode_sequential, make_plan,
+    FX_DAMAGED, FX_FALLBACK, IndexedPlan, Survey, decode_indexed, decode_sequential, make_plan,
+    survey_damage,
 )
 from fluxon_video._pipeline cimport Pipeline
 from fluxon_video._progress cimport DecodeProgress, now_ms
 from fluxon_video.libav.avcodec cimport avcodec_version
 from fluxon_video.libav.avformat cimport av_find_input_format, avformat_version
-from fluxon_video.libav.avutil cimport avutil_version
+from fluxon_video.libav.avutil cimport AVERROR, avutil_version
 from fluxon_video.libav.swscale cimport swscale_version
 
-from fluxon_video import errors
+from fluxon_video import damage, errors
+
+# Damaged packets one call may find and learn (each costs a short one-threaded
+# decode) before it reports the damage it has.
+cdef int MAX_DAMAGE_LEARNT_PER_CALL = 16
 from fluxon_video.stats import DecodeStats
 from fluxon_video.validation import (
     frame_indices, output_array, positive_int, resolve_frame_indices,
@@ -43,15 +52,24 @@ cdef class VideoDecoder:
     """One decoder over a ByteSource; a context manager."""
     cdef ByteSource source
     cdef Pipeline pipe
+    # One thread: damage surveys and on_damage="conceal"'s reference decode
+    # (frame threads report an error packets late, and conceal differently).
+    cdef Pipeline one_thread
     cdef fx_converter converter
     cdef readonly str name
     cdef readonly int num_threads
     cdef readonly bint closed
     cdef int pid
     cdef public object index   # FrameIndex or None
+    cdef public str on_damage  # "error" or "conceal" (damage.py)
+    # Called with the index when a decode taught it something (damage, the
+    # survey): the reader stores it back in the KV for every other reader.
+    cdef public object index_learned
+    cdef object last_survey_damage  # (where, FFmpeg's message) of the last survey, or None
 
-    def __cinit__(self, ByteSource source, num_threads=1, str name=None):
+    def __cinit__(self, ByteSource source, num_threads=1, str name=None, on_damage="error"):
         self.num_threads = positive_int("num_threads", num_threads)
+        self.on_damage = damage.check_policy(on_damage)
         self.source = source
         self.name = name or source.name
         self.pipe = Pipeline(source, self.num_threads, self.name)
@@ -86,6 +104,8 @@ cdef class VideoDecoder:
         """Forget where the decoder stands: the next decode reopens the container."""
         self._assert_open()
         self.pipe.release()
+        if self.one_thread is not None:
+            self.one_thread.release()
 
     def close(self):
         """Release every FFmpeg resource; later calls raise. Safe to call twice."""
@@ -94,6 +114,8 @@ cdef class VideoDecoder:
         self.closed = True
         if self.pid == os.getpid():  # a forked child leaves the parent's copy alone
             self.pipe.release()
+            if self.one_thread is not None:
+                self.one_thread.release()
             fx_converter_free(&self.converter)
 
     def __enter__(self):
@@ -108,15 +130,17 @@ cdef class VideoDecoder:
         Negative indices count from the end (they need the frame index's
         count). ``out``, if given, is filled in place and returned. Uses
         self.index when it is trusted, else (and on any disagreement with it)
-        the sequential path.
+        the sequential path. Damage is handled as self.on_damage says (see
+        damage.py).
         """
         self._assert_open()
         height = positive_int("height", height)
         width = positive_int("width", width)
         index = self.index
-        requested = resolve_frame_indices(frame_indices(indices),
-                                          index.frame_count if index is not None else None,
-                                          self.name)
+        conceal = self.on_damage == "conceal"
+        if conceal and index is not None:
+            self.survey()
+        requested = resolve_frame_indices(frame_indices(indices), self.frame_count(), self.name)
         shape = (requested.shape[0], height, width, 3)
         if out is None:
             out = np.empty(shape, dtype=np.uint8)
@@ -133,44 +157,242 @@ cdef class VideoDecoder:
         io_before = self.pipe.io_totals()
         cdef DecodeProgress p
         memset(&p, 0, sizeof(p))
-        path, fallback = "sequential", ""
-        cdef int64_t sequential_from = 0  # frames decoded before the sequential run began
         try:
-            if index is not None and index.trusted:
-                path = "indexed"
-                ret = self._run(targets, first_slot, out, index, &p)
-                if ret == FX_FALLBACK:
-                    fallback = p.fallback_reason.decode()
-                    index.untrust(f"decode disagreed with the index: {fallback}")
-                    path = "sequential"
-                    self.pipe.release()  # the sequential path starts from a fresh pipeline
-                    p.frames_converted = 0
-                    sequential_from = p.frames_decoded
-                    ret = self._run(targets, first_slot, out, None, &p)
+            if conceal and index is not None and not damage.survey_agrees(index):
+                path, fallback = self._decode_concealed(targets, first_slot, out, index, &p)
+            elif conceal and index is None:
+                path, fallback = "sequential", ""
+                self._check(self._run(self._one_thread(), targets, first_slot, out, None, &p,
+                                      False), targets, &p, 0)
             else:
-                if self.pipe.is_open() and not self.pipe.fresh:
-                    self.pipe.release()
-                ret = self._run(targets, first_slot, out, None, &p)
-            if ret < 0:
-                self.pipe.raise_error(ret, &p)
-            if p.targets_left:
-                # Only the sequential path can run out of frames: it counted them.
-                self._raise_out_of_range(int(targets[targets.shape[0] - p.targets_left]),
-                                         p.frames_decoded - sequential_from)
+                path, fallback = self._decode_strict(targets, first_slot, out, index, &p)
         except BaseException:
             self.pipe.release()  # a failed pipeline is not reusable
+            if self.one_thread is not None:
+                self.one_thread.release()
             raise
         duplicates = np.nonzero(first_slot[inverse] != np.arange(requested.shape[0]))[0]
         if duplicates.size:
             out[duplicates] = out[first_slot[inverse[duplicates]]]
         return out, self._stats(&p, path, fallback, io_before, cache_before)
 
+    def frame_count(self):
+        """Frames this decoder numbers (None without an index): the index's,
+        or under on_damage="conceal" the one-threaded survey's."""
+        index = self.index
+        if index is None:
+            return None
+        if self.on_damage == "conceal" and index.decoded_pts is not None:
+            return int(index.decoded_pts.shape[0])
+        return index.frame_count
+
+    cdef tuple _decode_strict(self, targets, first_slot, out, index, DecodeProgress *p):
+        """Index numbering; a target that depends on damage raises. Damage met
+        on the way is located, learnt, and the call tried again."""
+        cdef int ret
+        cdef int64_t sequential_from = 0
+        path, fallback = "sequential", ""
+        for _ in range(MAX_DAMAGE_LEARNT_PER_CALL):
+            if index is None or not index.trusted:
+                break
+            damage.check_targets(index, targets, self.name)
+            path = "indexed"
+            ret = self._run(self.pipe, targets, first_slot, out, index, p, True)
+            if ret == FX_DAMAGED:
+                self._learn_cluster_damage(index, targets, p)
+                continue
+            if ret == FX_FALLBACK:
+                fallback = p.fallback_reason.decode()
+                index.untrust(f"decode disagreed with the index: {fallback}")
+                path = "sequential"
+                p.frames_converted = 0
+                sequential_from = p.frames_decoded
+                break
+            self._check(ret, targets, p, 0)
+            return path, fallback
+        else:
+            damage.check_targets(index, targets, self.name)
+        self.pipe.release()  # the sequential path starts from a fresh pipeline
+        ret = self._run(self.pipe, targets, first_slot, out, None, p, True)
+        if ret == FX_DAMAGED:
+            self._raise_sequential_damage(index)
+        self._check(ret, targets, p, sequential_from)
+        return path, fallback
+
+    cdef tuple _decode_concealed(self, targets, first_slot, out, index, DecodeProgress *p):
+        """Survey numbering: frames that depend on no damage by seeking, the
+        others by a one-threaded sequential decode (the reference itself)."""
+        cdef int ret
+        by_index, mapped = damage.concealed_plan(index, targets)
+        if by_index.any():
+            self._decode_strict(mapped, np.ascontiguousarray(first_slot[by_index]), out, index, p)
+            p.targets_left = 0
+        rest = ~by_index
+        if rest.any():
+            p.targets_left = 0
+            ret = self._run(self._one_thread(), np.ascontiguousarray(targets[rest]),
+                            np.ascontiguousarray(first_slot[rest]), out, None, p, False)
+            self._check(ret, targets[rest], p, 0)
+            self.one_thread.release()  # drained or far along: later reads start over
+        return ("concealed", "")
+
+    cdef int _check(self, int ret, targets, DecodeProgress *p, int64_t counted_from) except -1:
+        if ret < 0:
+            (self.one_thread if p.failed_in_one_thread else self.pipe).raise_error(ret, p)
+        if p.targets_left:
+            # Only the sequential path can run out of frames: it counted them.
+            self._raise_out_of_range(int(targets[targets.shape[0] - p.targets_left]),
+                                     p.frames_decoded - counted_from)
+        return 0
+
     def _raise_out_of_range(self, int64_t frame, int64_t count):
         raise errors.FluxonFsFrameIndexError(
             f"{self.name}: frame index {frame} is out of range: the video has {count} frames")
 
-    cdef int _run(self, targets, first_slot, out, index, DecodeProgress *p) except? -1:
-        """Open if needed, then run one path with the GIL released."""
+    cdef Pipeline _one_thread(self):
+        """The one-threaded pipeline of surveys and the tolerant reference."""
+        if self.one_thread is None:
+            self.one_thread = Pipeline(self.source, 1, self.name)
+        return self.one_thread
+
+    cdef int _learn_cluster_damage(self, index, targets, DecodeProgress *p) except -1:
+        """A strict indexed decode stopped at damage in cluster p.damage_cluster:
+        find the packet with one thread, from the cluster's keyframe through
+        the last packet fed, and add it to the index."""
+        self.pipe.release()
+        clusters = index.plan(targets)
+        c = p.damage_cluster
+        found = self._survey(index, False, int(clusters["seek_ts"][c]), p.damage_upto_dec, True)
+        p.decode_errors = p.corrupt_frames = 0
+        if not found:
+            why = (p.fallback_reason.decode() if p.fallback_reason != NULL
+                   else f"decoding with {self.num_threads} threads met an error that a "
+                        f"one-threaded decode of the same packets does not")
+            raise errors.FluxonFsDecodeError(f"{self.name}: {why} ({self._ffmpeg_line()})")
+        p.fallback_reason = NULL
+        return 0
+
+    def _ffmpeg_line(self):
+        cdef char line[512]
+        self.pipe.last_error(line, sizeof(line))
+        return line.decode("utf-8", "replace") or "no message from FFmpeg"
+
+    cdef int _raise_sequential_damage(self, index) except -1:
+        """A strict sequential decode met damage with targets left: name it."""
+        self.pipe.release()
+        usable = index is not None and index.trusted
+        self._survey(index if usable else None, True, 0, -1, True)
+        if self.last_survey_damage is None:
+            raise errors.FluxonFsDecodeError(
+                f"{self.name}: decoding with {self.num_threads} threads met an error that a "
+                f"one-threaded decode does not ({self._ffmpeg_line()})")
+        where, message = self.last_survey_damage
+        raise errors.FluxonFsDamagedStreamError(
+            f"{self.name}: the requested frames follow damaged data: {where}: {message} "
+            "(without a frame index to seek with, every frame after it is numbered by the "
+            "damage; on_damage='conceal' returns what a one-threaded decode shows)")
+
+    def survey(self):
+        """Under on_damage="conceal": decode the whole file once with one thread
+        (if the index does not hold that survey yet), recording every output
+        frame and every damaged packet in the index."""
+        self._assert_open()
+        index = self.index
+        if index is None or index.decoded_pts is not None:
+            return
+        self._survey(index, True, 0, -1, False)
+
+    cdef int _survey(self, index, bint from_start, int64_t seek_ts, int64_t upto_dec,
+                     bint stop_at_damage) except -1:
+        """Run survey_damage on the one-threaded pipeline; learn what it finds.
+        Returns whether it found a damaged packet the index did not know."""
+        cdef Survey s
+        cdef DecodeProgress p
+        cdef int ret
+        cdef Pipeline pipe = self._one_thread()
+        memset(&s, 0, sizeof(s))
+        memset(&p, 0, sizeof(p))
+        n_packets = index.pkt_pos.shape[0] if index is not None else 0
+        arrays = {
+            "pos_sorted": np.ascontiguousarray(index.pos_sorted if index is not None
+                                               else np.zeros(1), np.int64),
+            "pos_dec": np.ascontiguousarray(index.pos_dec if index is not None
+                                            else np.zeros(1), np.int64),
+            "frame_pts": np.ascontiguousarray(index.frame_pts if index is not None
+                                              else np.zeros(1), np.int64),
+            "frame_dec": np.ascontiguousarray(index.frame_dec if index is not None
+                                              else np.zeros(1), np.int64),
+            "damaged": np.zeros(max(n_packets, 1), np.uint8),
+            "out_pts": np.zeros(2 * n_packets + 64, np.int64),
+        }
+        cdef const int64_t[::1] pos_sorted = arrays["pos_sorted"]
+        cdef const int64_t[::1] pos_dec = arrays["pos_dec"]
+        cdef const int64_t[::1] frame_pts = arrays["frame_pts"]
+        cdef const int64_t[::1] frame_dec = arrays["frame_dec"]
+        cdef uint8_t[::1] damaged = arrays["damaged"]
+        cdef int64_t[::1] out_pts = arrays["out_pts"]
+        s.from_start = from_start
+        s.seek_ts = seek_ts
+        s.upto_dec = upto_dec
+        s.stop_at_damage = stop_at_damage
+        if index is not None:
+            s.pos_sorted, s.pos_dec, s.n_packets = &pos_sorted[0], &pos_dec[0], n_packets
+            s.frame_pts, s.frame_dec = &frame_pts[0], &frame_dec[0]
+            s.n_frames = index.frame_count
+            s.damaged = &damaged[0]
+        s.out_pts = &out_pts[0]
+        s.out_cap = out_pts.shape[0]
+        pipe.release()
+        self._prepare(pipe, index)
+        pipe.open(&p)
+        with nogil:
+            pipe.clear_log()
+            ret = survey_damage(pipe, &s, &p)
+        try:
+            self._raise_source_error(pipe, ret if ret < 0 else s.n_damaged, &p)
+            if ret < 0:
+                pipe.raise_error(ret, &p)
+        finally:
+            pipe.release()
+        self.last_survey_damage = None
+        if s.n_damaged:
+            message = s.first_message.decode("utf-8", "replace").strip() or "no message"
+            if index is not None and s.first_dec >= 0:
+                where = damage.describe_packet(index, s.first_dec)
+            else:
+                where = f"the packet at byte {s.first_pos}"
+            self.last_survey_damage = (where, message)
+        if index is None:
+            return 1 if s.n_damaged else 0
+        if not stop_at_damage:
+            if s.n_out > s.out_cap:
+                raise errors.FluxonFsDecodeError(
+                    f"{self.name}: the decoder output {s.n_out} frames for "
+                    f"{n_packets} packets")
+            index.decoded_pts = arrays["out_pts"][:s.n_out].copy()
+        notes = {int(s.first_dec): self.last_survey_damage[1]} if s.first_dec >= 0 else {}
+        learnt = damage.learn(index, arrays["damaged"][:n_packets], notes)
+        if (learnt or not stop_at_damage) and self.index_learned is not None:
+            self.index_learned(index)
+        return 1 if learnt else 0
+
+    cdef int _prepare(self, Pipeline pipe, index) except -1:
+        """Set how pipe opens: for the indexed path (no probing, the recorded
+        demuxer, inferred pts) with a trusted index, else as the CLI does."""
+        if pipe.is_open() and pipe.genpts != (index is not None):
+            pipe.release()  # opened for the other path
+        if not pipe.is_open():
+            pipe.probe_streams = index is None
+            pipe.input_format = NULL
+            if index is not None:
+                demuxer = index.format_name.split(",")[0].encode()
+                pipe.input_format = av_find_input_format(demuxer)
+            pipe.genpts = index is not None
+        return 0
+
+    cdef int _run(self, Pipeline pipe, targets, first_slot, out, index, DecodeProgress *p,
+                  bint strict) except? -1:
+        """Open pipe if needed, then run one path with the GIL released."""
         cdef const int64_t[::1] targets_view = targets
         cdef const int64_t[::1] slots_view = first_slot
         cdef uint8_t[:, :, :, ::1] out_view = out
@@ -181,37 +403,42 @@ cdef class VideoDecoder:
         cdef FrameSink sink
         self.source.pagecache()  # raises if the byte source is closed or not ours
         p.targets_left = ntargets
+        p.strict = strict
+        p.failed_in_one_thread = pipe is self.one_thread
         # The indexed path opens without probing the first packets (fewer bytes
         # and round trips) and reads packets with the pts the scan inferred;
         # the sequential reference opens and reads as the CLI does.
-        if self.pipe.is_open() and self.pipe.genpts != (index is not None):
-            self.pipe.release()  # opened for the other path
-        if not self.pipe.is_open():
-            self.pipe.probe_streams = index is None
-            self.pipe.input_format = NULL
-            if index is not None:
-                demuxer = index.format_name.split(",")[0].encode()
-                self.pipe.input_format = av_find_input_format(demuxer)
-            self.pipe.genpts = index is not None
-        self.pipe.open(p)
+        if index is None and pipe.is_open() and not pipe.fresh:
+            pipe.release()  # the sequential path starts from the first packet
+        self._prepare(pipe, index)
+        pipe.open(p)
         fx_sink_init(&sink, &self.converter, &out_view[0, 0, 0, 0], out.shape[1], out.shape[2])
         keep = None  # the arrays the plan points into, alive until the call returns
         if index is not None:
-            if self.pipe.stream_index != index.stream_index:
+            if pipe.stream_index != index.stream_index:
                 p.fallback_reason = "the decoder chose another stream than the index"
                 return FX_FALLBACK
             keep = make_plan(&plan, index, targets, first_slot, True)
         with nogil:
-            self.pipe.clear_log()
+            pipe.clear_log()
             t0 = now_ms()
             if index is None:
-                ret = decode_sequential(self.pipe, &targets_view[0], &slots_view[0], ntargets,
+                ret = decode_sequential(pipe, &targets_view[0], &slots_view[0], ntargets,
                                         &sink, p)
             else:
-                ret = decode_indexed(self.pipe, &plan, &sink, p)
+                ret = decode_indexed(pipe, &plan, &sink, p)
             p.decode_ms += now_ms() - t0
         del keep
+        self._raise_source_error(pipe, ret, p)
         return ret
+
+    cdef int _raise_source_error(self, Pipeline pipe, int ret, DecodeProgress *p) except -1:
+        """A byte source that failed under a decode is the answer, whatever the
+        decoder made of the bytes it did not get."""
+        cdef fx_cursor *cursor = pipe.cursor()
+        if ret != 0 and cursor != NULL and cursor.error:
+            pipe.raise_error(ret if ret < 0 else AVERROR(EIO), p)
+        return 0
 
     cdef object _stats(self, DecodeProgress *p, str path, str fallback, tuple io_before,
                        dict cache_before):
@@ -238,12 +465,12 @@ cdef class VideoDecoder:
 
 
 def decode_frames(ByteSource source, indices, height, width, num_threads=1, str name=None,
-                  index=None):
+                  index=None, on_damage="error"):
     """Frames at indices from source, and the DecodeStats of the call.
 
     With a trusted FrameIndex the indexed path is used, else the sequential one.
     """
-    with VideoDecoder(source, num_threads, name) as decoder:
+    with VideoDecoder(source, num_threads, name, on_damage) as decoder:
         decoder.index = index
         return decoder.decode(indices, height, width)
 

@@ -22,7 +22,8 @@ from fluxon_video._avio cimport (
 from fluxon_video._pagecache cimport fx_pagecache
 from fluxon_video._errors cimport err_check
 from fluxon_video.libav.avcodec cimport (
-    AVDISCARD_ALL, AV_CODEC_ID_MPEG4, AV_CODEC_PROP_REORDER, AVCodecDescriptor, AVCodecParameters,
+    AVCodecID, AVDISCARD_ALL, AV_CODEC_ID_MPEG4, AV_CODEC_ID_VP8, AV_CODEC_ID_VP9,
+    AV_CODEC_PROP_REORDER, AVCodecDescriptor, AVCodecParameters,
     AVPacket, AV_PKT_DATA_DISPLAYMATRIX, AV_PKT_FLAG_DISCARD, AV_PKT_FLAG_CORRUPT, AV_PKT_FLAG_KEY,
     av_packet_alloc, av_packet_free, av_packet_unref, avcodec_descriptor_get, avcodec_get_name,
 )
@@ -99,9 +100,13 @@ cdef struct PacketLog:
     int64_t *size
     int64_t *duration
     uint8_t *flags
+    # VP8/VP9 (AV_CODEC_ID_*, else 0): packets are checked for frames the
+    # decoder does not output (see shown_frames).
+    int shown_codec
     # MPEG-4 part 2 outside MP4/MOV only: per packet, how many VOPs it holds
     # and where its head (see MPEG4_HEAD_MAX) ends in `head`, which holds the
     # heads one after another.
+    bint zero_filled  # payloads were read as zeros (MP4/MOV: the sample table's word)
     bint mpeg4
     int32_t *vops
     int64_t *head_end
@@ -124,6 +129,7 @@ cdef void *_grow(void *block, size_t size, bint *failed) noexcept nogil:
 
 cdef int log_append(PacketLog *log, AVPacket *pkt) noexcept nogil:
     cdef int64_t cap
+    cdef int shown
     cdef bint failed = False
     if log.n == log.cap:
         cap = log.cap * 2 if log.cap else 4096
@@ -146,11 +152,66 @@ cdef int log_append(PacketLog *log, AVPacket *pkt) noexcept nogil:
     log.pos[log.n] = pkt.pos
     log.size[log.n] = pkt.size
     log.duration[log.n] = pkt.duration
+    shown = shown_frames(log.shown_codec, pkt.data, pkt.size) if log.shown_codec else 1
     log.flags[log.n] = ((1 if pkt.flags & AV_PKT_FLAG_KEY else 0)
                         | (2 if pkt.flags & AV_PKT_FLAG_DISCARD else 0)
-                        | (4 if pkt.flags & AV_PKT_FLAG_CORRUPT else 0))
+                        | (4 if pkt.flags & AV_PKT_FLAG_CORRUPT else 0)
+                        | (8 if shown == 0 else 0)
+                        | (16 if shown > 1 else 0))
     log.n += 1
     return 0
+
+
+cdef inline int _bit(const uint8_t *data, int k) noexcept nogil:
+    return (data[k >> 3] >> (7 - (k & 7))) & 1
+
+
+cdef int vp9_frame_shown(const uint8_t *data, int64_t size) noexcept nogil:
+    """Whether one VP9 frame is output: show_existing_frame or show_frame in
+    its uncompressed header (1 if the header cannot be read: the decoder then
+    rejects the packet, which a decode reports as damage)."""
+    cdef int k = 4, profile
+    if size < 1 or (data[0] >> 6) != 2:  # frame_marker
+        return 1
+    profile = _bit(data, 2) | (_bit(data, 3) << 1)
+    if profile == 3:
+        k += 1  # reserved_zero
+    if _bit(data, k):  # show_existing_frame: an earlier frame is output again
+        return 1
+    return _bit(data, k + 2)  # after frame_type: show_frame
+
+
+cdef int shown_frames(int codec, const uint8_t *data, int64_t size) noexcept nogil:
+    """How many frames the decoder outputs for one VP8 or VP9 packet.
+
+    VP8 invisible frames (alternate reference frames) are packets of their
+    own whose frame tag has show_frame clear; VP9 packs hidden frames with a
+    shown one into a superframe (an index of frame sizes at its end), and a
+    packet may also be one hidden frame.
+    """
+    cdef int64_t last, frames, mag, index_size, off, i, j, frame_size
+    cdef int shown = 0
+    if data == NULL or size < 1:
+        return 1
+    if codec == AV_CODEC_ID_VP8:
+        return (data[0] >> 4) & 1 if size >= 3 else 1
+    last = data[size - 1]
+    if (last & 0xE0) == 0xC0:
+        frames = (last & 7) + 1
+        mag = ((last >> 3) & 3) + 1
+        index_size = 2 + mag * frames
+        if size >= index_size and data[size - index_size] == last:
+            off = 0
+            for i in range(frames):
+                frame_size = 0
+                for j in range(mag):
+                    frame_size |= (<int64_t> data[size - index_size + 1 + i * mag + j]) << (8 * j)
+                if frame_size <= 0 or off + frame_size > size - index_size:
+                    return 1  # a broken index: let the decoder judge
+                shown += vp9_frame_shown(data + off, frame_size)
+                off += frame_size
+            return shown
+    return vp9_frame_shown(data, size)
 
 
 cdef int count_vops(const uint8_t *data, int64_t size, int64_t *first) noexcept nogil:
@@ -209,7 +270,8 @@ cdef void log_free(PacketLog *log) noexcept nogil:
     log.flags = log.head = NULL
     log.vops = NULL
     log.n = log.cap = log.head_used = log.head_cap = 0
-    log.mpeg4 = False
+    log.mpeg4 = log.zero_filled = False
+    log.shown_codec = 0
 
 
 cdef bint is_mov(AVFormatContext *fmt) noexcept nogil:
@@ -219,6 +281,7 @@ cdef bint is_mov(AVFormatContext *fmt) noexcept nogil:
 cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
               AVFormatContext **fmt, int *stream_index, const char **failed_call) noexcept nogil:
     cdef int ret
+    cdef AVCodecID codec_id
     cdef AVPacket *pkt
     # Stream info (what the codec says: size as decoded, pix_fmt, colours) comes
     # from the first packets, on real bytes; the scan after it may zero-fill.
@@ -230,7 +293,12 @@ cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
     fx_avio_cursor(pb).readahead_end = 0
     if ret < 0:
         return ret
-    if not (zero_fill and is_mov(fmt[0])):
+    codec_id = fmt[0].streams[stream_index[0]].codecpar.codec_id
+    log.shown_codec = codec_id if codec_id in (AV_CODEC_ID_VP8, AV_CODEC_ID_VP9) else 0
+    # A sample table says nothing of VP8/VP9 hidden frames: read their payloads.
+    zero_fill = zero_fill and is_mov(fmt[0]) and not log.shown_codec
+    log.zero_filled = zero_fill
+    if not zero_fill:
         # This scan reads every packet, so the whole file: ask for all of it
         # now (as much as the cache holds), fetched in large parallel batches
         # instead of a readahead window at a time.
@@ -238,7 +306,7 @@ cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
     # Packets without a pts (AVI's I and P frames) get the one the demuxer
     # can infer; the indexed path reads packets the same way.
     fmt[0].flags |= AVFMT_FLAG_GENPTS
-    fx_avio_cursor(pb).zero_fill = zero_fill and is_mov(fmt[0])
+    fx_avio_cursor(pb).zero_fill = zero_fill
     # Outside MP4/MOV the payloads are read anyway: look at MPEG-4 part 2's.
     log.mpeg4 = (fmt[0].streams[stream_index[0]].codecpar.codec_id == AV_CODEC_ID_MPEG4
                  and not is_mov(fmt[0]))
@@ -351,7 +419,8 @@ def scan_packets(ByteSource source, str name=None):
     log.pts = log.dts = log.pos = log.size = log.duration = log.head_end = NULL
     log.flags = log.head = NULL
     log.vops = NULL
-    log.mpeg4 = False
+    log.mpeg4 = log.zero_filled = False
+    log.shown_codec = 0
     try:
         for attempt in range(2):
             zero_fill = attempt == 0
@@ -359,7 +428,7 @@ def scan_packets(ByteSource source, str name=None):
             with nogil:
                 ret = scan(pb, source.core.pc, zero_fill, &log, &fmt, &stream_index,
                            &failed_call)
-                retry = (ret == 0 and zero_fill and is_mov(fmt)
+                retry = (ret == 0 and log.zero_filled
                          and not take_sample_table(fmt.streams[stream_index], &log))
             if not retry:
                 break
@@ -384,7 +453,9 @@ def scan_packets(ByteSource source, str name=None):
         return FrameIndex(fmt.iformat.name.decode(), avcodec_get_name(st.codecpar.codec_id).decode(),
                           stream_index, pts, pos, size, key, (flags & 2) != 0,
                           trusted=not problem, reason=problem, pkt_dts=dts,
-                          pkt_duration=duration, pkt_cut=(flags & 4) != 0, header=stream_header(fmt, st, source.size))
+                          pkt_duration=duration, pkt_cut=(flags & 4) != 0,
+                          pkt_hidden=(flags & 8) != 0, pkt_several=(flags & 16) != 0,
+                          header=stream_header(fmt, st, source.size))
     finally:
         avformat_close_input(&fmt)
         fx_avio_close(&pb)

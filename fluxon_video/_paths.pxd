@@ -8,6 +8,9 @@ from fluxon_video._progress cimport DecodeProgress
 # Returned by the indexed path when the stream disagrees with the index.
 cdef enum:
     FX_FALLBACK = 1
+    # Returned by either path with p.strict when the decoder rejected a packet
+    # or flagged a frame corrupt (p.damage_* say where the indexed path was).
+    FX_DAMAGED = 2
 
 
 # What the indexed path reads: views of FrameIndex arrays and of the plan.
@@ -31,6 +34,34 @@ cdef struct IndexedPlan:
     int64_t *left                # targets still to convert, per cluster
     int64_t n_clusters
     bint skip_nonref
+    # Per decode position, 1 for packets known to be damaged: never fed (the
+    # cluster drains instead; no target depends on them).
+    const uint8_t *known_damage
+
+
+# What a damage survey does and finds: a one-threaded decode from a keyframe
+# (or the start) that names the packets the decoder rejects or whose frames it
+# flags corrupt, and records every output frame's time.
+cdef struct Survey:
+    bint from_start              # else seek to seek_ts first
+    int64_t seek_ts
+    int64_t upto_dec             # stop after feeding this packet (-1: the whole stream)
+    bint stop_at_damage          # stop at the first damaged packet
+    const int64_t *pos_sorted    # the index's packet positions (NULL: no index)
+    const int64_t *pos_dec
+    int64_t n_packets
+    const int64_t *frame_pts     # the index's frame pts and their packets
+    const int64_t *frame_dec
+    int64_t n_frames
+    uint8_t *damaged             # out, per decode position
+    int64_t *out_pts             # out: best-effort time of every frame output
+    int64_t out_cap
+    int64_t n_out
+    int64_t n_damaged
+    int64_t first_dec            # the first damaged packet found (-1: none)
+    int64_t first_pos            # ... its byte position
+    int64_t first_pts
+    char first_message[256]      # FFmpeg's line for it
 
 
 cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_nonref)
@@ -38,3 +69,4 @@ cdef int decode_sequential(Pipeline pipe, const int64_t *targets, const int64_t 
                            int64_t ntargets, FrameSink *sink, DecodeProgress *p) noexcept nogil
 cdef int decode_indexed(Pipeline pipe, IndexedPlan *plan, FrameSink *sink,
                         DecodeProgress *p) noexcept nogil
+cdef int survey_damage(Pipeline pipe, Survey *s, DecodeProgress *p) noexcept nogil

@@ -16,8 +16,15 @@ from libc.stdint cimport INT64_MAX, int64_t, uint8_t
 from fluxon_video._avio cimport fx_source_cancel_prefetch, fx_source_fetch_waits, fx_source_prefetch
 from fluxon_video._convert cimport fx_sink_put
 from fluxon_video._pagecache cimport fx_pagecache
-from fluxon_video.libav.avcodec cimport AVDISCARD_DEFAULT, AVDISCARD_NONREF, AV_PKT_FLAG_KEY
-from fluxon_video.libav.avutil cimport AVERROR_EOF, av_frame_unref
+from fluxon_video.libav.avcodec cimport (
+    AVDISCARD_DEFAULT, AVDISCARD_NONREF, AV_PKT_FLAG_CORRUPT, AV_PKT_FLAG_KEY, av_packet_unref,
+)
+from fluxon_video.libav.avutil cimport (
+    AV_FRAME_FLAG_CORRUPT, AV_NOPTS_VALUE, AVERROR_EOF, av_frame_unref,
+)
+
+# _check_packet's word for a packet known to be damaged: do not feed it, drain.
+cdef int FX_DRAIN = 3
 
 # The indexed path gives up (and decodes sequentially) when this many packets
 # past a cluster's last target did not produce its frames: far more than any
@@ -40,6 +47,20 @@ cdef inline int64_t _find(const int64_t *values, int64_t n, int64_t x) noexcept 
         else:
             hi = mid
     return lo if lo < n and values[lo] == x else -1
+
+
+cdef inline bint _damaged(DecodeProgress *p) noexcept nogil:
+    """Whether a strict decode has met damage: a packet the decoder rejected
+    or a frame it flagged corrupt."""
+    return p.strict and (p.decode_errors > 0 or p.corrupt_frames > 0)
+
+
+cdef inline bint _cut_short(Pipeline pipe, DecodeProgress *p) noexcept nogil:
+    """Whether a strict decode holds a packet the demuxer cut short (the file
+    ends inside it): no frame, as in the index, and nothing follows it, so
+    the decode drains instead of feeding it."""
+    return (p.strict and (pipe.pkt.flags & AV_PKT_FLAG_CORRUPT) != 0
+            and not pipe.cursor().error)  # a failed source is not the file's end
 
 
 cdef inline void _note_converted(Pipeline pipe, DecodeProgress *p) noexcept nogil:
@@ -65,9 +86,16 @@ cdef int decode_sequential(Pipeline pipe, const int64_t *targets, const int64_t 
             if ret < 0:
                 return ret
             pipe.packet_pending = ret == 1
+            if pipe.packet_pending and _cut_short(pipe, p):
+                av_packet_unref(pipe.pkt)
+                pipe.packet_pending = False
+                draining = True
         ret = pipe.send(draining, &consecutive_errors, p)
         if ret < 0:
             return ret
+        if _damaged(p):
+            av_frame_unref(pipe.frame)
+            return FX_DAMAGED
         while next_target < ntargets:
             ret = pipe.receive(&consecutive_errors, p)
             if ret == 0:
@@ -78,6 +106,11 @@ cdef int decode_sequential(Pipeline pipe, const int64_t *targets, const int64_t 
                 return 0
             if ret < 0:
                 return ret
+            if _damaged(p):
+                # Frames before this one came from packets decoded before the
+                # damage (frame threads hand results back in packet order).
+                av_frame_unref(pipe.frame)
+                return FX_DAMAGED
             if frame_no == targets[next_target]:
                 ret = fx_sink_put(sink, pipe.frame, slots[next_target], p)
                 if ret < 0:
@@ -106,6 +139,7 @@ cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_n
         "target_dec": np.ascontiguousarray(index.frame_dec[targets], np.int64),
         "done": np.zeros(targets.shape[0], np.uint8),
         "left": np.diff(clusters["bounds"]).astype(np.int64),
+        "known_damage": np.ascontiguousarray(index.pkt_damaged, np.uint8),
         **{k: np.ascontiguousarray(v, np.int64) for k, v in clusters.items()},
     }
     cdef const int64_t[::1] v
@@ -123,6 +157,8 @@ cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_n
     v = arrays["seek_ts"]; plan.seek_ts = &v[0]
     v = arrays["reach_dec"]; plan.reach_dec = &v[0]
     v = arrays["end_byte"]; plan.end_byte = &v[0]
+    cdef const uint8_t[::1] known = arrays["known_damage"]
+    plan.known_damage = &known[0] if index.pkt_damaged.any() else NULL
     plan.done = &done[0]
     plan.left = &left[0]
     plan.skip_nonref = skip_nonref and index.codec_name in SKIP_NONREF_CODECS
@@ -191,12 +227,24 @@ cdef int _check_packet(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landin
     dec = plan.pos_dec[idx]
     if landing[0]:
         landing[0] = False
+        if dec == plan.key_dec[c] and not (pipe.pkt.flags & AV_PKT_FLAG_KEY) and p.strict:
+            # The packet the index names, but the parser found no keyframe in
+            # its bytes (the sample table says it is one): damaged, most likely;
+            # a one-threaded decode of it tells.
+            p.damage_cluster = c
+            p.damage_upto_dec = dec
+            p.fallback_reason = "the keyframe the index names is no keyframe to the parser"
+            return FX_DAMAGED
         if dec > plan.key_dec[c] or not (pipe.pkt.flags & AV_PKT_FLAG_KEY):
             p.fallback_reason = "the seek landed after the keyframe the index names"
             return FX_FALLBACK
     if dec > stop_dec:
         p.fallback_reason = "target frames did not appear where the index put them"
         return FX_FALLBACK
+    if plan.known_damage != NULL and plan.known_damage[dec]:
+        # No target depends on it (the caller refused those reads): the
+        # targets' packets were all fed, so draining the decoder gives them.
+        return FX_DRAIN
     pipe.last_pkt_dec = dec
     if plan.skip_nonref:
         # Skip non-reference frames shown before the last target that are not
@@ -235,6 +283,14 @@ cdef int _take_frame(Pipeline pipe, IndexedPlan *plan, FrameSink *sink,
     return 0
 
 
+cdef inline int _stop_damaged(Pipeline pipe, int64_t c, DecodeProgress *p) noexcept nogil:
+    """Give up on cluster c at damage: say how far the decode got."""
+    p.damage_cluster = c
+    p.damage_upto_dec = pipe.last_pkt_dec
+    pipe.positioned = False
+    return FX_DAMAGED
+
+
 cdef int _decode_cluster(Pipeline pipe, IndexedPlan *plan, int64_t c, FrameSink *sink,
                          DecodeProgress *p) noexcept nogil:
     cdef int ret
@@ -252,13 +308,21 @@ cdef int _decode_cluster(Pipeline pipe, IndexedPlan *plan, int64_t c, FrameSink 
             if ret < 0:
                 return ret
             if ret == 1:
-                ret = _check_packet(pipe, plan, c, &landing, stop_dec, p)
-                if ret != 0:
+                ret = (FX_DRAIN if _cut_short(pipe, p)
+                       else _check_packet(pipe, plan, c, &landing, stop_dec, p))
+                if ret == FX_DRAIN:
+                    av_packet_unref(pipe.pkt)
+                    draining = True
+                    pipe.positioned = False  # the next use must seek
+                elif ret != 0:
                     return ret
-                pipe.packet_pending = True
+                else:
+                    pipe.packet_pending = True
         ret = pipe.send(draining, &consecutive_errors, p)
         if ret < 0:
             return ret
+        if _damaged(p):
+            return _stop_damaged(pipe, c, p)
         while plan.left[c] > 0:
             ret = pipe.receive(&consecutive_errors, p)
             if ret == 0 and not draining:
@@ -269,6 +333,9 @@ cdef int _decode_cluster(Pipeline pipe, IndexedPlan *plan, int64_t c, FrameSink 
                 return FX_FALLBACK
             if ret < 0:
                 return ret
+            if _damaged(p):
+                av_frame_unref(pipe.frame)
+                return _stop_damaged(pipe, c, p)
             ret = _take_frame(pipe, plan, sink, p)
             av_frame_unref(pipe.frame)
             if ret != 0:
@@ -295,3 +362,92 @@ cdef int decode_indexed(Pipeline pipe, IndexedPlan *plan, FrameSink *sink,
     if ret == 0:
         p.failed_call = NULL
     return ret
+
+
+# ---- damage survey ----
+
+cdef inline int64_t _dec_of(Survey *s, int64_t pos) noexcept nogil:
+    """Decode position of the packet at byte pos (-1: no index, or not in it)."""
+    cdef int64_t idx
+    if s.pos_sorted == NULL:
+        return -1
+    idx = _find(s.pos_sorted, s.n_packets, pos)
+    return s.pos_dec[idx] if idx >= 0 else -1
+
+
+cdef void _mark_damaged(Pipeline pipe, Survey *s, int64_t dec, int64_t pos,
+                        int64_t pts) noexcept nogil:
+    if dec >= 0 and s.damaged != NULL:
+        if s.damaged[dec]:
+            return
+        s.damaged[dec] = 1
+    s.n_damaged += 1
+    if s.first_dec < 0 and s.first_pos < 0:
+        s.first_dec = dec
+        s.first_pos = pos
+        s.first_pts = pts
+        pipe.last_error(s.first_message, sizeof(s.first_message))
+
+
+cdef int survey_damage(Pipeline pipe, Survey *s, DecodeProgress *p) noexcept nogil:
+    """Decode with the pipeline (one thread: each error is the packet just
+    sent) from the start or a keyframe, through upto_dec or the end, and
+    record damaged packets and every output frame's time. Returns 0 or an
+    AVERROR; the pipeline is spent (release it)."""
+    cdef int ret
+    cdef bint draining = False
+    cdef int consecutive_errors = 0
+    cdef int64_t errors_before, idx, dec = -1, pos = -1, pts = AV_NOPTS_VALUE
+    s.n_out = s.n_damaged = 0
+    s.first_dec = s.first_pos = -1
+    s.first_pts = AV_NOPTS_VALUE
+    s.first_message[0] = 0
+    pipe.fresh = False
+    pipe.positioned = False
+    if not s.from_start:
+        ret = pipe.seek(s.seek_ts, p)
+        if ret < 0:
+            return ret
+        pipe.positioned = False
+    while True:
+        if not draining and not pipe.packet_pending:
+            ret = pipe.next_packet(&draining, p)
+            if ret < 0:
+                return ret
+            if ret == 1:
+                pos, pts = pipe.pkt.pos, pipe.pkt.pts
+                dec = _dec_of(s, pos)
+                pipe.packet_pending = True
+        errors_before = p.decode_errors
+        ret = pipe.send(draining, &consecutive_errors, p)
+        if ret < 0:
+            return ret
+        if p.decode_errors > errors_before:
+            _mark_damaged(pipe, s, dec, pos, pts)
+        while True:
+            errors_before = p.decode_errors
+            ret = pipe.receive(&consecutive_errors, p)
+            if ret == AVERROR_EOF or (ret == 0 and draining):
+                return 0
+            if ret == 0:
+                break
+            if ret < 0:
+                return ret
+            if p.decode_errors > errors_before:
+                _mark_damaged(pipe, s, dec, pos, pts)
+            if s.n_out < s.out_cap:
+                s.out_pts[s.n_out] = pipe.frame.best_effort_timestamp
+            s.n_out += 1
+            if (pipe.frame.flags & AV_FRAME_FLAG_CORRUPT) or pipe.frame.decode_error_flags:
+                # The frame's own packet, found by its time (else the last one fed).
+                idx = (_find(s.frame_pts, s.n_frames, pipe.frame.pts) if s.frame_pts != NULL
+                       else -1)
+                if idx >= 0:
+                    _mark_damaged(pipe, s, s.frame_dec[idx], -1, pipe.frame.pts)
+                else:
+                    _mark_damaged(pipe, s, dec, pos, pts)
+            av_frame_unref(pipe.frame)
+        if s.stop_at_damage and s.n_damaged:
+            return 0
+        if s.upto_dec >= 0 and dec >= s.upto_dec and not pipe.packet_pending:
+            draining = True  # fed what was asked: flush the frames still inside

@@ -56,6 +56,7 @@ cdef class Pipeline:
     cdef bint is_open(self) noexcept nogil
     cdef fx_cursor *cursor(self) noexcept nogil
     cdef void clear_log(self) noexcept nogil
+    cdef void last_error(self, char *out, size_t size) noexcept nogil
     cdef int raise_error(self, int ret, DecodeProgress *p) except -1
     cdef tuple io_totals(self)
     cdef int next_packet(self, bint *draining, DecodeProgress *p) noexcept nogil

@@ -26,7 +26,9 @@ from fluxon_video.libav.avformat cimport (
     AVFMT_FLAG_GENPTS, AVSEEK_FLAG_BACKWARD, AVStream, av_read_frame, av_seek_frame,
     avformat_close_input,
 )
-from fluxon_video.libav.avutil cimport AVERROR, AVERROR_EOF, av_frame_alloc, av_frame_free
+from fluxon_video.libav.avutil cimport (
+    AV_FRAME_FLAG_CORRUPT, AVERROR, AVERROR_EOF, av_frame_alloc, av_frame_free,
+)
 
 
 cdef extern from "_avlog.h" nogil:
@@ -181,6 +183,10 @@ cdef class Pipeline:
         self.packet_pending = False
         return 0
 
+    cdef void last_error(self, char *out, size_t size) noexcept nogil:
+        """FFmpeg's last error line for this pipeline's contexts ("" if none)."""
+        fx_avlog_last_error_for(self.log, out, size)
+
     cdef int raise_error(self, int ret, DecodeProgress *p) except -1:
         """Raise for a failed call: the byte source's own error first, else FFmpeg's."""
         cdef fx_cursor *cursor = self.cursor()
@@ -249,6 +255,8 @@ cdef class Pipeline:
                 continue
             consecutive_errors[0] = 0
             p.frames_decoded += 1
+            if (self.frame.flags & AV_FRAME_FLAG_CORRUPT) or self.frame.decode_error_flags:
+                p.corrupt_frames += 1
             return 1
 
     cdef int seek(self, int64_t timestamp, DecodeProgress *p) noexcept nogil:

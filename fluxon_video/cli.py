@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="WxH, or 224x / x224 to keep the aspect ratio (default: native)")
     read.add_argument("--format", choices=["png", "npy"], default="png")
     read.add_argument("--autorotate", action="store_true", help="turn frames as displayed")
+    read.add_argument("--on-damage", choices=["error", "conceal"], default="error",
+                      help="frames that depend on damaged data: fail (error, the default) or "
+                           "number and return what a one-threaded decode shows (conceal)")
     read.add_argument("--out", required=True, type=Path, help="directory for the files")
     _client_options(read)
     read.set_defaults(run=_run_read)
@@ -240,7 +243,7 @@ def _run_read(args: argparse.Namespace) -> int:
     height, width = parse_size(args.size)
     with _patcher(args) as patcher:
         rows = read_frames(patcher, export, relpath, frames, times, height, width, args.out,
-                           args.format, args.autorotate)
+                           args.format, args.autorotate, args.on_damage)
     emit(rows, [("frame", "frame"), ("time_s", "time"), ("file", "file")], args.json)
     return 0
 

@@ -33,6 +33,11 @@ class FluxonFsDecodeError(FluxonFsError, ValueError):
     """FFmpeg could not demux or decode the data."""
 
 
+class FluxonFsDamagedStreamError(FluxonFsDecodeError):
+    """A requested frame depends on data the decoder rejected or flagged
+    corrupt (the default ``on_damage="error"``)."""
+
+
 class FluxonFsNoVideoStreamError(FluxonFsDecodeError):
     """The container holds no video stream."""
 

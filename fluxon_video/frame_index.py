@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 BLOB_KIND = f"frameindex-v{FORMAT_VERSION}"
 SEEKABLE_FORMATS = ("mov", "mp4", "matroska", "webm", "avi")
 SEEK_BY_DTS_FORMATS = ("avi",)
@@ -71,6 +71,18 @@ class FrameIndex:
     pkt_duration: np.ndarray | None = None  # per packet, in time_base units (0: unknown)
     pkt_cut: np.ndarray | None = None  # bool: the demuxer returned fewer bytes than the packet has
     pkt_dts: np.ndarray | None = None  # what AVI seeks by (see pkt_seek_ts); None: the pts
+    # bool: the decoder outputs no frame for the packet (a VP8 alternate
+    # reference frame, a VP9 hidden frame; see _demux.shown_frames).
+    pkt_hidden: np.ndarray | None = None
+    pkt_several: np.ndarray | None = None  # bool: it outputs more than one (untrusted)
+    # bool: decoding found the packet damaged (rejected, or its frame flagged
+    # corrupt). Learnt by reads, not by the scan (see damage.py).
+    pkt_damaged: np.ndarray | None = None
+    # FFmpeg's words for each damaged packet: {decode position: message}.
+    damage_notes: dict[int, str] = field(default_factory=dict)
+    # What a one-threaded sequential decode of the whole file outputs: the pts
+    # of every frame, in order (None until a tolerant reader surveyed it).
+    decoded_pts: np.ndarray | None = None
     # What the container header says of the stream: time_base, sizes, pix_fmt,
     # colours, display matrix, file_size ... (see _demux.stream_header).
     header: dict[str, Any] = field(default_factory=dict)
@@ -96,7 +108,12 @@ class FrameIndex:
                         else np.asarray(self.pkt_cut, bool))
         self.pkt_dts = (self.pkt_pts.copy() if self.pkt_dts is None
                         else np.asarray(self.pkt_dts, np.int64))
-        shown = np.flatnonzero(~self.pkt_discard & ~self.pkt_truncated)
+        self.pkt_hidden = self._flags(self.pkt_hidden)
+        self.pkt_several = self._flags(self.pkt_several)
+        self.pkt_damaged = self._flags(self.pkt_damaged)
+        if self.decoded_pts is not None:
+            self.decoded_pts = np.asarray(self.decoded_pts, np.int64)
+        shown = np.flatnonzero(~self.pkt_discard & ~self.pkt_truncated & ~self.pkt_hidden)
         order = np.argsort(self.pkt_pts[shown], kind="stable")
         self.frame_dec = shown[order]
         self.frame_pts = self.pkt_pts[self.frame_dec]
@@ -105,6 +122,10 @@ class FrameIndex:
         self.pos_sorted = self.pkt_pos[pos_order]
         self.pos_dec = pos_order.astype(np.int64)
         self._check_trust()
+
+    def _flags(self, values: np.ndarray | None) -> np.ndarray:
+        return (np.zeros(self.pkt_pts.shape, bool) if values is None
+                else np.asarray(values, bool))
 
     @property
     def pkt_truncated(self) -> np.ndarray:
@@ -135,6 +156,8 @@ class FrameIndex:
             return
         extents = [(off, peek(off, n)) for off, n in ranges]
         self.open_extents = [(off, data) for off, data in extents if data]
+        if self.pkt_pos.size == 0:
+            return  # no packet: nothing follows the container's head
         # FFmpeg 5.1's MP4 demuxer reads the end of the last packet while it opens
         # a file whose moov follows it: keep that packet too, if it is small and
         # still cached.
@@ -190,6 +213,8 @@ class FrameIndex:
             problems.append("packets without pts")
         elif np.unique(shown_pts).size != shown_pts.size:
             problems.append("duplicate pts")
+        if self.pkt_several.any():
+            problems.append("packets that decode to several frames")
         if (self.pkt_pos < 0).any():
             problems.append("packets without a byte position")
         elif np.unique(self.pkt_pos).size != self.pkt_pos.size:
@@ -213,18 +238,24 @@ class FrameIndex:
 
         A target joins the current cluster unless its start keyframe lies
         beyond every packet the cluster decodes so far: then seeking to that
-        keyframe skips packets, and decoding through the gap would not.
+        keyframe skips packets, and decoding through the gap would not. Nor
+        does it join when a known damaged packet lies between the cluster's
+        keyframe and its own: seeking past the damage keeps it out.
         """
         key = self.frame_key[targets]
         dec = self.frame_dec[targets]
+        # Damaged packets before each decode position: a cluster never decodes
+        # through a known damaged packet to reach a target after it.
+        damaged_before = np.concatenate([[0], np.cumsum(self.pkt_damaged)])
         starts = [0]
-        reach = dec[0]
+        reach, first_key = dec[0], key[0]
         for j in range(1, targets.shape[0]):
-            if key[j] > reach:
+            if key[j] > reach or damaged_before[key[j]] > damaged_before[first_key]:
                 starts.append(j)
-                reach = dec[j]
+                reach, first_key = dec[j], key[j]
             else:
                 reach = max(reach, dec[j])
+                first_key = min(first_key, key[j])
         bounds = np.asarray(starts + [targets.shape[0]], np.int64)
         c_key = key[bounds[:-1]].copy()
         c_reach = np.maximum.reduceat(dec, bounds[:-1]) if targets.size else dec
@@ -247,7 +278,13 @@ class FrameIndex:
         buf = io.BytesIO()
         np.savez(buf, pkt_pts=self.pkt_pts, pkt_pos=self.pkt_pos, pkt_size=self.pkt_size,
                  pkt_key=self.pkt_key, pkt_discard=self.pkt_discard, pkt_duration=self.pkt_duration,
-                 pkt_cut=self.pkt_cut, pkt_dts=self.pkt_dts,
+                 pkt_cut=self.pkt_cut, pkt_dts=self.pkt_dts, pkt_hidden=self.pkt_hidden,
+                 pkt_several=self.pkt_several, pkt_damaged=self.pkt_damaged,
+                 damage_notes=np.asarray([json.dumps(
+                     {str(k): v for k, v in self.damage_notes.items()})]),
+                 decoded_pts=(self.decoded_pts if self.decoded_pts is not None
+                              else np.empty(0, np.int64)),
+                 surveyed=np.asarray([self.decoded_pts is not None]),
                  header=np.asarray([json.dumps(self.header)]),
                  meta=np.asarray([FORMAT_VERSION, self.stream_index, int(self.trusted)], np.int64),
                  names=np.asarray([self.format_name, self.codec_name, self.reason]),
@@ -273,6 +310,11 @@ class FrameIndex:
                        arrays["pkt_size"], arrays["pkt_key"], arrays["pkt_discard"],
                        trusted=bool(trusted), reason=reason, pkt_duration=arrays["pkt_duration"],
                        pkt_cut=arrays["pkt_cut"], pkt_dts=arrays["pkt_dts"],
+                       pkt_hidden=arrays["pkt_hidden"], pkt_several=arrays["pkt_several"],
+                       pkt_damaged=arrays["pkt_damaged"],
+                       damage_notes={int(k): str(v) for k, v in
+                                     json.loads(str(arrays["damage_notes"][0])).items()},
+                       decoded_pts=arrays["decoded_pts"] if bool(arrays["surveyed"][0]) else None,
                        header=json.loads(str(arrays["header"][0])), open_extents=extents)
         except Exception:  # noqa: BLE001 - a damaged blob is just a miss
             return None

@@ -50,6 +50,24 @@ def load_or_build_index(byte_source: Any, name: str,
     return index, "scan", (time.perf_counter() - t0) * 1e3
 
 
+def share_learnt_index(blobs: BlobStore | None, index: FrameIndex) -> None:
+    """Store an index a decode taught something (damage, the tolerant survey)
+    back in the blob store, folded together with what another reader may have
+    stored since, so every reader of the file version numbers frames alike."""
+    if blobs is None:
+        return
+    from fluxon_video.damage import merge_stored
+
+    try:
+        stored = blobs.load_blob(BLOB_KIND)
+    except FluxonFsIOError as exc:  # the KV is a cache: the local index stays right
+        log.debug("reading the stored index back failed (%s); storing ours", exc)
+        stored = None
+    if stored:
+        merge_stored(index, FrameIndex.from_bytes(stored))
+    blobs.store_blob(BLOB_KIND, index.to_bytes())
+
+
 def open_round_trips(stat_and_index: int, index_source: str, scan_source: Any) -> int:
     """Network round trips an open waited for: getting the stat and the index
     (``FluxonFsClient.open_file``'s count), and after a scan the fetch jobs it

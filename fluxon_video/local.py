@@ -26,11 +26,13 @@ def decode_local_frames(
     width: int,
     num_threads: int = 1,
     seek: bool = True,
+    on_damage: str = "error",
     **byte_source_options: Any,
 ) -> tuple[np.ndarray, DecodeStats]:
     """Frames at ``indices`` of the file at ``path``, and the decode's stats.
 
     ``seek=False`` decodes sequentially from frame 0 (the reference path).
+    ``on_damage`` as for FluxonFsPatcher.open_video_reader.
     """
     avio, decode = require_native("decoding a local file")
     for name, value in (("height", height), ("width", width), ("num_threads", num_threads)):
@@ -42,7 +44,7 @@ def decode_local_frames(
             if seek:
                 index, _, _ = load_or_build_index(byte_source, source.name)
             return decode.decode_frames(byte_source, indices, height, width, num_threads,
-                                        index=index)
+                                        index=index, on_damage=on_damage)
 
 
 class LocalVideoReader:
@@ -54,7 +56,8 @@ class LocalVideoReader:
     """
 
     def __init__(self, path: str | os.PathLike[str], num_threads: int = 1, *,
-                 index: Any = None, **byte_source_options: Any) -> None:
+                 index: Any = None, on_damage: str = "error",
+                 **byte_source_options: Any) -> None:
         avio, decode = require_native("decoding a local file")
         positive_int("num_threads", num_threads)
         self._source = LocalFileRangeSource(path)
@@ -67,8 +70,10 @@ class LocalVideoReader:
                 index, _, _ = load_or_build_index(self._byte_source, self._source.name)
             self._byte_source.set_extents(index.open_extents if index is not None else [])
             self._decoder = decode.VideoDecoder(self._byte_source, num_threads,
-                                                self._source.name)
+                                                self._source.name, on_damage)
             self._decoder.index = index
+            if on_damage == "conceal":
+                self._decoder.survey()
         except BaseException:
             self.close()
             raise

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from fluxon_video.errors import FluxonFsDecodeError, FluxonFsFrameIndexError
+from fluxon_video.damage import numbered_frames
 from fluxon_video.frame_index import FrameIndex
 from fluxon_video.validation import positive_int
 
@@ -107,18 +108,19 @@ def orientation_from_matrix(matrix: Iterable[int] | None) -> int | None:
     return None
 
 
-def timestamps_s(index: FrameIndex) -> np.ndarray:
-    """Presentation time of every frame, in frame-index order (pts x time_base)."""
+def timestamps_s(index: FrameIndex, on_damage: str = "error") -> np.ndarray:
+    """Presentation time of every frame, in frame-index order (pts x time_base),
+    numbered as ``on_damage`` numbers them (damage.numbered_frames)."""
     num, den = index.header.get("time_base", (1, 1))
     # pts * num / den, not pts * (num / den): 208 * 0.001 is 0.20800000000000002.
-    return index.frame_pts.astype(np.float64) * num / den
+    return numbered_frames(index, on_damage)[0].astype(np.float64) * num / den
 
 
-def _frame_end_s(index: FrameIndex, times: np.ndarray) -> float:
-    """When the last frame stops being shown: its pts plus its duration."""
+def _frame_end_s(index: FrameIndex, times: np.ndarray, last: int) -> float:
+    """When the last frame (its packet's decode position, -1: unknown) stops
+    being shown: its pts plus its duration."""
     num, den = index.header.get("time_base", (1, 1))
-    last = int(index.frame_dec[-1])
-    duration = int(index.pkt_duration[last]) * num / den
+    duration = int(index.pkt_duration[last]) * num / den if last >= 0 else 0.0
     if duration <= 0:
         if times.shape[0] > 1:
             duration = float(np.median(np.diff(times)))
@@ -129,18 +131,20 @@ def _frame_end_s(index: FrameIndex, times: np.ndarray) -> float:
 
 
 def build_metadata(index: FrameIndex, size_bytes: int, mtime_ns: int,
-                   name: str = "") -> FluxonFsVideoMetadata:
+                   name: str = "", on_damage: str = "error") -> FluxonFsVideoMetadata:
     header: dict[str, Any] = index.header
-    if index.frame_count == 0:
+    _, is_key, packets = numbered_frames(index, on_damage)
+    count = int(packets.shape[0])
+    if count == 0:
         raise FluxonFsDecodeError(f"{name}: the video stream has no frames")
-    times = timestamps_s(index)
+    times = timestamps_s(index, on_damage)
     begin = float(times[0])
-    end = _frame_end_s(index, times)
+    end = _frame_end_s(index, times, int(packets[-1]))
     duration = end - begin
-    keyframes = np.flatnonzero(index.pkt_key[index.frame_dec])
+    keyframes = np.flatnonzero(is_key)
     return FluxonFsVideoMetadata(
-        num_frames=index.frame_count,
-        average_fps=index.frame_count / duration if duration > 0 else 0.0,
+        num_frames=count,
+        average_fps=count / duration if duration > 0 else 0.0,
         duration_s=duration,
         begin_s=begin,
         end_s=end,

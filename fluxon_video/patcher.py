@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from fluxon_video.damage import check_policy
 from fluxon_video.errors import FluxonFsClosedError, FluxonFsConfigError, FluxonFsDecodeError
 from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource, ReadCounters
 from fluxon_video.fs.config import (
@@ -28,7 +29,7 @@ from fluxon_video.frame_index import BLOB_KIND, FrameIndex
 from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata, timestamps_s
 from fluxon_video.native import require_native
 from fluxon_video.pool import FluxonFsVideoReaderPool
-from fluxon_video.reader import FluxonFsVideoReader, make_byte_source
+from fluxon_video.reader import FluxonFsVideoReader, make_byte_source, survey_file
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
 from fluxon_video.validation import positive_int
 
@@ -125,13 +126,18 @@ class FluxonFsPatcher:
     def open_video_reader(self, export_name: str, relpath: str, height: int | None = None,
                           width: int | None = None, num_threads: int = 1, *,
                           identity: RequestIdentity | str | None = None,
-                          autorotate: bool = False) -> FluxonFsVideoReader:
+                          autorotate: bool = False,
+                          on_damage: str = "error") -> FluxonFsVideoReader:
         """Open a reader on ``export_name:relpath`` producing ``height`` x ``width`` RGB frames.
 
         ``height=None, width=None``: the native size; one of them None keeps
         the display aspect ratio (see :func:`fluxon_video.metadata.output_size`).
         ``autorotate=True`` turns frames upright as the ffmpeg CLI does (the
         default is the coded orientation; ``metadata.rotation_deg`` says which).
+        ``on_damage``: what a read of frames that depend on damaged data does:
+        ``"error"`` raises FluxonFsDamagedStreamError; ``"conceal"`` numbers
+        and returns the frames a one-threaded decode from the start outputs
+        (the first open of a file version decodes it once to find them).
         The reader reads as ``identity`` (default: the patcher's current one)
         for its whole life.
         """
@@ -149,7 +155,8 @@ class FluxonFsPatcher:
                                    opened.version, height, width, num_threads,
                                    opened=(BLOB_KIND, opened), counters=counters,
                                    open_ms=(time.perf_counter() - t0) * 1e3,
-                                   autorotate=bool(autorotate), on_read=self._stats.add_read)
+                                   autorotate=bool(autorotate), on_read=self._stats.add_read,
+                                   on_damage=check_policy(on_damage))
 
     def list_files(self, export_name: str, prefix: str = "", recursive: bool = True,
                    pattern: str | None = None, *,
@@ -162,40 +169,45 @@ class FluxonFsPatcher:
                                       pattern)
 
     def video_metadata(self, export_name: str, relpath: str, *,
-                       identity: RequestIdentity | str | None = None) -> FluxonFsVideoMetadata:
+                       identity: RequestIdentity | str | None = None,
+                       on_damage: str = "error") -> FluxonFsVideoMetadata:
         """The video's metadata without opening a decoder.
 
         With the frame index already in the KV (another process or node built
         it) this is one authorised stat and one KV read; otherwise the index
         is built by a demux-only scan and stored for everyone else.
+        ``on_damage="conceal"`` describes the frames such a reader numbers
+        (surveying the file first if no reader has).
         """
-        return self.video_metadata_with_stats(export_name, relpath, identity=identity)[0]
+        return self.video_metadata_with_stats(export_name, relpath, identity=identity,
+                                              on_damage=on_damage)[0]
 
     def video_metadata_with_stats(
             self, export_name: str, relpath: str, *,
-            identity: RequestIdentity | str | None = None,
+            identity: RequestIdentity | str | None = None, on_damage: str = "error",
     ) -> tuple[FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
         """``video_metadata`` and what it cost (index_source "kv" or "scan", KV and remote reads)."""
-        _, metadata, stats = self._video_index(export_name, relpath, identity)
+        _, metadata, stats = self._video_index(export_name, relpath, identity, on_damage)
         return metadata, stats
 
     def video_timestamps_s(self, export_name: str, relpath: str, *,
-                           identity: RequestIdentity | str | None = None) -> np.ndarray:
+                           identity: RequestIdentity | str | None = None,
+                           on_damage: str = "error") -> np.ndarray:
         """Presentation time of every frame (float64 seconds, frame order), like
         ``reader.timestamps_s()``, without opening a decoder."""
-        index, _, _ = self._video_index(export_name, relpath, identity)
-        return timestamps_s(index)
+        index, _, _ = self._video_index(export_name, relpath, identity, on_damage)
+        return timestamps_s(index, on_damage)
 
     def video_metadata_and_timestamps_s(
             self, export_name: str, relpath: str, *,
-            identity: RequestIdentity | str | None = None,
+            identity: RequestIdentity | str | None = None, on_damage: str = "error",
     ) -> tuple[FluxonFsVideoMetadata, np.ndarray]:
         """Both, from one load of the frame index (one KV read when it is warm)."""
-        index, metadata, _ = self._video_index(export_name, relpath, identity)
-        return metadata, timestamps_s(index)
+        index, metadata, _ = self._video_index(export_name, relpath, identity, on_damage)
+        return metadata, timestamps_s(index, on_damage)
 
     def _video_index(self, export_name: str, relpath: str,
-                     identity: RequestIdentity | str | None
+                     identity: RequestIdentity | str | None, on_damage: str = "error",
                      ) -> tuple[FrameIndex, FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
         t0 = time.perf_counter()
         export = self.config.export(export_name)
@@ -215,7 +227,9 @@ class FluxonFsPatcher:
         index, where, index_ms = load_or_build_index(scan_source, source.name, source)
         if index is None:
             raise FluxonFsDecodeError(f"{source.name}: not a video FFmpeg can index")
-        metadata = build_metadata(index, version.size, version.mtime_ns, source.name)
+        if check_policy(on_damage) == "conceal" and index.decoded_pts is None:
+            survey_file(source, index, export.piece_size, self.config.client)
+        metadata = build_metadata(index, version.size, version.mtime_ns, source.name, on_damage)
         trips = open_round_trips(opened.round_trips, where, scanned[0] if scanned else None)
         stats = FluxonFsVideoReadStats(index_source=where, index_ms=index_ms,
                                        total_ms=(time.perf_counter() - t0) * 1e3,
@@ -234,10 +248,12 @@ class FluxonFsPatcher:
                 "no request identity is set: pass identity= to FluxonFsPatcher or set patcher.identity")
         return who
 
-    def open_video_reader_pool(self, max_readers: int = 32,
-                               autorotate: bool = False) -> FluxonFsVideoReaderPool:
-        """A per-process LRU of readers: the entry point for data loaders."""
-        return FluxonFsVideoReaderPool(self, max_readers, autorotate=autorotate)
+    def open_video_reader_pool(self, max_readers: int = 32, autorotate: bool = False,
+                               on_damage: str = "error") -> FluxonFsVideoReaderPool:
+        """A per-process LRU of readers: the entry point for data loaders.
+        ``autorotate`` and ``on_damage`` apply to every reader it opens."""
+        return FluxonFsVideoReaderPool(self, max_readers, autorotate=autorotate,
+                                       on_damage=on_damage)
 
     def close(self) -> None:
         """Stop the client (backfill threads, connections). Safe to call twice."""

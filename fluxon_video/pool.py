@@ -25,6 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
+from fluxon_video.damage import check_policy
 from fluxon_video.errors import (
     FluxonFsClosedError,
     FluxonFsConfigError,
@@ -56,7 +57,8 @@ class ReaderOpener(Protocol):
     def open_video_reader(self, export_name: str, relpath: str, height: int | None = None,
                           width: int | None = None, num_threads: int = 1, *,
                           identity: RequestIdentity | str | None = None,
-                          autorotate: bool = False) -> FluxonFsVideoReader: ...
+                          autorotate: bool = False,
+                          on_damage: str = "error") -> FluxonFsVideoReader: ...
 
     def video_metadata(self, export_name: str, relpath: str, *,
                        identity: RequestIdentity | str | None = None) -> FluxonFsVideoMetadata: ...
@@ -66,7 +68,7 @@ class ReaderOpener(Protocol):
 
     def video_metadata_and_timestamps_s(
             self, export_name: str, relpath: str, *,
-            identity: RequestIdentity | str | None = None,
+            identity: RequestIdentity | str | None = None, on_damage: str = "error",
     ) -> tuple[FluxonFsVideoMetadata, np.ndarray]: ...
 
     def stats(self) -> FluxonFsProcessStats: ...
@@ -153,10 +155,11 @@ class FluxonFsVideoReaderPool:
     """Reads frames through cached readers. Thread-safe and fork-safe; a context manager."""
 
     def __init__(self, patcher: ReaderOpener, max_readers: int = 32, *,
-                 autorotate: bool = False) -> None:
+                 autorotate: bool = False, on_damage: str = "error") -> None:
         self.patcher = patcher
         self.max_readers = positive_int("max_readers", max_readers)
         self.autorotate = bool(autorotate)
+        self.on_damage = check_policy(on_damage)
         self._state = _State()
         self._closed = False
 
@@ -194,7 +197,8 @@ class FluxonFsVideoReaderPool:
             export_name, relpath, height, width, num_threads, identity = key
             reader = self.patcher.open_video_reader(export_name, relpath, height, width,
                                                     num_threads, identity=identity,
-                                                    autorotate=self.autorotate)
+                                                    autorotate=self.autorotate,
+                                                    on_damage=self.on_damage)
             with state.lock:
                 state.leased.add(reader)
                 state.counters.readers_opened += 1
@@ -367,14 +371,17 @@ class FluxonFsVideoReaderPool:
                                                            group_size=len(positions))))
             start += size
         return out
+
     def __getstate__(self) -> dict[str, object]:
         """Configuration only: the receiving process starts with no readers."""
         return {"patcher": self.patcher, "max_readers": self.max_readers,
-                "autorotate": self.autorotate, "closed": self._closed}
+                "autorotate": self.autorotate, "on_damage": self.on_damage,
+                "closed": self._closed}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__init__(state["patcher"], state["max_readers"],  # type: ignore[misc, arg-type]
-                      autorotate=state["autorotate"])
+                      autorotate=state["autorotate"],
+                      on_damage=state.get("on_damage", "error"))
         self._closed = bool(state["closed"])
 
     def video_metadata_and_timestamps_s(
@@ -384,14 +391,16 @@ class FluxonFsVideoReaderPool:
         if self._closed:
             raise FluxonFsClosedError("the reader pool is closed")
         return self.patcher.video_metadata_and_timestamps_s(export_name, relpath,
-                                                            identity=self.patcher.identity)
+                                                            identity=self.patcher.identity,
+                                                            on_damage=self.on_damage)
 
     def video_timestamps_s(self, export_name: str, relpath: str) -> np.ndarray:
         """Every frame's presentation time (see FluxonFsPatcher.video_timestamps_s)."""
         self._local()
         if self._closed:
             raise FluxonFsClosedError("the reader pool is closed")
-        return self.patcher.video_timestamps_s(export_name, relpath, identity=self.patcher.identity)
+        return self.patcher.video_timestamps_s(export_name, relpath, identity=self.patcher.identity,
+                                               on_damage=self.on_damage)
 
     def stats(self) -> FluxonFsProcessStats:
         """The patcher's cumulative figures in this process (``FluxonFsPatcher.stats``)."""

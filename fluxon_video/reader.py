@@ -15,7 +15,8 @@ from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource, OpenedFi
 from fluxon_video.fs.config import ClientSettings, FluxonFsExport, RequestIdentity
 from fluxon_video.fs.storage import FileStat
 from fluxon_video.frame_index import FrameIndex
-from fluxon_video.indexing import load_or_build_index, open_round_trips
+from fluxon_video.damage import check_policy
+from fluxon_video.indexing import load_or_build_index, open_round_trips, share_learnt_index
 from fluxon_video.metadata import (
     FluxonFsVideoMetadata,
     build_metadata,
@@ -43,6 +44,19 @@ def make_byte_source(range_source: FluxonFsRangeSource, page_size: int,
 log = get_logger("reader")
 
 
+def survey_file(range_source: FluxonFsRangeSource, index: FrameIndex, page_size: int,
+                settings: ClientSettings) -> None:
+    """Decode a file version once with one thread to find the frames
+    ``on_damage="conceal"`` numbers, and share them (reader-less metadata)."""
+    _, decode = require_native()
+    with make_byte_source(range_source, page_size, settings) as byte_source:
+        byte_source.set_extents(index.open_extents)
+        with decode.VideoDecoder(byte_source, 1, range_source.name, "conceal") as decoder:
+            decoder.index = index
+            decoder.index_learned = lambda learnt: share_learnt_index(range_source, learnt)
+            decoder.survey()
+
+
 class FluxonFsVideoReader:
     """Reads frames of one video through FluxonFS; use as a context manager.
 
@@ -59,8 +73,9 @@ class FluxonFsVideoReader:
                  open_ms: float, autorotate: bool = False,
                  on_read: Callable[[FluxonFsVideoReadStats], None] | None = None,
                  opened: tuple[str, OpenedFile] | None = None,
-                 counters: ReadCounters | None = None) -> None:
+                 counters: ReadCounters | None = None, on_damage: str = "error") -> None:
         _, self._decode = require_native()
+        self.on_damage = check_policy(on_damage)
         t0 = time.perf_counter()
         self.export_name = export.name
         self.relpath = relpath
@@ -100,7 +115,10 @@ class FluxonFsVideoReader:
             if index is not None:
                 self._byte_source.set_extents(index.open_extents)
                 self._prefetch_container(index)
-                self._metadata = build_metadata(index, version.size, version.mtime_ns, self.name)
+                if self.on_damage == "conceal":
+                    self._decoder.survey()  # once per file version: the KV keeps it
+                self._metadata = build_metadata(index, version.size, version.mtime_ns, self.name,
+                                                self.on_damage)
             if autorotate:
                 self._decoder.orient = self._orientation(index)
             if height is None or width is None:
@@ -140,11 +158,19 @@ class FluxonFsVideoReader:
         # The decoder lives as long as the reader: a request ahead of where it
         # stands continues without seeking.
         orient = self._decoder.orient if self._decoder is not None else 0
-        self._decoder = self._decode.VideoDecoder(self._byte_source, self.num_threads, self.name)
+        self._decoder = self._decode.VideoDecoder(self._byte_source, self.num_threads, self.name,
+                                                  self.on_damage)
         self._decoder.index = index
+        self._decoder.index_learned = self._share_index
         if index is not None:
             self._byte_source.set_extents(index.open_extents)
         self._decoder.orient = orient
+
+    def _share_index(self, index: FrameIndex) -> None:
+        """The decoder learnt damage (or surveyed the file): every reader should know."""
+        log.info("%s: %s", self.name, "the file's frames were surveyed for damage"
+                 if index.decoded_pts is not None else "the decoder found damaged data")
+        share_learnt_index(self._range_source, index)
 
     # ---- what is known without decoding ----
 
@@ -163,13 +189,14 @@ class FluxonFsVideoReader:
     def timestamps_s(self) -> np.ndarray:
         """Presentation time of every frame in seconds (float64), in frame-index order."""
         self.metadata  # noqa: B018 - raises for a file without an index
-        return timestamps_s(self._index())
+        return timestamps_s(self._index(), self.on_damage)
 
     def indices_at_times(self, seconds: float | Sequence[float] | np.ndarray) -> list[int]:
         """For each time, the index of the frame displayed then (the last frame
         whose pts <= t), for t in [begin_s, end_s); else FluxonFsFrameIndexError."""
         metadata = self.metadata  # raises for a file without an index
-        return indices_at_times(timestamps_s(self._index()), metadata, seconds, self.name)
+        return indices_at_times(timestamps_s(self._index(), self.on_damage), metadata, seconds,
+                                self.name)
 
     def _index(self) -> FrameIndex:
         decoder = self._decoder

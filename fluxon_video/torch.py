@@ -40,6 +40,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a process without 
         "pip install 'fluxon-video[torch]' (for the CPU build, install torch first from "
         "the CPU wheel index)") from exc
 
+from fluxon_video.damage import check_policy
 from fluxon_video.metadata import FluxonFsVideoMetadata, indices_at_times
 from fluxon_video.patcher import FluxonFsPatcher
 from fluxon_video.pool import FluxonFsVideoReaderPool, FluxonFsVideoReadRequest
@@ -60,7 +61,9 @@ class VideoClipDataset(Dataset):
     and ``fps`` (``round(clip_duration_s * fps)`` frames, the frame displayed
     at each sample time). A video shorter than a clip repeats its last frame.
     ``height``/``width`` None follow the reader's rules (native size, kept
-    aspect); ``set_epoch`` changes the clips drawn.
+    aspect); ``set_epoch`` changes the clips drawn. ``on_damage`` is the
+    readers' damaged-stream policy (with a patcher as source; a given pool
+    keeps its own).
     """
 
     def __init__(self, source: FluxonFsPatcher | FluxonFsVideoReaderPool, export_name: str,
@@ -68,7 +71,8 @@ class VideoClipDataset(Dataset):
                  clip_duration_s: float | None = None, fps: float | None = None,
                  clips_per_video: int = 1, height: int | None = None, width: int | None = None,
                  num_threads: int = 1, layout: str = "THWC", seed: int = 0,
-                 max_readers: int = 16, autorotate: bool = False) -> None:
+                 max_readers: int = 16, autorotate: bool = False,
+                 on_damage: str = "error") -> None:
         if isinstance(source, FluxonFsVideoReaderPool):
             self._patcher, self._given_pool = source.patcher, source
         elif isinstance(source, FluxonFsPatcher):
@@ -99,6 +103,7 @@ class VideoClipDataset(Dataset):
         self.epoch = 0
         self.max_readers = positive_int("max_readers", max_readers)
         self.autorotate = bool(autorotate)
+        self.on_damage = check_policy(on_damage)
         self._local: tuple[int, FluxonFsVideoReaderPool, dict[str, Any]] | None = None
 
     # ---- per process: the pool and what is known of each video ----
@@ -117,7 +122,7 @@ class VideoClipDataset(Dataset):
         local = self._local
         if local is None or local[0] != os.getpid():
             pool = self._given_pool or self._patcher.open_video_reader_pool(
-                self.max_readers, autorotate=self.autorotate)
+                self.max_readers, autorotate=self.autorotate, on_damage=self.on_damage)
             local = self._local = (os.getpid(), pool, {})
         return local
 

@@ -35,6 +35,11 @@ class Clip:
     derive_from: str | None = None  # stream-copy this clip instead of encoding a source
     pack_bframes: bool = False  # with derive_from (MPEG-4 part 2): DivX-style packed B-frames
     truncate_tail: int = 0  # bytes cut off the end of the file after muxing
+    # With derive_from: a copy whose packets at these decode positions (first
+    # video stream) have their first bytes overwritten, so the decoder rejects
+    # them (an H.264/HEVC NAL length, a VP9 frame marker).
+    damage: tuple[int, ...] = ()
+    two_pass: bool = False  # encode twice (libvpx alternate reference frames need it)
 
 
 X264 = ("-c:v", "libx264", "-preset", "veryfast", "-bf", "3", "-g", "24", "-keyint_min", "24",
@@ -94,6 +99,18 @@ CLIPS = {c.name: c for c in [
     # incomplete and does not decode, so 89 frames decode where the sample table lists 90.
     Clip("h264_truncated.mp4", 256, 144, 3.75, X264 + ("-movflags", "+faststart"),
          truncate_tail=300),
+    # VP8 with alternate reference frames: invisible frames in WebM blocks of their own
+    # (same timestamp as the next frame), which the decoder consumes without output.
+    Clip("vp8_altref.webm", 160, 96, 3, ("-c:v", "libvpx", "-b:v", "200k", "-auto-alt-ref", "1",
+                                         "-lag-in-frames", "16", "-g", "60"), fps=30,
+         two_pass=True),
+    # Damaged streams (decode positions; h264_moov_end.mp4: GOP 24, keyframes at 0, 24, 48):
+    # a reference P-frame, a non-reference B-frame, the second keyframe.
+    Clip("damaged_h264_ref.mp4", 0, 0, 0, (), derive_from="h264_moov_end.mp4", damage=(5,)),
+    Clip("damaged_h264_nonref.mp4", 0, 0, 0, (), derive_from="h264_moov_end.mp4", damage=(7,)),
+    Clip("damaged_h264_key.mp4", 0, 0, 0, (), derive_from="h264_moov_end.mp4", damage=(24,)),
+    Clip("damaged_hevc.mp4", 0, 0, 0, (), derive_from="hevc.mp4", damage=(30,)),
+    Clip("damaged_vp9.webm", 0, 0, 0, (), derive_from="vp9.webm", damage=(33,)),
 ]}
 
 
@@ -125,6 +142,10 @@ class MediaLibrary:
 def make_clip(clip: Clip, out: Path, source: Path | None = None) -> None:
     cmd = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y"]
     part = str(out) + ".part" + out.suffix
+    if source is not None and clip.damage:
+        damage_packets(source, Path(part), clip.damage)
+        os.replace(part, out)
+        return
     if source is not None and clip.pack_bframes:
         pack_bframes(source, Path(part), clip.fps)
         os.replace(part, out)
@@ -143,12 +164,30 @@ def make_clip(clip: Clip, out: Path, source: Path | None = None) -> None:
         cmd += ["-pix_fmt", clip.pix_fmt]
     if clip.audio and clip.video:
         cmd += ["-c:a", "aac", "-b:a", "32k"]
+    env = {**os.environ, "SVT_LOG": "1"}  # the AV1 encoder prints its banner unless told
+    if clip.two_pass:
+        log = str(out) + ".passlog"
+        subprocess.run([*cmd, *clip.args, "-pass", "1", "-passlogfile", log, "-f", "null", "-"],
+                       check=True, env=env)
+        cmd += ["-pass", "2", "-passlogfile", log]
     cmd += [*clip.args, str(out) + ".part" + out.suffix]
-    # SVT_LOG=1: the AV1 encoder prints its banner unless told errors only.
-    subprocess.run(cmd, check=True, env={**os.environ, "SVT_LOG": "1"})
+    subprocess.run(cmd, check=True, env=env)
     if clip.truncate_tail:
         os.truncate(part, os.path.getsize(part) - clip.truncate_tail)
     os.replace(part, out)
+
+
+def damage_packets(source: Path, out: Path, positions: tuple[int, ...]) -> None:
+    data = bytearray(source.read_bytes())
+    packets = ffprobe_packets(source)
+    for k in positions:
+        pos = packets[k]["pos"]
+        if source.suffix in (".webm", ".mkv"):
+            # Matroska gives where the block's content starts: skip its track
+            # number (a vint), timecode and flags to reach the payload.
+            pos += (9 - data[pos].bit_length()) + 3
+        data[pos:pos + 4] = b"\xff\xff\xff\xff"
+    out.write_bytes(bytes(data))
 
 
 VOP = b"\x00\x00\x01\xb6"
@@ -195,9 +234,11 @@ def packed_bframes(packets: list[bytes]) -> list[bytes]:
     return out
 
 
-def reference_frames(path: Path, height: int, width: int) -> np.ndarray:
+def reference_frames(path: Path, height: int, width: int, threads: int | None = None) -> np.ndarray:
+    """Every frame by the ffmpeg CLI (``threads``: its decoder's thread count)."""
+    threading = ["-threads", str(threads)] if threads else []
     raw = subprocess.run(
-        ["ffmpeg", "-nostdin", "-loglevel", "error", "-i", str(path),
+        ["ffmpeg", "-nostdin", "-loglevel", "error", *threading, "-i", str(path),
          "-map", "0:v:0", "-vf", f"scale={width}:{height}:flags=bilinear,format=rgb24",
          "-fps_mode", "passthrough", "-f", "rawvideo", "-"],
         check=True, capture_output=True).stdout
@@ -210,3 +251,13 @@ def ffprobe_frame_count(path: Path) -> int:
          "-show_entries", "stream=nb_read_frames", "-of", "json", str(path)],
         check=True, capture_output=True, text=True).stdout
     return int(json.loads(out)["streams"][0]["nb_read_frames"])
+
+
+def ffprobe_packets(path: Path) -> list[dict]:
+    """The first video stream's packets in decode order (pts, dts, pos, size, flags), by ffprobe."""
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_packets",
+         "-show_entries", "packet=pts,dts,pos,size,flags", "-of", "json", str(path)],
+        check=True, capture_output=True, text=True).stdout
+    return [{**p, "pos": int(p["pos"]), "size": int(p["size"])}
+            for p in json.loads(out)["packets"]]

@@ -11,6 +11,7 @@ import fluxon_video as fv
 from fluxon_video import errors
 from fluxon_video.sources import BytesRangeSource
 from tests.helpers import RaisingSource, make_patcher
+from tests.media import ffprobe_packets as packets
 
 avio = pytest.importorskip("fluxon_video._avio")
 decode = pytest.importorskip("fluxon_video._decode")
@@ -257,14 +258,33 @@ def with_garbage_payload(data: bytes, seed: int = 1) -> bytes:
 @pytest.mark.parametrize("seek", [True, False])
 @pytest.mark.parametrize("clip", ["h264_faststart.mp4", "hevc.mp4"])
 def test_decoder_thread_errors_reach_the_message(media, tmp_path, clip, threads, seek):
+    # Tolerant, the decode goes on like the ffmpeg CLI until the decoder's
+    # limit of consecutive errors, then fails with FFmpeg's reason.
     path = tmp_path / f"garbage_{clip}"
     path.write_bytes(with_garbage_payload(media.path(clip).read_bytes()))
     with pytest.raises(errors.FluxonFsDecodeError) as info:
-        fv.decode_local_frames(path, [0, 40], 32, 32, threads, seek=seek)
+        fv.decode_local_frames(path, [0, 40], 32, 32, threads, seek=seek, on_damage="conceal")
     message = str(info.value)
     assert message.startswith(f"{path}: avcodec_"), message
     # FFmpeg's error line, logged by a frame-threading worker when threads > 1.
     assert re.search(r"failed: [^(]+ \((.+)\)$", message), message
+
+
+@pytest.mark.parametrize("threads", [1, 4])
+@pytest.mark.parametrize("seek", [True, False])
+@pytest.mark.parametrize("clip", ["h264_faststart.mp4", "hevc.mp4"])
+def test_garbage_packets_are_damage_named_with_ffmpegs_reason(media, tmp_path, clip, threads,
+                                                              seek):
+    # By default the first packet the decoder rejects fails the read, naming it.
+    path = tmp_path / f"garbage_{clip}"
+    path.write_bytes(with_garbage_payload(media.path(clip).read_bytes()))
+    with pytest.raises(errors.FluxonFsDamagedStreamError) as info:
+        fv.decode_local_frames(path, [0, 40], 32, 32, threads, seek=seek)
+    message = str(info.value)
+    assert message.startswith(f"{path}: "), message
+    first = packets(path)[0]
+    assert f"byte {first['pos']}" in message, message
+    assert re.search(r"(NAL|Invalid|invalid|Error|error)", message), message
 
 
 def test_decoder_thread_errors_with_pipelines_in_parallel(media, tmp_path):
@@ -278,7 +298,8 @@ def test_decoder_thread_errors_with_pipelines_in_parallel(media, tmp_path):
     def worker(i):
         for _ in range(3):
             with pytest.raises(errors.FluxonFsDecodeError) as info:
-                fv.decode_local_frames(path, [0, 40], 32, 32, 1 + i % 4, seek=bool(i % 2))
+                fv.decode_local_frames(path, [0, 40], 32, 32, 1 + i % 4, seek=bool(i % 2),
+                                       on_damage="conceal")
             messages.append((1 + i % 4, str(info.value)))
 
     assert run_in_threads(worker, 6) == []

@@ -10,6 +10,8 @@ from fluxon_video.libav.avutil cimport (
 cdef extern from "libavcodec/codec_id.h" nogil:
     cdef enum AVCodecID:
         AV_CODEC_ID_MPEG4
+        AV_CODEC_ID_VP8
+        AV_CODEC_ID_VP9
 
     const char *avcodec_get_name(AVCodecID id)
 

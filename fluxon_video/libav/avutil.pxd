@@ -84,6 +84,11 @@ cdef extern from "libavutil/frame.h" nogil:
         int64_t pts
         AVColorRange color_range
         AVColorSpace colorspace
+        int flags
+        int decode_error_flags
+        int64_t best_effort_timestamp
+
+    int AV_FRAME_FLAG_CORRUPT
 
     AVFrame *av_frame_alloc()
     void av_frame_free(AVFrame **frame)

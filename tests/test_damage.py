@@ -1,0 +1,212 @@
+"""Damaged streams and packets that are not frames (issue 19).
+
+Damaged files are made at test time: a clip with the first bytes of one
+packet overwritten, so the decoder rejects it (H.264 and HEVC: a NAL length;
+VP9: the frame marker), in a reference frame, a non-reference frame and a
+keyframe. The oracles come from the ffmpeg CLI: the undamaged clip's frames
+(what the default policy's frames must be, numbered by the index) and the
+damaged clip decoded with one thread (what on_damage="conceal" must return).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+import fluxon_video as fv
+from fluxon_video import errors
+from fluxon_video.frame_index import FrameIndex
+from tests.helpers import make_patcher
+from tests.media import CLIPS, reference_frames
+
+pytest.importorskip("fluxon_video._decode")
+
+H, W = 36, 64
+DAMAGED = ["damaged_h264_ref.mp4", "damaged_h264_nonref.mp4", "damaged_h264_key.mp4",
+           "damaged_hevc.mp4", "damaged_vp9.webm"]
+
+
+@pytest.fixture(scope="module")
+def frames(media):
+    """name -> (undamaged frames, one-threaded CLI frames of the damaged file)."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            clip = CLIPS[name]
+            cache[name] = (media.reference(clip.derive_from, H, W),
+                           reference_frames(media.path(name), H, W, threads=1))
+        return cache[name]
+
+    return get
+
+
+def read_each(reader, count, threads_label=""):
+    """index -> frame, or the exception's class, for every lone read."""
+    out = {}
+    for i in range(count):
+        try:
+            out[i] = reader.read_frames_numpy([i], H, W)[0][0]
+        except errors.FluxonFsError as exc:
+            out[i] = type(exc)
+    return out
+
+
+@pytest.mark.parametrize("name", DAMAGED)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_default_policy_frames_are_the_undamaged_ones_or_a_named_error(media, frames, name,
+                                                                        threads):
+    clean, _ = frames(name)
+    path = media.path(name)
+    damaged_packet = CLIPS[name].damage[0]
+    with fv.LocalVideoReader(path, threads) as reader:
+        count = reader.index.frame_count
+        assert count == clean.shape[0]  # the index numbers packets: nothing shifts
+        lone = read_each(reader, count)
+        failed = sorted(i for i, v in lone.items() if v is errors.FluxonFsDamagedStreamError)
+        # The damaged packet's own frame is among the refused ones, and so is
+        # nothing outside its GOP.
+        own = int(np.flatnonzero(reader.index.frame_dec == damaged_packet)[0])
+        assert own in failed
+        keys = reader.index.frame_key
+        assert all(keys[i] == keys[own] for i in failed)
+        for i, value in lone.items():
+            if i not in failed:
+                assert isinstance(value, np.ndarray), (i, value)
+                assert np.array_equal(value, clean[i]), i
+        good = [i for i in range(count) if i not in failed]
+        # A batch of the readable frames in reversed order: the same bytes.
+        batch, _ = reader.read_frames_numpy(good[::-1], H, W)
+        assert np.array_equal(batch, clean[good[::-1]])
+        # Any batch holding a damaged frame fails, naming the damage.
+        with pytest.raises(errors.FluxonFsDamagedStreamError,
+                           match=rf"{path}: frame \d+ depends on damaged data: packet "
+                                 rf"{damaged_packet} in decode order"):
+            reader.read_frames_numpy(list(range(count)), H, W)
+        learnt = reader.index
+    # What was learnt travels with the index (the KV copy): a reader opened on
+    # it refuses the same frames without decoding them, and reads the rest alike.
+    with fv.LocalVideoReader(path, 3 - threads,
+                             index=FrameIndex.from_bytes(learnt.to_bytes())) as again:
+        assert again.index.pkt_damaged[damaged_packet]
+        for i in (failed[0], failed[-1]):
+            with pytest.raises(errors.FluxonFsDamagedStreamError):
+                again.read_frames_numpy([i], H, W)
+        batch, stats = again.read_frames_numpy(good, H, W)
+        assert np.array_equal(batch, clean[good])
+        assert stats.decode_errors == 0  # the damaged packet is never fed
+
+
+@pytest.mark.parametrize("name", DAMAGED)
+def test_sequential_path_fails_at_the_damage(media, frames, name):
+    clean, _ = frames(name)
+    path = media.path(name)
+    with fv.LocalVideoReader(path) as reader:
+        own = int(np.flatnonzero(reader.index.frame_dec == CLIPS[name].damage[0])[0])
+    # Frames decoded before the damage are served; after it, the read fails.
+    early, _ = fv.decode_local_frames(path, [0], H, W, seek=False)
+    assert np.array_equal(early[0], clean[0])
+    with pytest.raises(errors.FluxonFsDamagedStreamError, match=str(path)):
+        fv.decode_local_frames(path, [own + 30 if own + 30 < len(clean) else own], H, W,
+                               seek=False)
+
+
+@pytest.mark.parametrize("name", DAMAGED)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_conceal_returns_the_one_threaded_decode_on_every_path(media, frames, name, threads):
+    _, reference = frames(name)
+    path = media.path(name)
+    with fv.LocalVideoReader(path, threads, on_damage="conceal") as reader:
+        assert reader.index.decoded_pts is not None
+        assert reader.index.pkt_damaged[CLIPS[name].damage[0]]
+        count = len(reference)
+        lone = read_each(reader, count)
+        for i in range(count):
+            assert isinstance(lone[i], np.ndarray), (i, lone[i])
+            assert np.array_equal(lone[i], reference[i]), i
+        order = list(range(count))[::-1]
+        batch, _ = reader.read_frames_numpy(order, H, W)
+        assert np.array_equal(batch, reference[order])
+        with pytest.raises(IndexError):
+            reader.read_frames_numpy([count], H, W)
+
+
+def test_conceal_metadata_counts_the_frames_it_returns(media, frames):
+    name = "damaged_h264_ref.mp4"
+    _, reference = frames(name)
+    with make_patcher(None, media.path(name).parent) as patcher:
+        with patcher.open_video_reader("train", name, H, W, on_damage="conceal") as reader:
+            assert len(reader) == reader.metadata.num_frames == len(reference)
+            assert reader.timestamps_s().shape == (len(reference),)
+            last = reader.indices_at_times([reader.metadata.end_s - 1e-6])
+            assert last == [len(reference) - 1]
+            assert np.array_equal(reader.read_frames_numpy(last)[0], reference[-1])
+        # Metadata without a reader numbers the same frames.
+        meta = patcher.video_metadata("train", name, on_damage="conceal")
+        assert meta.num_frames == len(reference)
+        with patcher.open_video_reader("train", name, H, W) as strict:
+            assert len(strict) == len(reference) + 1  # one frame per shown packet
+        pool = patcher.open_video_reader_pool(on_damage="conceal")
+        with pool:
+            result = pool.read_frames_numpy(export_name="train", relpath=name, height=H, width=W,
+                                            num_threads=2, indices=[0, len(reference) - 1])
+            assert np.array_equal(result, reference[[0, -1]])
+
+
+def test_the_shared_index_carries_what_a_reader_learnt(media, frames, tmp_path):
+    import shutil
+
+    name = "damaged_h264_key.mp4"
+    clean, _ = frames(name)
+    shutil.copy(media.path(name), tmp_path / name)
+    with make_patcher(None, tmp_path) as patcher:
+        with patcher.open_video_reader("train", name, H, W, num_threads=2) as first:
+            with pytest.raises(errors.FluxonFsDamagedStreamError):
+                first.read_frames_numpy([30])
+        patcher.client.close()  # the index's background write is done
+    with make_patcher(None, tmp_path) as patcher:
+        with patcher.open_video_reader("train", name, H, W) as second:
+            assert second.last_stats is None
+            with pytest.raises(errors.FluxonFsDamagedStreamError):
+                second.read_frames_numpy([30])
+            assert second.last_stats is None or second.last_stats.frames_decoded == 0
+            frames_ok = second.read_frames_numpy([0, 60])
+            assert np.array_equal(frames_ok, clean[[0, 60]])
+
+
+# ---- packets that are not frames ----
+
+def ffprobe_frames(path):
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_frames",
+         "-show_entries", "frame=key_frame,best_effort_timestamp_time", "-of", "json", str(path)],
+        check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["frames"]
+
+
+def test_vp8_invisible_frames_are_not_counted(media):
+    path = media.path("vp8_altref.webm")
+    probed = ffprobe_frames(path)
+    packets = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-count_packets",
+         "-show_entries", "stream=nb_read_packets", "-of", "csv=p=0", str(path)],
+        check=True, capture_output=True, text=True).stdout
+    assert int(packets) > len(probed)  # the file does hold invisible frames
+    times = np.asarray([float(f["best_effort_timestamp_time"]) for f in probed])
+    keys = tuple(i for i, f in enumerate(probed) if f["key_frame"])
+    reference = reference_frames(path, H, W)
+    with make_patcher(None, path.parent) as patcher:
+        with patcher.open_video_reader("train", path.name, H, W) as reader:
+            assert len(reader) == reader.metadata.num_frames == len(probed) == len(reference)
+            assert reader.metadata.keyframe_indices == keys
+            np.testing.assert_allclose(reader.timestamps_s(), times, atol=1e-6)
+            probes = [times[0], times[len(times) // 2] + 1e-3, times[-1]]
+            assert reader.indices_at_times(probes) == [0, len(times) // 2, len(times) - 1]
+            for i in (0, keys[-1], len(reference) - 1):
+                assert np.array_equal(reader.read_frames_numpy([i])[0], reference[i])
+            order = list(range(len(reference)))[::-1]
+            assert np.array_equal(reader.read_frames_numpy(order), reference[order])
+            assert reader.last_stats.path == "indexed"
