@@ -210,3 +210,51 @@ def test_vp8_invisible_frames_are_not_counted(media):
             order = list(range(len(reference)))[::-1]
             assert np.array_equal(reader.read_frames_numpy(order), reference[order])
             assert reader.last_stats.path == "indexed"
+
+
+def test_cli_read_fails_on_damage_or_conceals(media, frames, tmp_path):
+    import shutil
+
+    from tests.helpers import IDENTITIES
+    from tests.test_ops import cli
+
+    name = "damaged_h264_ref.mp4"
+    clean, reference = frames(name)
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(media.path(name), root / name)
+    identities = "\n".join(f'{n} = "{t}"' for n, t in IDENTITIES.items())
+    config = tmp_path / "fluxon.toml"
+    config.write_text(f'[identities]\n{identities}\n\n[[exports]]\nname = "data"\n'
+                      f'root = "{root}"\nallow = ["alice"]\n')
+    args = ("read", f"data:{name}", "--frames", "0,10", "--size", f"{W}x{H}", "--format", "npy",
+            "--json")
+    refused = cli(*args, "--out", str(tmp_path / "a"), config=config, check=False)
+    assert refused.returncode == 1 and "depends on damaged data" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    rows = [json.loads(line) for line in cli(*args, "--out", str(tmp_path / "b"), "--on-damage",
+                                              "conceal", config=config).stdout.splitlines()]
+    for row in rows:
+        assert np.array_equal(np.load(row["file"]), reference[row["frame"]])
+    assert not np.array_equal(reference[10], clean[10])  # the policies do differ there
+
+
+@pytest.mark.parametrize("on_damage", ["error", "conceal"])
+def test_read_many_groups_keep_each_policys_frames(media, frames, on_damage):
+    name = "damaged_h264_key.mp4"  # GOP 24..47 depends on the damaged keyframe
+    clean, reference = frames(name)
+    expected = clean if on_damage == "error" else reference
+    with make_patcher(None, media.path(name).parent) as patcher:
+        with patcher.open_video_reader_pool(on_damage=on_damage) as pool:
+            requests = [fv.FluxonFsVideoReadRequest("train", name, H, W, threads, tuple(ix))
+                        for threads, ix in ((1, [50, 3]), (1, [10, 60, 3]), (2, [0, 70]))]
+            results = pool.read_many_numpy_with_stats(requests)
+            for request, result in zip(requests, results):
+                assert np.array_equal(result.frames, expected[list(request.indices)])
+            damaged = [fv.FluxonFsVideoReadRequest("train", name, H, W, 1, (3, 30))]
+            if on_damage == "error":
+                with pytest.raises(errors.FluxonFsDamagedStreamError):
+                    pool.read_many_numpy_with_stats(damaged)
+            else:
+                result = pool.read_many_numpy_with_stats(damaged)[0]
+                assert np.array_equal(result.frames, reference[[3, 30]])
