@@ -263,6 +263,10 @@ cdef class VideoDecoder:
         clusters = index.plan(targets)
         c = p.damage_cluster
         found = self._survey(index, False, int(clusters["seek_ts"][c]), p.damage_upto_dec, True)
+        if not found:
+            # The cluster may have continued a decode from an earlier one (no
+            # seek), whose packets the damage can be among: look from the start.
+            found = self._survey(index, True, 0, p.damage_upto_dec, True)
         p.decode_errors = p.corrupt_frames = 0
         if not found:
             why = (p.fallback_reason.decode() if p.fallback_reason != NULL
