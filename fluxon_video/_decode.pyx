@@ -1,5 +1,4 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-
 """VideoDecoder: frames at indices, straight into a caller-owned NHWC buffer.
 
 Frame i is the i-th frame the decoder outputs when the first video stream is
@@ -18,10 +17,9 @@ import os
 
 import numpy as np
 
+from libc.errno cimport EIO
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memset
-
-from libc.errno cimport EIO
 
 from fluxon_video._avio cimport ByteSource
 from fluxon_video._pagecache cimport fx_cursor
@@ -38,14 +36,14 @@ from fluxon_video.libav.avutil cimport AVERROR, avutil_version
 from fluxon_video.libav.swscale cimport swscale_version
 
 from fluxon_video import damage, errors
-
-# Damaged packets one call may find and learn (each costs a short one-threaded
-# decode) before it reports the damage it has.
-cdef int MAX_DAMAGE_LEARNT_PER_CALL = 16
 from fluxon_video.stats import DecodeStats
 from fluxon_video.validation import (
     frame_indices, output_array, positive_int, resolve_frame_indices,
 )
+
+# Damaged packets one call may find and learn (each costs a short one-threaded
+# decode) before it reports the damage it has.
+cdef int MAX_DAMAGE_LEARNT_PER_CALL = 16
 
 
 cdef class VideoDecoder:
@@ -226,10 +224,8 @@ cdef class VideoDecoder:
         by_index, mapped = damage.concealed_plan(index, targets)
         if by_index.any():
             self._decode_strict(mapped, np.ascontiguousarray(first_slot[by_index]), out, index, p)
-            p.targets_left = 0
         rest = ~by_index
         if rest.any():
-            p.targets_left = 0
             ret = self._run(self._one_thread(), np.ascontiguousarray(targets[rest]),
                             np.ascontiguousarray(first_slot[rest]), out, None, p, False)
             self._check(ret, targets[rest], p, 0)
@@ -269,17 +265,19 @@ cdef class VideoDecoder:
             found = self._survey(index, True, 0, p.damage_upto_dec, True)
         p.decode_errors = p.corrupt_frames = 0
         if not found:
-            why = (p.fallback_reason.decode() if p.fallback_reason != NULL
-                   else f"decoding with {self.num_threads} threads met an error that a "
-                        f"one-threaded decode of the same packets does not")
-            raise errors.FluxonFsDecodeError(f"{self.name}: {why} ({self._ffmpeg_line()})")
+            self._raise_unconfirmed(p.fallback_reason.decode() if p.fallback_reason != NULL
+                                    else None)
         p.fallback_reason = NULL
         return 0
 
-    def _ffmpeg_line(self):
+    def _raise_unconfirmed(self, why=None):
+        """A strict decode stopped at damage that a one-threaded survey does not find."""
         cdef char line[512]
         self.pipe.last_error(line, sizeof(line))
-        return line.decode("utf-8", "replace") or "no message from FFmpeg"
+        why = why or (f"decoding with {self.num_threads} threads met an error that a "
+                      "one-threaded decode of the same packets does not")
+        raise errors.FluxonFsDecodeError(
+            f"{self.name}: {why} ({line.decode('utf-8', 'replace') or 'no message from FFmpeg'})")
 
     cdef int _raise_sequential_damage(self, index) except -1:
         """A strict sequential decode met damage with targets left: name it."""
@@ -287,9 +285,7 @@ cdef class VideoDecoder:
         usable = index is not None and index.trusted
         self._survey(index if usable else None, True, 0, -1, True)
         if self.last_survey_damage is None:
-            raise errors.FluxonFsDecodeError(
-                f"{self.name}: decoding with {self.num_threads} threads met an error that a "
-                f"one-threaded decode does not ({self._ffmpeg_line()})")
+            self._raise_unconfirmed()
         where, message = self.last_survey_damage
         raise errors.FluxonFsDamagedStreamError(
             f"{self.name}: the requested frames follow damaged data: {where}: {message} "
@@ -317,18 +313,12 @@ cdef class VideoDecoder:
         memset(&s, 0, sizeof(s))
         memset(&p, 0, sizeof(p))
         n_packets = index.pkt_pos.shape[0] if index is not None else 0
-        arrays = {
-            "pos_sorted": np.ascontiguousarray(index.pos_sorted if index is not None
-                                               else np.zeros(1), np.int64),
-            "pos_dec": np.ascontiguousarray(index.pos_dec if index is not None
-                                            else np.zeros(1), np.int64),
-            "frame_pts": np.ascontiguousarray(index.frame_pts if index is not None
-                                              else np.zeros(1), np.int64),
-            "frame_dec": np.ascontiguousarray(index.frame_dec if index is not None
-                                              else np.zeros(1), np.int64),
-            "damaged": np.zeros(max(n_packets, 1), np.uint8),
-            "out_pts": np.zeros(2 * n_packets + 64, np.int64),
-        }
+        # The index's lookups (one placeholder element each without an index).
+        arrays = {name: np.ascontiguousarray(getattr(index, name) if index is not None
+                                             else np.zeros(1), np.int64)
+                  for name in ("pos_sorted", "pos_dec", "frame_pts", "frame_dec")}
+        arrays["damaged"] = np.zeros(max(n_packets, 1), np.uint8)
+        arrays["out_pts"] = np.zeros(2 * n_packets + 64, np.int64)
         cdef const int64_t[::1] pos_sorted = arrays["pos_sorted"]
         cdef const int64_t[::1] pos_dec = arrays["pos_dec"]
         cdef const int64_t[::1] frame_pts = arrays["frame_pts"]

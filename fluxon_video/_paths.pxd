@@ -60,7 +60,6 @@ cdef struct Survey:
     int64_t n_damaged
     int64_t first_dec            # the first damaged packet found (-1: none)
     int64_t first_pos            # ... its byte position
-    int64_t first_pts
     char first_message[256]      # FFmpeg's line for it
 
 

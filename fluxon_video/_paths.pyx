@@ -19,9 +19,7 @@ from fluxon_video._pagecache cimport fx_pagecache
 from fluxon_video.libav.avcodec cimport (
     AVDISCARD_DEFAULT, AVDISCARD_NONREF, AV_PKT_FLAG_CORRUPT, AV_PKT_FLAG_KEY, av_packet_unref,
 )
-from fluxon_video.libav.avutil cimport (
-    AV_FRAME_FLAG_CORRUPT, AV_NOPTS_VALUE, AVERROR_EOF, av_frame_unref,
-)
+from fluxon_video.libav.avutil cimport AVERROR_EOF, av_frame_unref
 
 # _check_packet's word for a packet known to be damaged: do not feed it, drain.
 cdef int FX_DRAIN = 3
@@ -94,7 +92,6 @@ cdef int decode_sequential(Pipeline pipe, const int64_t *targets, const int64_t 
         if ret < 0:
             return ret
         if _damaged(p):
-            av_frame_unref(pipe.frame)
             return FX_DAMAGED
         while next_target < ntargets:
             ret = pipe.receive(&consecutive_errors, p)
@@ -375,8 +372,7 @@ cdef inline int64_t _dec_of(Survey *s, int64_t pos) noexcept nogil:
     return s.pos_dec[idx] if idx >= 0 else -1
 
 
-cdef void _mark_damaged(Pipeline pipe, Survey *s, int64_t dec, int64_t pos,
-                        int64_t pts) noexcept nogil:
+cdef void _mark_damaged(Pipeline pipe, Survey *s, int64_t dec, int64_t pos) noexcept nogil:
     if dec >= 0 and s.damaged != NULL:
         if s.damaged[dec]:
             return
@@ -385,7 +381,6 @@ cdef void _mark_damaged(Pipeline pipe, Survey *s, int64_t dec, int64_t pos,
     if s.first_dec < 0 and s.first_pos < 0:
         s.first_dec = dec
         s.first_pos = pos
-        s.first_pts = pts
         pipe.last_error(s.first_message, sizeof(s.first_message))
 
 
@@ -397,10 +392,9 @@ cdef int survey_damage(Pipeline pipe, Survey *s, DecodeProgress *p) noexcept nog
     cdef int ret
     cdef bint draining = False
     cdef int consecutive_errors = 0
-    cdef int64_t errors_before, idx, dec = -1, pos = -1, pts = AV_NOPTS_VALUE
+    cdef int64_t errors_before, corrupt_before, idx, dec = -1, pos = -1
     s.n_out = s.n_damaged = 0
     s.first_dec = s.first_pos = -1
-    s.first_pts = AV_NOPTS_VALUE
     s.first_message[0] = 0
     pipe.fresh = False
     pipe.positioned = False
@@ -415,7 +409,7 @@ cdef int survey_damage(Pipeline pipe, Survey *s, DecodeProgress *p) noexcept nog
             if ret < 0:
                 return ret
             if ret == 1:
-                pos, pts = pipe.pkt.pos, pipe.pkt.pts
+                pos = pipe.pkt.pos
                 dec = _dec_of(s, pos)
                 pipe.packet_pending = True
         errors_before = p.decode_errors
@@ -423,9 +417,10 @@ cdef int survey_damage(Pipeline pipe, Survey *s, DecodeProgress *p) noexcept nog
         if ret < 0:
             return ret
         if p.decode_errors > errors_before:
-            _mark_damaged(pipe, s, dec, pos, pts)
+            _mark_damaged(pipe, s, dec, pos)
         while True:
             errors_before = p.decode_errors
+            corrupt_before = p.corrupt_frames
             ret = pipe.receive(&consecutive_errors, p)
             if ret == AVERROR_EOF or (ret == 0 and draining):
                 return 0
@@ -434,18 +429,18 @@ cdef int survey_damage(Pipeline pipe, Survey *s, DecodeProgress *p) noexcept nog
             if ret < 0:
                 return ret
             if p.decode_errors > errors_before:
-                _mark_damaged(pipe, s, dec, pos, pts)
+                _mark_damaged(pipe, s, dec, pos)
             if s.n_out < s.out_cap:
                 s.out_pts[s.n_out] = pipe.frame.best_effort_timestamp
             s.n_out += 1
-            if (pipe.frame.flags & AV_FRAME_FLAG_CORRUPT) or pipe.frame.decode_error_flags:
+            if p.corrupt_frames > corrupt_before:  # receive() read the frame's flags
                 # The frame's own packet, found by its time (else the last one fed).
                 idx = (_find(s.frame_pts, s.n_frames, pipe.frame.pts) if s.frame_pts != NULL
                        else -1)
                 if idx >= 0:
-                    _mark_damaged(pipe, s, s.frame_dec[idx], -1, pipe.frame.pts)
+                    _mark_damaged(pipe, s, s.frame_dec[idx], -1)
                 else:
-                    _mark_damaged(pipe, s, dec, pos, pts)
+                    _mark_damaged(pipe, s, dec, pos)
             av_frame_unref(pipe.frame)
         if s.stop_at_damage and s.n_damaged:
             return 0

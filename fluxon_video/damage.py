@@ -42,10 +42,9 @@ def check_policy(on_damage: Any) -> str:
 
 def affected_frames(index: FrameIndex) -> np.ndarray:
     """Per frame (index numbering): whether decoding it passes a damaged packet."""
-    damaged = index.pkt_damaged
-    if not damaged.any():
+    if not index.pkt_damaged.any():
         return np.zeros(index.frame_count, bool)
-    before = np.concatenate([[0], np.cumsum(damaged)])  # damaged packets before position i
+    before = index.damaged_before
     key, own = index.frame_key, index.frame_dec
     return (key >= 0) & (before[own + 1] - before[np.maximum(key, 0)] > 0)
 
@@ -94,6 +93,15 @@ def survey_agrees(index: FrameIndex) -> bool:
             and np.array_equal(index.decoded_pts, index.frame_pts))
 
 
+def _index_frames(index: FrameIndex, pts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each pts (the survey's), the index frame with that pts: (frame
+    numbers, whether one exists; the numbers are meaningless where not)."""
+    j = np.searchsorted(index.frame_pts, pts)
+    found = j < index.frame_count
+    found[found] = index.frame_pts[j[found]] == pts[found]
+    return j, found
+
+
 def numbered_frames(index: FrameIndex,
                     on_damage: str = "error") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The frames a reader with this policy numbers: (pts, keyframe mask, decode
@@ -102,9 +110,7 @@ def numbered_frames(index: FrameIndex,
     if on_damage != "conceal" or index.decoded_pts is None:
         return index.frame_pts, index.pkt_key[index.frame_dec], index.frame_dec
     pts = index.decoded_pts
-    j = np.searchsorted(index.frame_pts, pts)
-    found = j < index.frame_count
-    found[found] = index.frame_pts[j[found]] == pts[found]
+    j, found = _index_frames(index, pts)
     packets = np.where(found, index.frame_dec[np.minimum(j, index.frame_count - 1)], -1)
     is_key = found & index.pkt_key[np.maximum(packets, 0)] & ~index.pkt_damaged[
         np.maximum(packets, 0)]
@@ -116,10 +122,7 @@ def concealed_plan(index: FrameIndex, targets: np.ndarray) -> tuple[np.ndarray, 
     by seeking, their frame numbers in the index). The rest decode sequentially."""
     if not index.trusted or index.decoded_pts is None:
         return np.zeros(targets.shape, bool), np.empty(0, np.int64)
-    pts = index.decoded_pts[targets]
-    j = np.searchsorted(index.frame_pts, pts)
-    found = j < index.frame_count
-    found[found] = index.frame_pts[j[found]] == pts[found]
+    j, found = _index_frames(index, index.decoded_pts[targets])
     by_index = found.copy()
     by_index[found] = ~affected_frames(index)[j[found]]
     mapped = j[by_index].astype(np.int64)

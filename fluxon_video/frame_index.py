@@ -128,6 +128,11 @@ class FrameIndex:
                 else np.asarray(values, bool))
 
     @property
+    def damaged_before(self) -> np.ndarray:
+        """Known damaged packets before each decode position (n_packets + 1 entries)."""
+        return np.concatenate([[0], np.cumsum(self.pkt_damaged)])
+
+    @property
     def pkt_truncated(self) -> np.ndarray:
         """Packets the file ends inside of (a truncated file): cut short by the
         end of the data, they decode to no frame."""
@@ -244,9 +249,9 @@ class FrameIndex:
         """
         key = self.frame_key[targets]
         dec = self.frame_dec[targets]
-        # Damaged packets before each decode position: a cluster never decodes
-        # through a known damaged packet to reach a target after it.
-        damaged_before = np.concatenate([[0], np.cumsum(self.pkt_damaged)])
+        # A cluster never decodes through a known damaged packet to reach a
+        # target after it.
+        damaged_before = self.damaged_before
         starts = [0]
         reach, first_key = dec[0], key[0]
         for j in range(1, targets.shape[0]):
