@@ -60,13 +60,18 @@ cdef class VideoDecoder:
     cdef int pid
     cdef public object index   # FrameIndex or None
     cdef public str on_damage  # "error" or "conceal" (damage.py)
+    # The video stream asked for (-1: _demux.choose_stream's rule); an index,
+    # once set, names the stream it was scanned from.
+    cdef readonly int stream_index
     # Called with the index when a decode taught it something (damage, the
     # survey): the reader stores it back in the KV for every other reader.
     cdef public object index_learned
     cdef object last_survey_damage  # (where, FFmpeg's message) of the last survey, or None
 
-    def __cinit__(self, ByteSource source, num_threads=1, str name=None, on_damage="error"):
+    def __cinit__(self, ByteSource source, num_threads=1, str name=None, on_damage="error",
+                  stream_index=None):
         self.num_threads = positive_int("num_threads", num_threads)
+        self.stream_index = -1 if stream_index is None else stream_index
         self.on_damage = damage.check_policy(on_damage)
         self.source = source
         self.name = name or source.name
@@ -376,6 +381,8 @@ cdef class VideoDecoder:
         if pipe.is_open() and pipe.genpts != (index is not None):
             pipe.release()  # opened for the other path
         if not pipe.is_open():
+            pipe.wanted_stream = (self.index.stream_index if self.index is not None
+                                  else self.stream_index)
             pipe.probe_streams = index is None
             pipe.input_format = NULL
             if index is not None:
@@ -459,12 +466,12 @@ cdef class VideoDecoder:
 
 
 def decode_frames(ByteSource source, indices, height, width, num_threads=1, str name=None,
-                  index=None, on_damage="error"):
+                  index=None, on_damage="error", stream_index=None):
     """Frames at indices from source, and the DecodeStats of the call.
 
     With a trusted FrameIndex the indexed path is used, else the sequential one.
     """
-    with VideoDecoder(source, num_threads, name, on_damage) as decoder:
+    with VideoDecoder(source, num_threads, name, on_damage, stream_index) as decoder:
         decoder.index = index
         return decoder.decode(indices, height, width)
 

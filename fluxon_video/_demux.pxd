@@ -1,5 +1,8 @@
 from fluxon_video.libav.avformat cimport AVFormatContext, AVInputFormat, AVIOContext
 
 cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_info,
-                       const AVInputFormat *input_format, int *stream_index,
+                       const AVInputFormat *input_format, int wanted_stream, int *stream_index,
                        const char **failed_call) noexcept nogil
+
+cdef str describe_streams(AVFormatContext *fmt)
+cdef int raise_missing_stream(AVFormatContext *fmt, int wanted, str name) except -1

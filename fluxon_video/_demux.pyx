@@ -29,15 +29,17 @@ from fluxon_video.libav.avcodec cimport (
 )
 from fluxon_video.libav.avformat cimport (
     AVFMT_FLAG_CUSTOM_IO, AVFMT_FLAG_GENPTS, AVFormatContext, AVINDEX_KEYFRAME, AVIOContext, AVIndexEntry, AVStream,
-    AV_DISPOSITION_ATTACHED_PIC, av_read_frame, avformat_alloc_context, avformat_close_input,
+    AV_DISPOSITION_ATTACHED_PIC, av_find_best_stream, av_read_frame, avformat_alloc_context, avformat_close_input,
     avformat_find_stream_info, avformat_index_get_entries_count, avformat_index_get_entry,
     av_stream_get_side_data, avformat_open_input,
 )
 from fluxon_video.libav.avutil cimport (
-    AVERROR, AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVMEDIA_TYPE_VIDEO, AVPixFmtDescriptor,
+    AVERROR, AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVMEDIA_TYPE_AUDIO, AVMEDIA_TYPE_SUBTITLE,
+    AVMEDIA_TYPE_VIDEO, AVPixFmtDescriptor,
     AVRational, av_color_range_name, av_color_space_name, av_pix_fmt_desc_get,
 )
 
+from fluxon_video import errors
 from fluxon_video.frame_index import FrameIndex
 from fluxon_video.mpeg4 import packing_problem
 
@@ -48,19 +50,42 @@ cdef int64_t MPEG4_VOP_HEADER_BYTES = 16
 cdef int64_t MPEG4_HEAD_MAX = 1024
 
 
+cdef bint is_picture_stream(AVStream *st) noexcept nogil:
+    """A video stream that holds moving pictures (not cover art)."""
+    return (st.codecpar.codec_type == AVMEDIA_TYPE_VIDEO
+            and not (st.disposition & AV_DISPOSITION_ATTACHED_PIC))
+
+
+cdef int choose_stream(AVFormatContext *fmt, int wanted) noexcept nogil:
+    """The video stream to read: ``wanted`` when it is one (else -1), or with
+    wanted < 0 the one av_find_best_stream picks (what torchcodec and decord
+    read), unless that is cover art: then the first stream that is not."""
+    cdef int i, best
+    if wanted >= 0:
+        return wanted if (wanted < <int> fmt.nb_streams
+                          and is_picture_stream(fmt.streams[wanted])) else -1
+    best = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, NULL, 0)
+    if best >= 0 and is_picture_stream(fmt.streams[best]):
+        return best
+    for i in range(<int> fmt.nb_streams):
+        if is_picture_stream(fmt.streams[i]):
+            return i
+    return -1
+
+
 cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_info,
-                       const AVInputFormat *input_format, int *stream_index,
+                       const AVInputFormat *input_format, int wanted_stream, int *stream_index,
                        const char **failed_call) noexcept nogil:
-    """Open *fmt over pb and choose the first video stream (not cover art).
+    """Open *fmt over pb and choose its video stream (see choose_stream).
 
     With input_format (the demuxer a frame index recorded) nothing is probed:
     the open reads only what that demuxer's header parsing asks for.
 
     Every other stream is discarded so the demuxer skips its packets.
-    Returns 0 or an AVERROR; *fmt is NULL after a failed open.
+    Returns 0 or an AVERROR; *fmt is NULL after a failed open, and stays
+    open (for describe_streams) when the stream is missing.
     """
     cdef int ret, i
-    cdef AVStream *st
     failed_call[0] = "avformat_alloc_context"
     fmt[0] = avformat_alloc_context()
     if fmt[0] == NULL:
@@ -77,18 +102,38 @@ cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_
         if ret < 0:
             return ret
     failed_call[0] = "finding a video stream"
-    stream_index[0] = -1
-    for i in range(<int> fmt[0].nb_streams):
-        st = fmt[0].streams[i]
-        if (stream_index[0] < 0 and st.codecpar.codec_type == AVMEDIA_TYPE_VIDEO
-                and not (st.disposition & AV_DISPOSITION_ATTACHED_PIC)):
-            stream_index[0] = i
-        else:
-            st.discard = AVDISCARD_ALL
+    stream_index[0] = choose_stream(fmt[0], wanted_stream)
     if stream_index[0] < 0:
         return AVERROR_STREAM_NOT_FOUND
+    for i in range(<int> fmt[0].nb_streams):
+        if i != stream_index[0]:
+            fmt[0].streams[i].discard = AVDISCARD_ALL
     failed_call[0] = NULL
     return 0
+
+
+cdef str describe_streams(AVFormatContext *fmt):
+    """"0: video h264, 1: audio aac, ..." for an error message."""
+    cdef AVStream *st
+    parts = []
+    for i in range(<int> fmt.nb_streams):
+        st = fmt.streams[i]
+        kind = {AVMEDIA_TYPE_VIDEO: "video", AVMEDIA_TYPE_AUDIO: "audio",
+                AVMEDIA_TYPE_SUBTITLE: "subtitle"}.get(st.codecpar.codec_type, "data")
+        if kind == "video" and not is_picture_stream(st):
+            kind = "cover art"
+        parts.append(f"{i}: {kind} {avcodec_get_name(st.codecpar.codec_id).decode()}")
+    return ", ".join(parts) or "none"
+
+
+cdef int raise_missing_stream(AVFormatContext *fmt, int wanted, str name) except -1:
+    """The error for an open that found no stream to read (fmt may be NULL)."""
+    streams = describe_streams(fmt) if fmt != NULL else "unknown"
+    if wanted >= 0:
+        raise errors.FluxonFsNoVideoStreamError(
+            f"{name}: stream_index={wanted} is not a video stream of this file "
+            f"(its streams: {streams})")
+    raise errors.FluxonFsNoVideoStreamError(f"{name}: no video stream (its streams: {streams})")
 
 
 cdef struct PacketLog:
@@ -280,6 +325,7 @@ cdef bint is_mov(AVFormatContext *fmt) noexcept nogil:
 
 cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
               AVFormatContext **fmt, int *stream_index, const char **failed_call) noexcept nogil:
+    # *stream_index: the stream asked for (-1: choose_stream's rule), then the one read
     cdef int ret
     cdef AVCodecID codec_id
     cdef AVPacket *pkt
@@ -289,7 +335,7 @@ cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
     # packets are all it reads, so a cold MP4 open fetches no page only
     # readahead wanted.
     fx_avio_cursor(pb).readahead_end = 1
-    ret = fx_open_input(pb, fmt, True, NULL, stream_index, failed_call)
+    ret = fx_open_input(pb, fmt, True, NULL, stream_index[0], stream_index, failed_call)
     fx_avio_cursor(pb).readahead_end = 0
     if ret < 0:
         return ret
@@ -405,13 +451,14 @@ cdef dict stream_header(AVFormatContext *fmt, AVStream *st, int64_t file_size):
     }
 
 
-def scan_packets(ByteSource source, str name=None):
-    """Scan the first video stream's packets; returns a FrameIndex."""
+def scan_packets(ByteSource source, str name=None, int stream_index=-1):
+    """Scan a video stream's packets (stream_index, or -1 for choose_stream's
+    rule); returns a FrameIndex."""
     name = name or source.name
     cdef AVIOContext *pb = NULL
     cdef AVFormatContext *fmt = NULL
     cdef PacketLog log
-    cdef int ret = 0, stream_index = -1, attempt
+    cdef int ret = 0, attempt, wanted = stream_index
     cdef bint zero_fill, retry = False
     cdef const char *failed_call = NULL
     cdef AVStream *st
@@ -425,6 +472,7 @@ def scan_packets(ByteSource source, str name=None):
         for attempt in range(2):
             zero_fill = attempt == 0
             pb = fx_avio_open(source)
+            stream_index = wanted
             with nogil:
                 ret = scan(pb, source.core.pc, zero_fill, &log, &fmt, &stream_index,
                            &failed_call)
@@ -437,6 +485,8 @@ def scan_packets(ByteSource source, str name=None):
             log_free(&log)
         if fx_avio_cursor(pb).error:
             raise source.fetch_error(fx_avio_cursor(pb))
+        if ret == AVERROR_STREAM_NOT_FOUND:
+            raise_missing_stream(fmt, wanted, name)
         if ret < 0:
             err_check(ret, (failed_call or b"scan").decode(), name)
         st = fmt.streams[stream_index]

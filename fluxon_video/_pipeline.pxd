@@ -26,6 +26,7 @@ cdef class Pipeline:
     cdef AVFrame *frame
     cdef fx_avlog_buf *log     # the contexts' opaque; freed in release()
     cdef readonly int stream_index
+    cdef public int wanted_stream  # asked for at open (-1: _demux.choose_stream's rule)
     cdef readonly str codec_name
     # Read counters of AVIO contexts already released (stats are per-call deltas).
     cdef int64_t retired_read_calls, retired_seek_calls, retired_bytes_read

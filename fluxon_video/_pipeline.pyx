@@ -13,7 +13,7 @@ from libc.errno cimport EAGAIN, EINVAL, ENOMEM
 from libc.stdint cimport int64_t
 
 from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
-from fluxon_video._demux cimport fx_open_input
+from fluxon_video._demux cimport fx_open_input, raise_missing_stream
 from fluxon_video._errors cimport err_check
 from fluxon_video._progress cimport now_ms
 from fluxon_video.libav.avcodec cimport (
@@ -27,7 +27,8 @@ from fluxon_video.libav.avformat cimport (
     avformat_close_input,
 )
 from fluxon_video.libav.avutil cimport (
-    AV_FRAME_FLAG_CORRUPT, AVERROR, AVERROR_EOF, av_frame_alloc, av_frame_free,
+    AV_FRAME_FLAG_CORRUPT, AVERROR, AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, av_frame_alloc,
+    av_frame_free,
 )
 
 
@@ -66,6 +67,7 @@ cdef class Pipeline:
         self.name = name
         self.num_threads = num_threads
         self.stream_index = -1
+        self.wanted_stream = -1
         self.probe_streams = True
         self.pid = os.getpid()
 
@@ -138,7 +140,7 @@ cdef class Pipeline:
         # Lines logged while the container opens go to this thread's buffer
         # (opening runs here; its probe decoders are single-threaded).
         ret = fx_open_input(self.pb, &self.fmt, self.probe_streams, self.input_format,
-                            &self.stream_index, &p.failed_call)
+                            self.wanted_stream, &self.stream_index, &p.failed_call)
         if ret < 0:
             return ret
         self.fmt.opaque = self.log
@@ -193,6 +195,8 @@ cdef class Pipeline:
         if cursor != NULL and cursor.error:
             raise self.source.fetch_error(cursor)
         cdef char line[512]
+        if ret == AVERROR_STREAM_NOT_FOUND:
+            return raise_missing_stream(self.fmt, self.wanted_stream, self.name)
         fx_avlog_last_error_for(self.log, line, sizeof(line))
         detail = line.decode("utf-8", "replace")
         what = p.failed_call.decode() if p.failed_call != NULL else "decode"

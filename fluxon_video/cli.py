@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Print a file's version (size, mtime, ctime, inode) and "
                                       "its video metadata (from the KV when indexed).")
     stat.add_argument("target", metavar="EXPORT:RELPATH")
+    _stream_option(stat)
     _client_options(stat)
     stat.set_defaults(run=_run_stat)
 
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     read.add_argument("--on-damage", choices=["error", "conceal"], default="error",
                       help="frames that depend on damaged data: fail (error, the default) or "
                            "number and return what a one-threaded decode shows (conceal)")
+    _stream_option(read)
     read.add_argument("--out", required=True, type=Path, help="directory for the files")
     _client_options(read)
     read.set_defaults(run=_run_read)
@@ -183,7 +185,8 @@ def _run_stat(args: argparse.Namespace) -> int:
         version = patcher.client.stat(patcher._who(None), export, relpath)
         record: dict[str, Any] = {"file": f"{export}:{relpath}", **asdict(version)}
         try:
-            metadata, stats = patcher.video_metadata_with_stats(export, relpath)
+            metadata, stats = patcher.video_metadata_with_stats(export, relpath,
+                                                                stream_index=args.stream)
         except FluxonFsDecodeError as exc:
             record["video"] = f"none ({exc})"
         else:
@@ -229,6 +232,12 @@ def _run_bulk(args: argparse.Namespace) -> int:
     return 1 if report.errors else 0
 
 
+def _stream_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stream", type=int, default=None, metavar="N",
+                        help="the container's stream N (as in `ffmpeg -map 0:N`; default: the "
+                             "video stream FFmpeg's av_find_best_stream picks, not cover art)")
+
+
 def _run_read(args: argparse.Namespace) -> int:
     from fluxon_video.errors import FluxonFsConfigError
     from fluxon_video.ops.frames_out import read_frames
@@ -243,7 +252,7 @@ def _run_read(args: argparse.Namespace) -> int:
     height, width = parse_size(args.size)
     with _patcher(args) as patcher:
         rows = read_frames(patcher, export, relpath, frames, times, height, width, args.out,
-                           args.format, args.autorotate, args.on_damage)
+                           args.format, args.autorotate, args.on_damage, args.stream)
     emit(rows, [("frame", "frame"), ("time_s", "time"), ("file", "file")], args.json)
     return 0
 

@@ -24,9 +24,10 @@ tail of the file (MP4's moov, Matroska's header and Cues), up to
 so a reader that loads the index opens the container without fetching a
 page (see ``open_extents``).
 
-The index is stored in the KV as an opaque blob of kind ``BLOB_KIND`` under
-the file version; the kind carries the format version, so a reader never
-loads an index written in another format.
+The index is stored in the KV as an opaque blob under the file version, of
+the kind ``blob_kind(stream_index)`` names: it carries the format version, so
+a reader never loads an index written in another format, and the stream asked
+for (the default rule's stream has its own kind).
 
 An index is *trusted* only where that derivation is known to hold (for
 MPEG-4 part 2 the scan checks the bitstream, see mpeg4.py, and passes its
@@ -44,8 +45,14 @@ from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = 6
-BLOB_KIND = f"frameindex-v{FORMAT_VERSION}"
+FORMAT_VERSION = 7
+BLOB_KIND = f"frameindex-v{FORMAT_VERSION}"  # the default stream's index
+
+
+def blob_kind(stream_index: int | None) -> str:
+    """The blob kind of the index of ``stream_index`` (None: the default rule's stream)."""
+    return BLOB_KIND if stream_index is None else f"{BLOB_KIND}-stream{stream_index}"
+
 SEEKABLE_FORMATS = ("mov", "mp4", "matroska", "webm", "avi")
 SEEK_BY_DTS_FORMATS = ("avi",)
 AV_NOPTS_VALUE = -(1 << 63)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from fluxon_video.errors import FluxonFsDecodeError, FluxonFsIOError
-from fluxon_video.frame_index import BLOB_KIND, FrameIndex
+from fluxon_video.errors import FluxonFsDecodeError, FluxonFsIOError, FluxonFsNoVideoStreamError
+from fluxon_video.frame_index import FrameIndex, blob_kind
 from fluxon_video.logs import get_logger
 from fluxon_video.native import require_native
 
@@ -21,18 +21,21 @@ class BlobStore(Protocol):
     def store_blob(self, kind: str, data: bytes) -> None: ...
 
 
-def load_or_build_index(byte_source: Any, name: str,
-                        blobs: BlobStore | None = None) -> tuple[FrameIndex | None, str, float]:
+def load_or_build_index(byte_source: Any, name: str, blobs: BlobStore | None = None,
+                        stream_index: int | None = None,
+                        ) -> tuple[FrameIndex | None, str, float]:
     """(index or None, where it came from: "kv" | "scan" | "none", milliseconds).
 
-    With a blob store the index is shared under the file version. The scan
+    The index of video stream ``stream_index`` (None: the default rule's;
+    see _demux.choose_stream). With a blob store the index is shared under
+    the file version. The scan
     reads ``byte_source``: a ByteSource, or a callable that makes one (then
     only on a miss, and closed after the scan). A file the scan cannot read
     gets no index: the sequential decode then reports the precise error.
     """
     t0 = time.perf_counter()
     if blobs is not None:
-        blob = blobs.load_blob(BLOB_KIND)
+        blob = blobs.load_blob(blob_kind(stream_index))
         index = FrameIndex.from_bytes(blob) if blob else None
         if index is not None:
             return index, "kv", (time.perf_counter() - t0) * 1e3
@@ -40,32 +43,37 @@ def load_or_build_index(byte_source: Any, name: str,
     try:
         if callable(byte_source):
             with byte_source() as made:
-                index = _scan(made, name)
+                index = _scan(made, name, stream_index)
         else:
-            index = _scan(byte_source, name)
+            index = _scan(byte_source, name, stream_index)
+    except FluxonFsNoVideoStreamError:
+        if stream_index is not None:
+            raise  # the stream asked for is not there: no decode will find it
+        return None, "none", (time.perf_counter() - t0) * 1e3
     except FluxonFsDecodeError:
         return None, "none", (time.perf_counter() - t0) * 1e3
     if blobs is not None:
-        blobs.store_blob(BLOB_KIND, index.to_bytes())
+        blobs.store_blob(blob_kind(stream_index), index.to_bytes())
     return index, "scan", (time.perf_counter() - t0) * 1e3
 
 
-def share_learnt_index(blobs: BlobStore | None, index: FrameIndex) -> None:
+def share_learnt_index(blobs: BlobStore | None, index: FrameIndex, kind: str) -> None:
     """Store an index a decode taught something (damage, the tolerant survey)
     back in the blob store, folded together with what another reader may have
-    stored since, so every reader of the file version numbers frames alike."""
+    stored since, so every reader of the file version numbers frames alike. ``kind``: the
+    blob kind the index was loaded as (``blob_kind``)."""
     if blobs is None:
         return
     from fluxon_video.damage import merge_stored
 
     try:
-        stored = blobs.load_blob(BLOB_KIND)
+        stored = blobs.load_blob(kind)
     except FluxonFsIOError as exc:  # the KV is a cache: the local index stays right
         log.debug("reading the stored index back failed (%s); storing ours", exc)
         stored = None
     if stored:
         merge_stored(index, FrameIndex.from_bytes(stored))
-    blobs.store_blob(BLOB_KIND, index.to_bytes())
+    blobs.store_blob(kind, index.to_bytes())
 
 
 def open_round_trips(stat_and_index: int, index_source: str, scan_source: Any) -> int:
@@ -100,7 +108,7 @@ def tail_probe_bytes(size: int) -> int:
     return min(max(size // 64, TAIL_PROBE_MIN), TAIL_PROBE_MAX)
 
 
-def _scan(byte_source: Any, name: str) -> FrameIndex:
+def _scan(byte_source: Any, name: str, stream_index: int | None) -> FrameIndex:
     from fluxon_video import _demux
 
     size, page = byte_source.size, byte_source.page_size
@@ -122,7 +130,7 @@ def _scan(byte_source: Any, name: str) -> FrameIndex:
             except FluxonFsIOError as exc:  # a probe: the scan reads those bytes again
                 log.debug("%s: probing the last %d bytes failed (%s); the scan reads them",
                           name, size - start, exc)
-    index = _demux.scan_packets(byte_source, name)
+    index = _demux.scan_packets(byte_source, name, -1 if stream_index is None else stream_index)
     # The scan's open read the container's header bytes: keep them with the
     # index (no fetch; only pages still cached), so later opens need none.
     index.record_open_extents(byte_source.size, byte_source.peek)

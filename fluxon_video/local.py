@@ -16,7 +16,7 @@ from fluxon_video.indexing import load_or_build_index
 from fluxon_video.native import require_native
 from fluxon_video.sources import LocalFileRangeSource
 from fluxon_video.stats import DecodeStats
-from fluxon_video.validation import positive_int
+from fluxon_video.validation import positive_int, stream_choice
 
 
 def decode_local_frames(
@@ -27,14 +27,16 @@ def decode_local_frames(
     num_threads: int = 1,
     seek: bool = True,
     on_damage: str = "error",
+    stream_index: int | None = None,
     **byte_source_options: Any,
 ) -> tuple[np.ndarray, DecodeStats]:
     """Frames at ``indices`` of the file at ``path``, and the decode's stats.
 
     ``seek=False`` decodes sequentially from frame 0 (the reference path).
-    ``on_damage`` as for FluxonFsPatcher.open_video_reader.
+    ``on_damage`` and ``stream_index`` as for FluxonFsPatcher.open_video_reader.
     """
     avio, decode = require_native("decoding a local file")
+    stream_index = stream_choice(stream_index)
     for name, value in (("height", height), ("width", width), ("num_threads", num_threads)):
         positive_int(name, value)
     with LocalFileRangeSource(path) as source:
@@ -42,9 +44,11 @@ def decode_local_frames(
                              **byte_source_options) as byte_source:
             index = None
             if seek:
-                index, _, _ = load_or_build_index(byte_source, source.name)
+                index, _, _ = load_or_build_index(byte_source, source.name,
+                                                  stream_index=stream_index)
             return decode.decode_frames(byte_source, indices, height, width, num_threads,
-                                        index=index, on_damage=on_damage)
+                                        index=index, on_damage=on_damage,
+                                        stream_index=stream_index)
 
 
 class LocalVideoReader:
@@ -56,10 +60,11 @@ class LocalVideoReader:
     """
 
     def __init__(self, path: str | os.PathLike[str], num_threads: int = 1, *,
-                 index: Any = None, on_damage: str = "error",
+                 index: Any = None, on_damage: str = "error", stream_index: int | None = None,
                  **byte_source_options: Any) -> None:
         avio, decode = require_native("decoding a local file")
         positive_int("num_threads", num_threads)
+        stream_index = stream_choice(stream_index)
         self._source = LocalFileRangeSource(path)
         self._byte_source: Any = None
         self._decoder: Any = None
@@ -67,10 +72,11 @@ class LocalVideoReader:
             self._byte_source = avio.ByteSource(self._source, self._source.size,
                                                 name=self._source.name, **byte_source_options)
             if index is None:
-                index, _, _ = load_or_build_index(self._byte_source, self._source.name)
+                index, _, _ = load_or_build_index(self._byte_source, self._source.name,
+                                                  stream_index=stream_index)
             self._byte_source.set_extents(index.open_extents if index is not None else [])
             self._decoder = decode.VideoDecoder(self._byte_source, num_threads,
-                                                self._source.name, on_damage)
+                                                self._source.name, on_damage, stream_index)
             self._decoder.index = index
             if on_damage == "conceal":
                 self._decoder.survey()

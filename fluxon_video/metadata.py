@@ -39,6 +39,7 @@ class FluxonFsVideoMetadata:
     color_range: str                # "tv", "pc" or "unknown"
     color_space: str                # e.g. "bt709" or "unknown"
     container: str                  # FFmpeg's demuxer name, e.g. "mov,mp4,m4a,3gp,3g2,mj2"
+    stream_index: int               # the container's stream read (``ffmpeg -map 0:<it>``)
     bit_rate: int                   # bits/s, 0 if unknown
     keyframe_indices: tuple[int, ...]
     size_bytes: int
@@ -158,6 +159,7 @@ def build_metadata(index: FrameIndex, size_bytes: int, mtime_ns: int,
         color_range=str(header.get("color_range", "unknown")),
         color_space=str(header.get("color_space", "unknown")),
         container=index.format_name,
+        stream_index=index.stream_index,
         bit_rate=int(header.get("bit_rate", 0)),
         keyframe_indices=tuple(int(k) for k in keyframes),
         size_bytes=int(size_bytes),

@@ -25,13 +25,13 @@ from fluxon_video.fs.kv import PieceStore
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.paths import check_relpath
 from fluxon_video.indexing import load_or_build_index, open_round_trips
-from fluxon_video.frame_index import BLOB_KIND, FrameIndex
+from fluxon_video.frame_index import FrameIndex, blob_kind
 from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata, timestamps_s
 from fluxon_video.native import require_native
 from fluxon_video.pool import FluxonFsVideoReaderPool
 from fluxon_video.reader import FluxonFsVideoReader, make_byte_source, survey_file
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
-from fluxon_video.validation import positive_int
+from fluxon_video.validation import positive_int, stream_choice
 
 
 class FluxonFsPatcher:
@@ -126,8 +126,8 @@ class FluxonFsPatcher:
     def open_video_reader(self, export_name: str, relpath: str, height: int | None = None,
                           width: int | None = None, num_threads: int = 1, *,
                           identity: RequestIdentity | str | None = None,
-                          autorotate: bool = False,
-                          on_damage: str = "error") -> FluxonFsVideoReader:
+                          autorotate: bool = False, on_damage: str = "error",
+                          stream_index: int | None = None) -> FluxonFsVideoReader:
         """Open a reader on ``export_name:relpath`` producing ``height`` x ``width`` RGB frames.
 
         ``height=None, width=None``: the native size; one of them None keeps
@@ -138,7 +138,10 @@ class FluxonFsPatcher:
         ``"error"`` raises FluxonFsDamagedStreamError; ``"conceal"`` numbers
         and returns the frames a one-threaded decode from the start outputs
         (the first open of a file version decodes it once to find them).
-        The reader reads as ``identity`` (default: the patcher's current one)
+        ``stream_index``: the container stream to read; None picks the video
+        stream FFmpeg's ``av_find_best_stream`` picks (what torchcodec and
+        decord read), skipping cover art; ``metadata.stream_index`` says
+        which. The reader reads as ``identity`` (default: the patcher's current one)
         for its whole life.
         """
         t0 = time.perf_counter()
@@ -149,14 +152,16 @@ class FluxonFsPatcher:
         export = self.config.export(export_name)
         relpath = check_relpath(relpath)
         who = self._who(identity)
+        stream_index = stream_choice(stream_index)
+        kind = blob_kind(stream_index)
         counters = ReadCounters()
-        opened = self.client.open_file(who, export_name, relpath, BLOB_KIND, counters)
+        opened = self.client.open_file(who, export_name, relpath, kind, counters)
         return FluxonFsVideoReader(self.client, self.config.client, who, export, relpath,
                                    opened.version, height, width, num_threads,
-                                   opened=(BLOB_KIND, opened), counters=counters,
+                                   opened=(kind, opened), counters=counters,
                                    open_ms=(time.perf_counter() - t0) * 1e3,
                                    autorotate=bool(autorotate), on_read=self._stats.add_read,
-                                   on_damage=check_policy(on_damage))
+                                   on_damage=check_policy(on_damage), stream_index=stream_index)
 
     def list_files(self, export_name: str, prefix: str = "", recursive: bool = True,
                    pattern: str | None = None, *,
@@ -170,65 +175,76 @@ class FluxonFsPatcher:
 
     def video_metadata(self, export_name: str, relpath: str, *,
                        identity: RequestIdentity | str | None = None,
-                       on_damage: str = "error") -> FluxonFsVideoMetadata:
+                       on_damage: str = "error",
+                       stream_index: int | None = None) -> FluxonFsVideoMetadata:
         """The video's metadata without opening a decoder.
 
         With the frame index already in the KV (another process or node built
         it) this is one authorised stat and one KV read; otherwise the index
         is built by a demux-only scan and stored for everyone else.
         ``on_damage="conceal"`` describes the frames such a reader numbers
-        (surveying the file first if no reader has).
+        (surveying the file first if no reader has). ``stream_index`` as for
+        ``open_video_reader``.
         """
         return self.video_metadata_with_stats(export_name, relpath, identity=identity,
-                                              on_damage=on_damage)[0]
+                                              on_damage=on_damage, stream_index=stream_index)[0]
 
     def video_metadata_with_stats(
             self, export_name: str, relpath: str, *,
             identity: RequestIdentity | str | None = None, on_damage: str = "error",
+            stream_index: int | None = None,
     ) -> tuple[FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
         """``video_metadata`` and what it cost (index_source "kv" or "scan", KV and remote reads)."""
-        _, metadata, stats = self._video_index(export_name, relpath, identity, on_damage)
+        _, metadata, stats = self._video_index(export_name, relpath, identity, on_damage,
+                                               stream_index)
         return metadata, stats
 
     def video_timestamps_s(self, export_name: str, relpath: str, *,
                            identity: RequestIdentity | str | None = None,
-                           on_damage: str = "error") -> np.ndarray:
+                           on_damage: str = "error",
+                           stream_index: int | None = None) -> np.ndarray:
         """Presentation time of every frame (float64 seconds, frame order), like
         ``reader.timestamps_s()``, without opening a decoder."""
-        index, _, _ = self._video_index(export_name, relpath, identity, on_damage)
+        index, _, _ = self._video_index(export_name, relpath, identity, on_damage, stream_index)
         return timestamps_s(index, on_damage)
 
     def video_metadata_and_timestamps_s(
             self, export_name: str, relpath: str, *,
             identity: RequestIdentity | str | None = None, on_damage: str = "error",
+            stream_index: int | None = None,
     ) -> tuple[FluxonFsVideoMetadata, np.ndarray]:
         """Both, from one load of the frame index (one KV read when it is warm)."""
-        index, metadata, _ = self._video_index(export_name, relpath, identity, on_damage)
+        index, metadata, _ = self._video_index(export_name, relpath, identity, on_damage,
+                                               stream_index)
         return metadata, timestamps_s(index, on_damage)
 
     def _video_index(self, export_name: str, relpath: str,
                      identity: RequestIdentity | str | None, on_damage: str = "error",
+                     stream_index: int | None = None,
                      ) -> tuple[FrameIndex, FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
         t0 = time.perf_counter()
         export = self.config.export(export_name)
         relpath = check_relpath(relpath)
         who = self._who(identity)
+        stream_index = stream_choice(stream_index)
+        kind = blob_kind(stream_index)
         counters = ReadCounters()
-        opened = self.client.open_file(who, export_name, relpath, BLOB_KIND, counters)
+        opened = self.client.open_file(who, export_name, relpath, kind, counters)
         version = opened.version
         source = FluxonFsRangeSource(self.client, who, export_name, relpath, version,
-                                     preloaded=(BLOB_KIND, opened.blob), counters=counters)
+                                     preloaded=(kind, opened.blob), counters=counters)
         scanned: list[Any] = []  # the scan's byte source, if one was made
 
         def scan_source() -> Any:
             scanned.append(make_byte_source(source, export.piece_size, self.config.client))
             return scanned[-1]
 
-        index, where, index_ms = load_or_build_index(scan_source, source.name, source)
+        index, where, index_ms = load_or_build_index(scan_source, source.name, source,
+                                                     stream_index)
         if index is None:
             raise FluxonFsDecodeError(f"{source.name}: not a video FFmpeg can index")
         if check_policy(on_damage) == "conceal" and index.decoded_pts is None:
-            survey_file(source, index, export.piece_size, self.config.client)
+            survey_file(source, index, export.piece_size, self.config.client, kind)
         metadata = build_metadata(index, version.size, version.mtime_ns, source.name, on_damage)
         trips = open_round_trips(opened.round_trips, where, scanned[0] if scanned else None)
         stats = FluxonFsVideoReadStats(index_source=where, index_ms=index_ms,

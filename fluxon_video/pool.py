@@ -1,7 +1,7 @@
 """FluxonFsVideoReaderPool: a per-process LRU of readers, and batched reads.
 
 The entry point for data loaders. Readers are keyed by ``(export_name,
-relpath, height, width, num_threads, request_identity)``. A reader is leased
+relpath, height, width, num_threads, request_identity, stream_index)``. A reader is leased
 to one call at a time (concurrent calls for one key open more readers); a
 leased reader is never closed by eviction; idle readers beyond
 ``max_readers`` are closed oldest first.
@@ -37,10 +37,11 @@ from fluxon_video.fs.paths import check_relpath
 from fluxon_video.metadata import FluxonFsVideoMetadata
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats
-from fluxon_video.validation import frame_indices, positive_int
+from fluxon_video.validation import frame_indices, positive_int, stream_choice
 
-# (export_name, relpath, height, width, num_threads, identity); None sizes: native/aspect.
-ReaderKey = tuple[str, str, "int | None", "int | None", int, RequestIdentity]
+# (export_name, relpath, height, width, num_threads, identity, stream_index); None
+# sizes: native/aspect; None stream: the default rule's.
+ReaderKey = tuple[str, str, "int | None", "int | None", int, RequestIdentity, "int | None"]
 
 # Errors that say nothing about the reader's health: it goes back to the pool.
 _ARGUMENT_ERRORS = (FluxonFsFrameIndexError, FluxonFsConfigError, TypeError)
@@ -57,18 +58,22 @@ class ReaderOpener(Protocol):
     def open_video_reader(self, export_name: str, relpath: str, height: int | None = None,
                           width: int | None = None, num_threads: int = 1, *,
                           identity: RequestIdentity | str | None = None,
-                          autorotate: bool = False,
-                          on_damage: str = "error") -> FluxonFsVideoReader: ...
+                          autorotate: bool = False, on_damage: str = "error",
+                          stream_index: int | None = None) -> FluxonFsVideoReader: ...
 
     def video_metadata(self, export_name: str, relpath: str, *,
-                       identity: RequestIdentity | str | None = None) -> FluxonFsVideoMetadata: ...
+                       identity: RequestIdentity | str | None = None, on_damage: str = "error",
+                       stream_index: int | None = None) -> FluxonFsVideoMetadata: ...
 
     def video_timestamps_s(self, export_name: str, relpath: str, *,
-                           identity: RequestIdentity | str | None = None) -> np.ndarray: ...
+                           identity: RequestIdentity | str | None = None,
+                           on_damage: str = "error",
+                           stream_index: int | None = None) -> np.ndarray: ...
 
     def video_metadata_and_timestamps_s(
             self, export_name: str, relpath: str, *,
             identity: RequestIdentity | str | None = None, on_damage: str = "error",
+            stream_index: int | None = None,
     ) -> tuple[FluxonFsVideoMetadata, np.ndarray]: ...
 
     def stats(self) -> FluxonFsProcessStats: ...
@@ -80,6 +85,7 @@ class FluxonFsVideoReadRequest:
 
     A None height or width means native size / kept aspect ratio (as for
     ``open_video_reader``); negative indices count from the end.
+    ``stream_index``: the container stream (None: the default rule's).
     """
 
     export_name: str
@@ -88,6 +94,7 @@ class FluxonFsVideoReadRequest:
     width: int | None
     num_threads: int
     indices: tuple[int, ...]
+    stream_index: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.export_name, str) or not self.export_name:
@@ -98,6 +105,7 @@ class FluxonFsVideoReadRequest:
                 object.__setattr__(self, name, positive_int(name, getattr(self, name)))
         object.__setattr__(self, "num_threads", positive_int("num_threads", self.num_threads))
         object.__setattr__(self, "indices", tuple(int(i) for i in frame_indices(self.indices)))
+        object.__setattr__(self, "stream_index", stream_choice(self.stream_index))
 
 
 @dataclass(frozen=True)
@@ -177,7 +185,7 @@ class FluxonFsVideoReaderPool:
         if identity is None:
             raise FluxonFsConfigError("no request identity is set on the patcher")
         return (request.export_name, request.relpath, request.height, request.width,
-                request.num_threads, identity)
+                request.num_threads, identity, request.stream_index)
 
     @contextmanager
     def _lease(self, key: ReaderKey) -> Iterator[tuple[FluxonFsVideoReader, bool]]:
@@ -194,11 +202,12 @@ class FluxonFsVideoReaderPool:
                 state.counters.peak_leased = max(state.counters.peak_leased, len(state.leased))
         reused = reader is not None
         if reader is None:
-            export_name, relpath, height, width, num_threads, identity = key
+            export_name, relpath, height, width, num_threads, identity, stream_index = key
             reader = self.patcher.open_video_reader(export_name, relpath, height, width,
                                                     num_threads, identity=identity,
                                                     autorotate=self.autorotate,
-                                                    on_damage=self.on_damage)
+                                                    on_damage=self.on_damage,
+                                                    stream_index=stream_index)
             with state.lock:
                 state.leased.add(reader)
                 state.counters.readers_opened += 1
@@ -241,19 +250,20 @@ class FluxonFsVideoReaderPool:
 
     def read_frames_numpy(self, *, export_name: str, relpath: str, height: int | None,
                           width: int | None, num_threads: int, indices: Sequence[int],
-                          out: np.ndarray | None = None) -> np.ndarray:
+                          out: np.ndarray | None = None,
+                          stream_index: int | None = None) -> np.ndarray:
         """Frames at ``indices`` as uint8 ``(len(indices), height, width, 3)`` RGB
         (into ``out`` when given)."""
         return self.read_frames_numpy_with_stats(
             export_name=export_name, relpath=relpath, height=height, width=width,
-            num_threads=num_threads, indices=indices, out=out).frames
+            num_threads=num_threads, indices=indices, out=out, stream_index=stream_index).frames
 
     def read_frames_numpy_with_stats(self, *, export_name: str, relpath: str,
                                      height: int | None, width: int | None, num_threads: int,
-                                     indices: Sequence[int],
-                                     out: np.ndarray | None = None) -> FluxonFsVideoReadResult:
+                                     indices: Sequence[int], out: np.ndarray | None = None,
+                                     stream_index: int | None = None) -> FluxonFsVideoReadResult:
         request = FluxonFsVideoReadRequest(export_name, relpath, height, width, num_threads,
-                                           tuple(indices))
+                                           tuple(indices), stream_index)
         t0 = time.perf_counter()
         with self._lease(self._key(request)) as (reader, reused):
             frames = reader.read_frames_numpy(request.indices, out=out)
@@ -385,33 +395,38 @@ class FluxonFsVideoReaderPool:
         self._closed = bool(state["closed"])
 
     def video_metadata_and_timestamps_s(
-            self, export_name: str, relpath: str) -> tuple[FluxonFsVideoMetadata, np.ndarray]:
+            self, export_name: str, relpath: str,
+            stream_index: int | None = None) -> tuple[FluxonFsVideoMetadata, np.ndarray]:
         """Metadata and every frame's time from one index load (see the patcher's)."""
         self._local()
         if self._closed:
             raise FluxonFsClosedError("the reader pool is closed")
         return self.patcher.video_metadata_and_timestamps_s(export_name, relpath,
                                                             identity=self.patcher.identity,
-                                                            on_damage=self.on_damage)
+                                                            on_damage=self.on_damage,
+                                                            stream_index=stream_index)
 
-    def video_timestamps_s(self, export_name: str, relpath: str) -> np.ndarray:
+    def video_timestamps_s(self, export_name: str, relpath: str,
+                           stream_index: int | None = None) -> np.ndarray:
         """Every frame's presentation time (see FluxonFsPatcher.video_timestamps_s)."""
         self._local()
         if self._closed:
             raise FluxonFsClosedError("the reader pool is closed")
         return self.patcher.video_timestamps_s(export_name, relpath, identity=self.patcher.identity,
-                                               on_damage=self.on_damage)
+                                               on_damage=self.on_damage, stream_index=stream_index)
 
     def stats(self) -> FluxonFsProcessStats:
         """The patcher's cumulative figures in this process (``FluxonFsPatcher.stats``)."""
         return self.patcher.stats()
 
-    def video_metadata(self, export_name: str, relpath: str) -> FluxonFsVideoMetadata:
+    def video_metadata(self, export_name: str, relpath: str,
+                       stream_index: int | None = None) -> FluxonFsVideoMetadata:
         """The video's metadata without opening a decoder (see FluxonFsPatcher.video_metadata)."""
         self._local()
         if self._closed:
             raise FluxonFsClosedError("the reader pool is closed")
-        return self.patcher.video_metadata(export_name, relpath, identity=self.patcher.identity)
+        return self.patcher.video_metadata(export_name, relpath, identity=self.patcher.identity,
+                                           on_damage=self.on_damage, stream_index=stream_index)
 
     # ---- life cycle ----
 

@@ -14,7 +14,7 @@ from fluxon_video.errors import FluxonFsClosedError, FluxonFsDecodeError
 from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource, OpenedFile, ReadCounters
 from fluxon_video.fs.config import ClientSettings, FluxonFsExport, RequestIdentity
 from fluxon_video.fs.storage import FileStat
-from fluxon_video.frame_index import FrameIndex
+from fluxon_video.frame_index import FrameIndex, blob_kind
 from fluxon_video.damage import check_policy
 from fluxon_video.indexing import load_or_build_index, open_round_trips, share_learnt_index
 from fluxon_video.metadata import (
@@ -28,6 +28,7 @@ from fluxon_video.metadata import (
 from fluxon_video.logs import get_logger
 from fluxon_video.native import require_native
 from fluxon_video.stats import FluxonFsVideoReadStats
+from fluxon_video.validation import stream_choice
 
 
 def make_byte_source(range_source: FluxonFsRangeSource, page_size: int,
@@ -45,15 +46,16 @@ log = get_logger("reader")
 
 
 def survey_file(range_source: FluxonFsRangeSource, index: FrameIndex, page_size: int,
-                settings: ClientSettings) -> None:
+                settings: ClientSettings, kind: str) -> None:
     """Decode a file version once with one thread to find the frames
-    ``on_damage="conceal"`` numbers, and share them (reader-less metadata)."""
+    ``on_damage="conceal"`` numbers, and share them under blob ``kind``
+    (reader-less metadata)."""
     _, decode = require_native()
     with make_byte_source(range_source, page_size, settings) as byte_source:
         byte_source.set_extents(index.open_extents)
         with decode.VideoDecoder(byte_source, 1, range_source.name, "conceal") as decoder:
             decoder.index = index
-            decoder.index_learned = lambda learnt: share_learnt_index(range_source, learnt)
+            decoder.index_learned = lambda learnt: share_learnt_index(range_source, learnt, kind)
             decoder.survey()
 
 
@@ -73,9 +75,11 @@ class FluxonFsVideoReader:
                  open_ms: float, autorotate: bool = False,
                  on_read: Callable[[FluxonFsVideoReadStats], None] | None = None,
                  opened: tuple[str, OpenedFile] | None = None,
-                 counters: ReadCounters | None = None, on_damage: str = "error") -> None:
+                 counters: ReadCounters | None = None, on_damage: str = "error",
+                 stream_index: int | None = None) -> None:
         _, self._decode = require_native()
         self.on_damage = check_policy(on_damage)
+        self.stream_index = stream_choice(stream_index)  # as asked; metadata names the stream read
         t0 = time.perf_counter()
         self.export_name = export.name
         self.relpath = relpath
@@ -106,7 +110,7 @@ class FluxonFsVideoReader:
         try:
             self._make_decoder(None)
             index, self._index_source, self._index_ms = load_or_build_index(
-                self._byte_source, self.name, self._range_source)
+                self._byte_source, self.name, self._range_source, self.stream_index)
             # Without open_file's count: a stat, then a KV read of the index.
             self._open_round_trips = open_round_trips(
                 2 if opened is None else opened[1].round_trips, self._index_source,
@@ -159,7 +163,7 @@ class FluxonFsVideoReader:
         # stands continues without seeking.
         orient = self._decoder.orient if self._decoder is not None else 0
         self._decoder = self._decode.VideoDecoder(self._byte_source, self.num_threads, self.name,
-                                                  self.on_damage)
+                                                  self.on_damage, self.stream_index)
         self._decoder.index = index
         self._decoder.index_learned = self._share_index
         if index is not None:
@@ -170,7 +174,7 @@ class FluxonFsVideoReader:
         """The decoder learnt damage (or surveyed the file): every reader should know."""
         log.info("%s: %s", self.name, "the file's frames were surveyed for damage"
                  if index.decoded_pts is not None else "the decoder found damaged data")
-        share_learnt_index(self._range_source, index)
+        share_learnt_index(self._range_source, index, blob_kind(self.stream_index))
 
     # ---- what is known without decoding ----
 

@@ -45,7 +45,7 @@ from fluxon_video.metadata import FluxonFsVideoMetadata, indices_at_times
 from fluxon_video.patcher import FluxonFsPatcher
 from fluxon_video.pool import FluxonFsVideoReaderPool, FluxonFsVideoReadRequest
 from fluxon_video.stats import FluxonFsProcessStats
-from fluxon_video.validation import positive_int
+from fluxon_video.validation import positive_int, stream_choice
 
 __all__ = ["LoaderStats", "SameVideoBatchSampler", "StatsCollate", "VideoClipDataset"]
 
@@ -63,7 +63,8 @@ class VideoClipDataset(Dataset):
     ``height``/``width`` None follow the reader's rules (native size, kept
     aspect); ``set_epoch`` changes the clips drawn. ``on_damage`` is the
     readers' damaged-stream policy (with a patcher as source; a given pool
-    keeps its own).
+    keeps its own). ``stream_index`` is the container stream read in every
+    video (None: the default rule's, see ``open_video_reader``).
     """
 
     def __init__(self, source: FluxonFsPatcher | FluxonFsVideoReaderPool, export_name: str,
@@ -72,7 +73,7 @@ class VideoClipDataset(Dataset):
                  clips_per_video: int = 1, height: int | None = None, width: int | None = None,
                  num_threads: int = 1, layout: str = "THWC", seed: int = 0,
                  max_readers: int = 16, autorotate: bool = False,
-                 on_damage: str = "error") -> None:
+                 on_damage: str = "error", stream_index: int | None = None) -> None:
         if isinstance(source, FluxonFsVideoReaderPool):
             self._patcher, self._given_pool = source.patcher, source
         elif isinstance(source, FluxonFsPatcher):
@@ -104,6 +105,7 @@ class VideoClipDataset(Dataset):
         self.max_readers = positive_int("max_readers", max_readers)
         self.autorotate = bool(autorotate)
         self.on_damage = check_policy(on_damage)
+        self.stream_index = stream_choice(stream_index)
         self._local: tuple[int, FluxonFsVideoReaderPool, dict[str, Any]] | None = None
 
     # ---- per process: the pool and what is known of each video ----
@@ -129,7 +131,8 @@ class VideoClipDataset(Dataset):
     def _video(self, relpath: str) -> tuple[FluxonFsVideoMetadata, np.ndarray]:
         _, pool, known = self._process()
         if relpath not in known:  # one index load per video and process
-            known[relpath] = pool.video_metadata_and_timestamps_s(self.export_name, relpath)
+            known[relpath] = pool.video_metadata_and_timestamps_s(self.export_name, relpath,
+                                                                  self.stream_index)
         return known[relpath]
 
     # ---- sampling ----
@@ -175,7 +178,7 @@ class VideoClipDataset(Dataset):
         """The items of one batch, read with one batched call (one decode per video)."""
         clips = [self.clip(int(i)) for i in items]
         requests = [FluxonFsVideoReadRequest(self.export_name, relpath, self.height, self.width,
-                                             self.num_threads, tuple(indices))
+                                             self.num_threads, tuple(indices), self.stream_index)
                     for relpath, indices in clips]
         results = self.pool.read_many_numpy_with_stats(requests)
         out = []

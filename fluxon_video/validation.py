@@ -18,6 +18,15 @@ def positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+def stream_choice(value: Any) -> int | None:
+    """A ``stream_index=`` argument: None (the default rule's stream) or an int >= 0."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise FluxonFsConfigError(f"stream_index must be None or an int >= 0, got {value!r}")
+    return int(value)
+
+
 def frame_indices(indices: Iterable[Any]) -> np.ndarray:
     """indices as a 1-D int64 array (negatives kept); non-integers raise TypeError."""
     if isinstance(indices, (str, bytes)):

@@ -3,7 +3,7 @@
 from libc.stdint cimport int64_t, uint8_t
 
 from fluxon_video.libav.avcodec cimport AVCodecParameters, AVDiscard, AVPacket, AVPacketSideDataType
-from fluxon_video.libav.avutil cimport AVRational
+from fluxon_video.libav.avutil cimport AVMediaType, AVRational
 
 
 # https://ffmpeg.org/doxygen/5.1/structAVIOContext.html
@@ -78,6 +78,8 @@ cdef extern from "libavformat/avformat.h" nogil:
     void avformat_close_input(AVFormatContext **s)
     int avformat_find_stream_info(AVFormatContext *ic, void *options)
     int av_read_frame(AVFormatContext *s, AVPacket *pkt)
+    int av_find_best_stream(AVFormatContext *ic, AVMediaType type, int wanted_stream_nb,
+                            int related_stream, const void **decoder_ret, int flags)
     int av_seek_frame(AVFormatContext *s, int stream_index, int64_t timestamp, int flags)
     uint8_t *av_stream_get_side_data(const AVStream *stream, AVPacketSideDataType type,
                                      size_t *size)

@@ -6,6 +6,8 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 cdef extern from "libavutil/avutil.h" nogil:
     cdef enum AVMediaType:
         AVMEDIA_TYPE_VIDEO
+        AVMEDIA_TYPE_AUDIO
+        AVMEDIA_TYPE_SUBTITLE
 
     cdef int64_t AV_NOPTS_VALUE
 
