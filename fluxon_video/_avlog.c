@@ -15,6 +15,7 @@
 struct fx_avlog_buf {
     char line[FX_LINE];
     uint64_t seq; /* when line was written (0: empty) */
+    uint64_t concealments; /* error-resilience concealments logged, ever */
     struct fx_avlog_buf *next;
 };
 
@@ -48,8 +49,24 @@ static fx_avlog_buf *owner_locked(void *avcl) {
     return NULL;
 }
 
+/* What libavcodec's error resilience logs (at info level) for every frame it
+ * conceals damage in: the one trace of that damage a frame-threaded decode
+ * leaves (the frame's error flags can be copied out before they are set). */
+static const char CONCEALING[] = "concealing ";
+
+static void count_concealment(void *avcl) {
+    pthread_mutex_lock(&registry_mu);
+    fx_avlog_buf *owner = owner_locked(avcl);
+    if (owner) owner->concealments++;
+    pthread_mutex_unlock(&registry_mu);
+}
+
 static void fx_log_callback(void *avcl, int level, const char *fmt, va_list vl) {
-    if (level > AV_LOG_ERROR) return;
+    if (level > AV_LOG_ERROR) {
+        if (level == AV_LOG_INFO && fmt && strncmp(fmt, CONCEALING, sizeof(CONCEALING) - 1) == 0)
+            count_concealment(avcl);
+        return;
+    }
     char line[FX_LINE];
     va_list copy;
     va_copy(copy, vl);
@@ -121,6 +138,14 @@ void fx_avlog_buf_clear(fx_avlog_buf *buf) {
     buf->line[0] = 0;
     buf->seq = 0;
     pthread_mutex_unlock(&registry_mu);
+}
+
+uint64_t fx_avlog_concealments(fx_avlog_buf *buf) {
+    if (!buf) return 0;
+    pthread_mutex_lock(&registry_mu);
+    uint64_t n = buf->concealments;
+    pthread_mutex_unlock(&registry_mu);
+    return n;
 }
 
 void fx_avlog_last_error_for(fx_avlog_buf *buf, char *out, size_t size) {

@@ -10,6 +10,7 @@
 #define FLUXON_AVLOG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct fx_avlog_buf fx_avlog_buf;
 
@@ -30,5 +31,8 @@ void fx_avlog_buf_clear(fx_avlog_buf *buf);
 /* Copies the most recent line logged into buf or on the calling thread
  * ("" if neither holds one) into out, NUL-terminated. buf may be NULL. */
 void fx_avlog_last_error_for(fx_avlog_buf *buf, char *out, size_t size);
+/* How many frames libavcodec's error resilience said it concealed damage in,
+ * for contexts pointing at buf (0 for NULL). */
+uint64_t fx_avlog_concealments(fx_avlog_buf *buf);
 
 #endif

@@ -76,6 +76,7 @@ cdef class VideoDecoder:
         self.source = source
         self.name = name or source.name
         self.pipe = Pipeline(source, self.num_threads, self.name)
+        self.pipe.explode = self.on_damage == "error"
         self.pid = os.getpid()
         memset(&self.converter, 0, sizeof(self.converter))
 
@@ -194,16 +195,30 @@ cdef class VideoDecoder:
         on the way is located, learnt, and the call tried again."""
         cdef int ret
         cdef int64_t sequential_from = 0
+        cdef Pipeline pipe = self.pipe
         path, fallback = "sequential", ""
         for _ in range(MAX_DAMAGE_LEARNT_PER_CALL):
             if index is None or not index.trusted:
                 break
             damage.check_targets(index, targets, self.name)
             path = "indexed"
-            ret = self._run(self.pipe, targets, first_slot, out, index, p, True)
+            ret = self._run(pipe, targets, first_slot, out, index, p, True)
             if ret == FX_DAMAGED:
-                self._learn_cluster_damage(index, targets, p)
-                continue
+                landing = p.fallback_reason.decode() if p.fallback_reason != NULL else None
+                if self._learn_cluster_damage(index, targets, p):
+                    continue
+                if landing is not None:
+                    # No damage there: the index names a keyframe the parser
+                    # does not see (a damaged sample table), so it is wrong.
+                    ret = FX_FALLBACK
+                    p.fallback_reason = b"a keyframe the index names is no keyframe to the parser"
+                elif pipe is self.pipe:
+                    # Frame threads (or AV_EF_EXPLODE) flagged what the
+                    # survey's one thread does not: read these frames as it does.
+                    pipe = self._one_thread()
+                    continue
+                else:
+                    self._raise_unconfirmed()
             if ret == FX_FALLBACK:
                 fallback = p.fallback_reason.decode()
                 index.untrust(f"decode disagreed with the index: {fallback}")
@@ -256,11 +271,14 @@ cdef class VideoDecoder:
             self.one_thread = Pipeline(self.source, 1, self.name)
         return self.one_thread
 
-    cdef int _learn_cluster_damage(self, index, targets, DecodeProgress *p) except -1:
+    cdef bint _learn_cluster_damage(self, index, targets, DecodeProgress *p) except -1:
         """A strict indexed decode stopped at damage in cluster p.damage_cluster:
         find the packet with one thread, from the cluster's keyframe through
-        the last packet fed, and add it to the index."""
+        the last packet fed, and add it to the index. False if no damage is
+        found there (or from the start of the file)."""
         self.pipe.release()
+        if self.one_thread is not None:
+            self.one_thread.release()
         clusters = index.plan(targets)
         c = p.damage_cluster
         found = self._survey(index, False, int(clusters["seek_ts"][c]), p.damage_upto_dec, True)
@@ -269,11 +287,8 @@ cdef class VideoDecoder:
             # seek), whose packets the damage can be among: look from the start.
             found = self._survey(index, True, 0, p.damage_upto_dec, True)
         p.decode_errors = p.corrupt_frames = 0
-        if not found:
-            self._raise_unconfirmed(p.fallback_reason.decode() if p.fallback_reason != NULL
-                                    else None)
         p.fallback_reason = NULL
-        return 0
+        return found
 
     def _raise_unconfirmed(self, why=None):
         """A strict decode stopped at damage that a one-threaded survey does not find."""

@@ -499,11 +499,17 @@ def scan_packets(ByteSource source, str name=None, int stream_index=-1):
                     else np.empty(0, np.int64))
         flags = np.asarray(<uint8_t[:count]> log.flags).copy() if count else np.empty(0, np.uint8)
         key = (flags & 1) != 0
+        cut = (flags & 4) != 0
         problem = mpeg4_problem(&log, st.codecpar, key) if log.mpeg4 else ""
         return FrameIndex(fmt.iformat.name.decode(), avcodec_get_name(st.codecpar.codec_id).decode(),
                           stream_index, pts, pos, size, key, (flags & 2) != 0,
                           trusted=not problem, reason=problem, pkt_dts=dts,
-                          pkt_duration=duration, pkt_cut=(flags & 4) != 0,
+                          pkt_duration=duration, pkt_cut=cut,
+                          # Damaged before any decode: what the demuxer returns
+                          # for them depends on where it started reading.
+                          pkt_damaged=cut, damage_notes={
+                              int(d): "the demuxer cut it short (its size runs past the data)"
+                              for d in np.flatnonzero(cut)},
                           pkt_hidden=(flags & 8) != 0, pkt_several=(flags & 16) != 0,
                           header=stream_header(fmt, st, source.size))
     finally:

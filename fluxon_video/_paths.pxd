@@ -16,6 +16,7 @@ cdef enum:
 # What the indexed path reads: views of FrameIndex arrays and of the plan.
 cdef struct IndexedPlan:
     const int64_t *frame_pts     # sorted pts of frames in presentation order
+    const int64_t *frame_dec     # decode position of each frame's packet
     int64_t n_frames
     const int64_t *pos_sorted    # packet byte positions, sorted
     const int64_t *pos_dec       # decode position of each sorted position
@@ -34,6 +35,16 @@ cdef struct IndexedPlan:
     int64_t *left                # targets still to convert, per cluster
     int64_t n_clusters
     bint skip_nonref
+    # The codec outputs frames out of decode order: a cluster also takes the
+    # first frame after its targets, so a frame the decoder puts before them
+    # (its pts says otherwise: a damaged timestamp) is seen, not missed.
+    bint confirm_order
+    # Per frame (presentation index), 1 if its packet was fed with
+    # skip_frame=NONREF: the one reason a frame may not come out. Any other
+    # frame the decoder skips makes its numbering differ from the index's.
+    uint8_t *skipped
+    const int64_t *key_idx       # presentation index of each cluster's keyframe
+    int64_t first_out            # first frame output in this call (-1: none yet)
     # Per decode position, 1 for packets known to be damaged: never fed (the
     # cluster drains instead; no target depends on them).
     const uint8_t *known_damage

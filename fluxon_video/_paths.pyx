@@ -130,6 +130,7 @@ cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_n
     clusters = index.plan(targets)
     arrays = {
         "frame_pts": np.ascontiguousarray(index.frame_pts, np.int64),
+        "frame_dec": np.ascontiguousarray(index.frame_dec, np.int64),
         "pos_sorted": np.ascontiguousarray(index.pos_sorted, np.int64),
         "pos_dec": np.ascontiguousarray(index.pos_dec, np.int64),
         "targets": targets, "slots": first_slot,
@@ -137,12 +138,18 @@ cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_n
         "done": np.zeros(targets.shape[0], np.uint8),
         "left": np.diff(clusters["bounds"]).astype(np.int64),
         "known_damage": np.ascontiguousarray(index.pkt_damaged, np.uint8),
+        "skipped": np.zeros(index.frame_count, np.uint8),
         **{k: np.ascontiguousarray(v, np.int64) for k, v in clusters.items()},
     }
+    frame_of_packet = np.full(index.pkt_pts.shape[0], -1, np.int64)
+    frame_of_packet[index.frame_dec] = np.arange(index.frame_count)
+    arrays["key_idx"] = np.ascontiguousarray(frame_of_packet[arrays["key_dec"]])
     cdef const int64_t[::1] v
     cdef uint8_t[::1] done = arrays["done"]
+    cdef uint8_t[::1] skipped = arrays["skipped"]
     cdef int64_t[::1] left = arrays["left"]
     v = arrays["frame_pts"]; plan.frame_pts = &v[0]; plan.n_frames = v.shape[0]
+    v = arrays["frame_dec"]; plan.frame_dec = &v[0]
     v = arrays["pos_sorted"]; plan.pos_sorted = &v[0]; plan.n_packets = v.shape[0]
     v = arrays["pos_dec"]; plan.pos_dec = &v[0]
     v = arrays["targets"]; plan.targets = &v[0]; plan.n_targets = v.shape[0]
@@ -151,6 +158,9 @@ cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_n
     v = arrays["bounds"]; plan.bounds = &v[0]; plan.n_clusters = v.shape[0] - 1
     v = arrays["key_dec"]; plan.key_dec = &v[0]
     v = arrays["key_pos"]; plan.key_pos = &v[0]
+    v = arrays["key_idx"]; plan.key_idx = &v[0]
+    plan.skipped = &skipped[0] if skipped.shape[0] else NULL
+    plan.first_out = -1
     v = arrays["seek_ts"]; plan.seek_ts = &v[0]
     v = arrays["reach_dec"]; plan.reach_dec = &v[0]
     v = arrays["end_byte"]; plan.end_byte = &v[0]
@@ -159,6 +169,7 @@ cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_n
     plan.done = &done[0]
     plan.left = &left[0]
     plan.skip_nonref = skip_nonref and index.codec_name in SKIP_NONREF_CODECS
+    plan.confirm_order = bool(index.header.get("reorders", True))
     return arrays
 
 
@@ -241,6 +252,9 @@ cdef int _check_packet(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landin
     if plan.known_damage != NULL and plan.known_damage[dec]:
         # No target depends on it (the caller refused those reads): the
         # targets' packets were all fed, so draining the decoder gives them.
+        idx = _find(plan.frame_pts, plan.n_frames, pipe.pkt.pts)
+        if idx >= 0:
+            plan.skipped[idx] = 1  # its frame does not come out
         return FX_DRAIN
     pipe.last_pkt_dec = dec
     if plan.skip_nonref:
@@ -250,6 +264,7 @@ cdef int _check_packet(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landin
         if (idx >= 0 and idx < plan.targets[plan.n_targets - 1]
                 and _find(plan.targets, plan.n_targets, idx) < 0):
             pipe.codec.skip_frame = AVDISCARD_NONREF
+            plan.skipped[idx] = 1
             if dec > pipe.last_skipped_dec:
                 pipe.last_skipped_dec = dec
         else:
@@ -257,7 +272,7 @@ cdef int _check_packet(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landin
     return 0
 
 
-cdef int _take_frame(Pipeline pipe, IndexedPlan *plan, FrameSink *sink,
+cdef int _take_frame(Pipeline pipe, IndexedPlan *plan, int64_t c, FrameSink *sink,
                      DecodeProgress *p) noexcept nogil:
     """Identify the decoded frame by its pts; put it in the sink if it is a target."""
     cdef int ret
@@ -267,6 +282,16 @@ cdef int _take_frame(Pipeline pipe, IndexedPlan *plan, FrameSink *sink,
         p.fallback_reason = ("a decoded frame's pts is not in the index" if idx < 0
                              else "frames came out of presentation order")
         return FX_FALLBACK
+    # Between two frames of this call from the keyframe on (leading frames
+    # of an open GOP may not come out after a seek), every frame whose packet
+    # was fed came out, or was skipped on purpose.
+    if 0 <= plan.first_out <= pipe.last_out_idx and pipe.last_out_idx >= plan.key_idx[c]:
+        for j in range(pipe.last_out_idx + 1, idx):
+            if not plan.skipped[j] and plan.frame_dec[j] <= pipe.last_pkt_dec:
+                p.fallback_reason = "the decoder output no frame where the index lists one"
+                return FX_FALLBACK
+    if plan.first_out < 0:
+        plan.first_out = idx
     pipe.last_out_idx = idx
     j = _find(plan.targets, plan.n_targets, idx)
     if j >= 0 and not plan.done[j]:
@@ -292,14 +317,15 @@ cdef int _decode_cluster(Pipeline pipe, IndexedPlan *plan, int64_t c, FrameSink 
                          DecodeProgress *p) noexcept nogil:
     cdef int ret
     cdef bint draining = False, landing
+    cdef bint confirmed = not plan.confirm_order
     cdef int consecutive_errors = 0
-    cdef int64_t stop_dec
+    cdef int64_t stop_dec, left_before
     ret = _position(pipe, plan, c, &landing, p)
     if ret < 0:
         return ret
     pipe.cursor().readahead_end = plan.end_byte[c]
     stop_dec = plan.reach_dec[c] + TARGET_SLACK_PACKETS + 2 * pipe.num_threads
-    while plan.left[c] > 0:
+    while plan.left[c] > 0 or not confirmed:
         if not draining and not pipe.packet_pending:
             ret = pipe.next_packet(&draining, p)
             if ret < 0:
@@ -320,12 +346,14 @@ cdef int _decode_cluster(Pipeline pipe, IndexedPlan *plan, int64_t c, FrameSink 
             return ret
         if _damaged(p):
             return _stop_damaged(pipe, c, p)
-        while plan.left[c] > 0:
+        while plan.left[c] > 0 or not confirmed:
             ret = pipe.receive(&consecutive_errors, p)
             if ret == 0 and not draining:
                 break
             if ret == 0 or ret == AVERROR_EOF:
                 pipe.positioned = False  # drained: the next use must seek
+                if plan.left[c] == 0:
+                    return 0  # nothing came after the targets
                 p.fallback_reason = "the stream ended before the frames the index lists"
                 return FX_FALLBACK
             if ret < 0:
@@ -333,10 +361,12 @@ cdef int _decode_cluster(Pipeline pipe, IndexedPlan *plan, int64_t c, FrameSink 
             if _damaged(p):
                 av_frame_unref(pipe.frame)
                 return _stop_damaged(pipe, c, p)
-            ret = _take_frame(pipe, plan, sink, p)
+            left_before = plan.left[c]
+            ret = _take_frame(pipe, plan, c, sink, p)
             av_frame_unref(pipe.frame)
             if ret != 0:
                 return ret
+            confirmed = confirmed or left_before == 0
     return 0
 
 

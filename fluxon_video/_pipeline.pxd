@@ -1,4 +1,4 @@
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 from fluxon_video._avio cimport ByteSource
 from fluxon_video._pagecache cimport fx_cursor
@@ -25,6 +25,7 @@ cdef class Pipeline:
     cdef AVPacket *pkt
     cdef AVFrame *frame
     cdef fx_avlog_buf *log     # the contexts' opaque; freed in release()
+    cdef uint64_t concealments_seen  # the log's concealment count at the last frame out
     cdef readonly int stream_index
     cdef public int wanted_stream  # asked for at open (-1: _demux.choose_stream's rule)
     cdef readonly str codec_name
@@ -44,6 +45,10 @@ cdef class Pipeline:
     # have none): set for decodes that identify frames by pts against the
     # index. The sequential reference reads packets as the ffmpeg CLI does.
     cdef public bint genpts
+    # A slice the decoder could not parse fails the packet (AV_EF_EXPLODE)
+    # instead of being concealed: frame threads conceal without flagging the
+    # frame, so a strict decode would not see the damage otherwise.
+    cdef public bint explode
     cdef bint fresh             # opened, nothing read yet
     cdef bint positioned        # fed packets since the last seek and not drained
     cdef bint packet_pending    # pkt holds a packet the decoder refused with EAGAIN

@@ -10,14 +10,14 @@ next_packet/send/receive/seek without the GIL.
 import os
 
 from libc.errno cimport EAGAIN, EINVAL, ENOMEM
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
 from fluxon_video._demux cimport fx_open_input, raise_missing_stream
 from fluxon_video._errors cimport err_check
 from fluxon_video._progress cimport now_ms
 from fluxon_video.libav.avcodec cimport (
-    AVCodec, FF_THREAD_FRAME, FF_THREAD_SLICE, av_packet_alloc, av_packet_free, av_packet_unref,
+    AVCodec, AV_EF_EXPLODE, FF_THREAD_FRAME, FF_THREAD_SLICE, av_packet_alloc, av_packet_free, av_packet_unref,
     avcodec_alloc_context3, avcodec_find_decoder, avcodec_flush_buffers, avcodec_free_context,
     avcodec_get_name, avcodec_open2, avcodec_parameters_to_context, avcodec_receive_frame,
     avcodec_send_packet,
@@ -39,6 +39,7 @@ cdef extern from "_avlog.h" nogil:
     void fx_avlog_buf_free(fx_avlog_buf **buf)
     void fx_avlog_buf_clear(fx_avlog_buf *buf)
     void fx_avlog_last_error_for(fx_avlog_buf *buf, char *out, size_t size)
+    uint64_t fx_avlog_concealments(fx_avlog_buf *buf)
 
 
 fx_avlog_install()
@@ -117,6 +118,7 @@ cdef class Pipeline:
         self.release()
         # Where FFmpeg's error lines for our contexts go, from any thread.
         self.log = fx_avlog_buf_new()
+        self.concealments_seen = 0
         if self.log == NULL:
             raise MemoryError(f"{self.name}: cannot allocate the FFmpeg log buffer")
         self.pb = fx_avio_open(self.source)
@@ -174,6 +176,8 @@ cdef class Pipeline:
             self.codec.pkt_timebase = st.time_base
             self.codec.thread_count = self.num_threads
             self.codec.thread_type = FF_THREAD_FRAME | FF_THREAD_SLICE
+            if self.explode:
+                self.codec.err_recognition |= AV_EF_EXPLODE
             p.failed_call = "avcodec_open2"
             ret = avcodec_open2(self.codec, dec, NULL)
         if ret < 0:
@@ -261,6 +265,12 @@ cdef class Pipeline:
             p.frames_decoded += 1
             if (self.frame.flags & AV_FRAME_FLAG_CORRUPT) or self.frame.decode_error_flags:
                 p.corrupt_frames += 1
+            elif self.num_threads > 1 and fx_avlog_concealments(self.log) != self.concealments_seen:
+                # Frame threads can hand a frame out before its flags are set;
+                # the concealment was logged before any later frame came out.
+                p.corrupt_frames += 1
+            if self.num_threads > 1:
+                self.concealments_seen = fx_avlog_concealments(self.log)
             return 1
 
     cdef int seek(self, int64_t timestamp, DecodeProgress *p) noexcept nogil:

@@ -60,6 +60,12 @@ AV_NOPTS_VALUE = -(1 << 63)
 # a few KiB for clips, about 1 MiB of moov for an hour at 30 fps.
 MAX_OPEN_EXTENT_BYTES = 2 << 20
 LAST_PACKET_KEPT = 256 << 10
+# Frames a decoder may output after frames decoded later (H.264/HEVC: a
+# 16-frame DPB; VP9, AV1: none).
+MAX_REORDER = 16
+# Packets past a cluster's last target fetched with it: what a decoder
+# typically needs to output the next frame (its reorder delay).
+CONFIRM_PACKETS = 4
 
 
 @dataclass
@@ -225,6 +231,13 @@ class FrameIndex:
             problems.append("packets without pts")
         elif np.unique(shown_pts).size != shown_pts.size:
             problems.append("duplicate pts")
+        elif self._reorder_distance() > (MAX_REORDER if self.header.get("reorders", True) else 0):
+            # A decoder holds at most a DPB of frames back (none for a codec
+            # that does not reorder): a frame shown farther from where it is
+            # decoded has a damaged timestamp, and the decoder will not output
+            # it where its pts says.
+            problems.append(f"a frame's pts puts it {self._reorder_distance()} frames from "
+                            "where it is decoded")
         if self.pkt_several.any():
             problems.append("packets that decode to several frames")
         if (self.pkt_pos < 0).any():
@@ -238,6 +251,14 @@ class FrameIndex:
         if problems:
             self.trusted = False
             self.reason = "; ".join(problems)
+
+    def _reorder_distance(self) -> int:
+        """The most frames any frame is shown before or after its decode rank."""
+        if self.frame_dec.size == 0:
+            return 0
+        decode_rank = np.empty(self.frame_dec.size, np.int64)
+        decode_rank[np.argsort(self.frame_dec, kind="stable")] = np.arange(self.frame_dec.size)
+        return int(np.abs(decode_rank - np.arange(self.frame_dec.size)).max())
 
     def untrust(self, reason: str) -> None:
         self.trusted = False
@@ -274,7 +295,10 @@ class FrameIndex:
         for c in range(c_key.shape[0]):  # the earliest start keyframe of the cluster
             c_key[c] = key[bounds[c]:bounds[c + 1]].min()
         end = self.pkt_pos + self.pkt_size
-        c_end = np.asarray([end[k:r + 1].max() for k, r in zip(c_key, c_reach)], np.int64)
+        # A reordering codec's cluster also decodes until one frame after its
+        # targets comes out (_paths.pyx confirm_order): fetch those packets with it.
+        more = CONFIRM_PACKETS if self.header.get("reorders", True) else 0
+        c_end = np.asarray([end[k:r + 1 + more].max() for k, r in zip(c_key, c_reach)], np.int64)
         return {
             "bounds": bounds,
             "key_dec": c_key.astype(np.int64),

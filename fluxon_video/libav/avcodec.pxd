@@ -85,6 +85,7 @@ cdef extern from "libavcodec/avcodec.h" nogil:
 
     int FF_THREAD_FRAME
     int FF_THREAD_SLICE
+    int AV_EF_EXPLODE
 
     ctypedef struct AVCodecContext:
         void *opaque
@@ -92,6 +93,7 @@ cdef extern from "libavcodec/avcodec.h" nogil:
         int thread_type
         AVRational pkt_timebase
         AVDiscard skip_frame
+        int err_recognition
 
     unsigned avcodec_version()
     AVCodecContext *avcodec_alloc_context3(const AVCodec *codec)
