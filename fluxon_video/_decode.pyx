@@ -196,6 +196,7 @@ cdef class VideoDecoder:
         cdef int ret
         cdef int64_t sequential_from = 0
         cdef Pipeline pipe = self.pipe
+        cdef const char *landing
         path, fallback = "sequential", ""
         for _ in range(MAX_DAMAGE_LEARNT_PER_CALL):
             if index is None or not index.trusted:
@@ -204,14 +205,14 @@ cdef class VideoDecoder:
             path = "indexed"
             ret = self._run(pipe, targets, first_slot, out, index, p, True)
             if ret == FX_DAMAGED:
-                landing = p.fallback_reason.decode() if p.fallback_reason != NULL else None
+                landing = p.fallback_reason  # set only when a landing keyframe was denied
                 if self._learn_cluster_damage(index, targets, p):
                     continue
-                if landing is not None:
+                if landing != NULL:
                     # No damage there: the index names a keyframe the parser
                     # does not see (a damaged sample table), so it is wrong.
                     ret = FX_FALLBACK
-                    p.fallback_reason = b"a keyframe the index names is no keyframe to the parser"
+                    p.fallback_reason = landing
                 elif pipe is self.pipe:
                     # Frame threads (or AV_EF_EXPLODE) flagged what the
                     # survey's one thread does not: read these frames as it does.

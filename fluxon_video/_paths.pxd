@@ -40,8 +40,8 @@ cdef struct IndexedPlan:
     # (its pts says otherwise: a damaged timestamp) is seen, not missed.
     bint confirm_order
     # Per frame (presentation index), 1 if its packet was fed with
-    # skip_frame=NONREF: the one reason a frame may not come out. Any other
-    # frame the decoder skips makes its numbering differ from the index's.
+    # skip_frame=NONREF: the one reason a frame whose packet was fed may not
+    # come out. Any other such frame the decoder skips makes its numbering differ.
     uint8_t *skipped
     const int64_t *key_idx       # presentation index of each cluster's keyframe
     int64_t first_out            # first frame output in this call (-1: none yet)

@@ -141,9 +141,9 @@ cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_n
         "skipped": np.zeros(index.frame_count, np.uint8),
         **{k: np.ascontiguousarray(v, np.int64) for k, v in clusters.items()},
     }
-    frame_of_packet = np.full(index.pkt_pts.shape[0], -1, np.int64)
-    frame_of_packet[index.frame_dec] = np.arange(index.frame_count)
-    arrays["key_idx"] = np.ascontiguousarray(frame_of_packet[arrays["key_dec"]])
+    # Where each cluster's keyframe is shown (frame_pts is sorted).
+    arrays["key_idx"] = np.ascontiguousarray(
+        np.searchsorted(arrays["frame_pts"], index.pkt_pts[arrays["key_dec"]]), np.int64)
     cdef const int64_t[::1] v
     cdef uint8_t[::1] done = arrays["done"]
     cdef uint8_t[::1] skipped = arrays["skipped"]
@@ -252,9 +252,6 @@ cdef int _check_packet(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landin
     if plan.known_damage != NULL and plan.known_damage[dec]:
         # No target depends on it (the caller refused those reads): the
         # targets' packets were all fed, so draining the decoder gives them.
-        idx = _find(plan.frame_pts, plan.n_frames, pipe.pkt.pts)
-        if idx >= 0:
-            plan.skipped[idx] = 1  # its frame does not come out
         return FX_DRAIN
     pipe.last_pkt_dec = dec
     if plan.skip_nonref:

@@ -249,6 +249,8 @@ cdef class Pipeline:
         """Next frame into frame: 1, or 0 when the decoder needs input
         (AVERROR_EOF once drained), or another AVERROR."""
         cdef int ret
+        cdef bint corrupt
+        cdef uint64_t concealments
         while True:
             p.failed_call = "avcodec_receive_frame"
             ret = avcodec_receive_frame(self.codec, self.frame)
@@ -263,14 +265,15 @@ cdef class Pipeline:
                 continue
             consecutive_errors[0] = 0
             p.frames_decoded += 1
-            if (self.frame.flags & AV_FRAME_FLAG_CORRUPT) or self.frame.decode_error_flags:
-                p.corrupt_frames += 1
-            elif self.num_threads > 1 and fx_avlog_concealments(self.log) != self.concealments_seen:
+            corrupt = (self.frame.flags & AV_FRAME_FLAG_CORRUPT) or self.frame.decode_error_flags
+            if self.num_threads > 1:
                 # Frame threads can hand a frame out before its flags are set;
                 # the concealment was logged before any later frame came out.
+                concealments = fx_avlog_concealments(self.log)
+                corrupt = corrupt or concealments != self.concealments_seen
+                self.concealments_seen = concealments
+            if corrupt:
                 p.corrupt_frames += 1
-            if self.num_threads > 1:
-                self.concealments_seen = fx_avlog_concealments(self.log)
             return 1
 
     cdef int seek(self, int64_t timestamp, DecodeProgress *p) noexcept nogil:

@@ -231,12 +231,13 @@ class FrameIndex:
             problems.append("packets without pts")
         elif np.unique(shown_pts).size != shown_pts.size:
             problems.append("duplicate pts")
-        elif self._reorder_distance() > (MAX_REORDER if self.header.get("reorders", True) else 0):
+        elif (distance := self._reorder_distance()) > (
+                MAX_REORDER if self.header.get("reorders", True) else 0):
             # A decoder holds at most a DPB of frames back (none for a codec
             # that does not reorder): a frame shown farther from where it is
             # decoded has a damaged timestamp, and the decoder will not output
             # it where its pts says.
-            problems.append(f"a frame's pts puts it {self._reorder_distance()} frames from "
+            problems.append(f"a frame's pts puts it {distance} frames from "
                             "where it is decoded")
         if self.pkt_several.any():
             problems.append("packets that decode to several frames")
