@@ -214,8 +214,10 @@ cdef class VideoDecoder:
                     ret = FX_FALLBACK
                     p.fallback_reason = landing
                 elif pipe is self.pipe:
-                    # Frame threads (or AV_EF_EXPLODE) flagged what the
-                    # survey's one thread does not: read these frames as it does.
+                    # Frame threads, AV_EF_EXPLODE, a skipped frame the damaged
+                    # stream did reference, or a decode carried on from the
+                    # cluster before flagged what the survey does not: read
+                    # these frames as it does.
                     pipe = self._one_thread()
                     continue
                 else:
@@ -435,7 +437,10 @@ cdef class VideoDecoder:
             if pipe.stream_index != index.stream_index:
                 p.fallback_reason = "the decoder chose another stream than the index"
                 return FX_FALLBACK
-            keep = make_plan(&plan, index, targets, first_slot, True)
+            # The one-threaded retry reads as a survey of each cluster does:
+            # from its keyframe, every frame.
+            retry = pipe is self.one_thread
+            keep = make_plan(&plan, index, targets, first_slot, not retry, retry)
         with nogil:
             pipe.clear_log()
             t0 = now_ms()

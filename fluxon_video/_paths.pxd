@@ -35,6 +35,12 @@ cdef struct IndexedPlan:
     int64_t *left                # targets still to convert, per cluster
     int64_t n_clusters
     bint skip_nonref
+    # Per frame, 1 if it must be output even when skip_nonref: the targets and
+    # the frames that witness their place (FrameIndex.order_witnesses).
+    const uint8_t *witness
+    # Every cluster seeks to its keyframe, even where the decoder could go on
+    # from the last one: a cluster then decodes exactly as a survey of it does.
+    bint seek_each
     # The codec outputs frames out of decode order: a cluster also takes the
     # first frame after its targets, so a frame the decoder puts before them
     # (its pts says otherwise: a damaged timestamp) is seen, not missed.
@@ -74,7 +80,8 @@ cdef struct Survey:
     char first_message[256]      # FFmpeg's line for it
 
 
-cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_nonref)
+cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_nonref,
+                      bint seek_each=*)
 cdef int decode_sequential(Pipeline pipe, const int64_t *targets, const int64_t *slots,
                            int64_t ntargets, FrameSink *sink, DecodeProgress *p) noexcept nogil
 cdef int decode_indexed(Pipeline pipe, IndexedPlan *plan, FrameSink *sink,

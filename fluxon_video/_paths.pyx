@@ -124,7 +124,8 @@ cdef int decode_sequential(Pipeline pipe, const int64_t *targets, const int64_t 
 
 # ---- indexed ----
 
-cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_nonref):
+cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_nonref,
+                      bint seek_each=False):
     """Fill plan for sorted unique targets; returns the arrays it points into
     (keep them alive until the decode returns)."""
     clusters = index.plan(targets)
@@ -165,10 +166,16 @@ cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_n
     v = arrays["reach_dec"]; plan.reach_dec = &v[0]
     v = arrays["end_byte"]; plan.end_byte = &v[0]
     cdef const uint8_t[::1] known = arrays["known_damage"]
+    cdef const uint8_t[::1] v8
     plan.known_damage = &known[0] if index.pkt_damaged.any() else NULL
     plan.done = &done[0]
     plan.left = &left[0]
     plan.skip_nonref = skip_nonref and index.codec_name in SKIP_NONREF_CODECS
+    plan.seek_each = seek_each
+    if plan.skip_nonref:
+        arrays["witness"] = index.order_witnesses(targets)
+        v8 = arrays["witness"]
+        plan.witness = &v8[0]
     plan.confirm_order = bool(index.header.get("reorders", True))
     return arrays
 
@@ -204,7 +211,7 @@ cdef int _position(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landing,
             if plan.target_dec[j] < first_dec:
                 first_dec = plan.target_dec[j]
     landing[0] = False
-    if (pipe.positioned and plan.key_dec[c] <= pipe.last_pkt_dec + 1
+    if (pipe.positioned and not plan.seek_each and plan.key_dec[c] <= pipe.last_pkt_dec + 1
             and first_left > pipe.last_out_idx and first_dec > pipe.last_skipped_dec):
         # Going on without a seek: the cluster's bytes still come in one go
         # (pages already cached or queued are not queued again).
@@ -255,11 +262,11 @@ cdef int _check_packet(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landin
         return FX_DRAIN
     pipe.last_pkt_dec = dec
     if plan.skip_nonref:
-        # Skip non-reference frames shown before the last target that are not
-        # targets; decode the rest, so a later call can continue from here.
+        # Skip non-reference frames shown before the last target that neither
+        # are targets nor witness one's place; decode the rest, so a later
+        # call can continue from here.
         idx = _find(plan.frame_pts, plan.n_frames, pipe.pkt.pts)
-        if (idx >= 0 and idx < plan.targets[plan.n_targets - 1]
-                and _find(plan.targets, plan.n_targets, idx) < 0):
+        if idx >= 0 and idx < plan.targets[plan.n_targets - 1] and not plan.witness[idx]:
             pipe.codec.skip_frame = AVDISCARD_NONREF
             plan.skipped[idx] = 1
             if dec > pipe.last_skipped_dec:

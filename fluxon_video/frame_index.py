@@ -41,6 +41,7 @@ import io
 import json
 import zlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -231,7 +232,7 @@ class FrameIndex:
             problems.append("packets without pts")
         elif np.unique(shown_pts).size != shown_pts.size:
             problems.append("duplicate pts")
-        elif (distance := self._reorder_distance()) > (
+        elif (distance := self.reorder_distance) > (
                 MAX_REORDER if self.header.get("reorders", True) else 0):
             # A decoder holds at most a DPB of frames back (none for a codec
             # that does not reorder): a frame shown farther from where it is
@@ -253,13 +254,48 @@ class FrameIndex:
             self.trusted = False
             self.reason = "; ".join(problems)
 
-    def _reorder_distance(self) -> int:
+    @cached_property
+    def _by_decode_rank(self) -> np.ndarray:
+        """Frames (presentation indices) in the order their packets are decoded."""
+        return np.argsort(self.frame_dec, kind="stable")
+
+    @cached_property
+    def _decode_rank(self) -> np.ndarray:
+        """Per frame, how many frames are decoded before it."""
+        rank = np.empty(self.frame_dec.size, np.int64)
+        rank[self._by_decode_rank] = np.arange(self.frame_dec.size)
+        return rank
+
+    @cached_property
+    def reorder_distance(self) -> int:
         """The most frames any frame is shown before or after its decode rank."""
         if self.frame_dec.size == 0:
             return 0
-        decode_rank = np.empty(self.frame_dec.size, np.int64)
-        decode_rank[np.argsort(self.frame_dec, kind="stable")] = np.arange(self.frame_dec.size)
-        return int(np.abs(decode_rank - np.arange(self.frame_dec.size)).max())
+        return int(np.abs(self._decode_rank - np.arange(self.frame_dec.size)).max())
+
+    def order_witnesses(self, targets: np.ndarray) -> np.ndarray:
+        """Per frame, whether a decode of targets must output it (never skip it
+        as a non-reference frame), so that the decoder's own order checks each
+        target's place.
+
+        The decoder outputs a frame within R (the reorder distance) of its
+        decode rank, and R is at least how far any pts puts a frame from its
+        decode rank. So a frame x whose pts puts it on the other side of a
+        target t than the decoder shows it has a decode rank within R of t;
+        and if t's own pts lies, its neighbours t-1 or t+1 are shown across
+        it. Decoding both kinds turns either lie into a frame out of order or
+        missing, which _paths.pyx _take_frame sees.
+        """
+        n = self.frame_count
+        keep = np.zeros(n, np.uint8)
+        if n == 0 or targets.size == 0:
+            return keep
+        def around(reach: int) -> np.ndarray:
+            return np.clip((targets[:, None] + np.arange(-reach, reach + 1)).ravel(), 0, n - 1)
+
+        keep[around(1)] = 1  # shown next to a target
+        keep[self._by_decode_rank[around(self.reorder_distance)]] = 1  # decoded where one is shown
+        return keep
 
     def untrust(self, reason: str) -> None:
         self.trusted = False

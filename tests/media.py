@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import tempfile
 import threading
@@ -40,6 +41,16 @@ class Clip:
     # them (an H.264/HEVC NAL length, a VP9 frame marker).
     damage: tuple[int, ...] = ()
     two_pass: bool = False  # encode twice (libvpx alternate reference frames need it)
+    # With derive_from (MP4): a copy where the first sample from this decode
+    # position on that is shown 3+ frames after it is decoded gets a
+    # composition offset of one tick: its pts now puts it before frames the
+    # decoder still outputs first (a lying timestamp, see lie_about_pts).
+    pts_lie_from: int | None = None
+
+    @property
+    def broken(self) -> bool:
+        """Made wrong on purpose: damaged packets or a lying timestamp."""
+        return bool(self.damage) or self.pts_lie_from is not None
 
 
 X264 = ("-c:v", "libx264", "-preset", "veryfast", "-bf", "3", "-g", "24", "-keyint_min", "24",
@@ -111,6 +122,7 @@ CLIPS = {c.name: c for c in [
     Clip("damaged_h264_key.mp4", 0, 0, 0, (), derive_from="h264_moov_end.mp4", damage=(24,)),
     Clip("damaged_hevc.mp4", 0, 0, 0, (), derive_from="hevc.mp4", damage=(30,)),
     Clip("damaged_vp9.webm", 0, 0, 0, (), derive_from="vp9.webm", damage=(33,)),
+    Clip("lying_pts_h264.mp4", 0, 0, 0, (), derive_from="h264_moov_end.mp4", pts_lie_from=16),
 ]}
 
 
@@ -144,6 +156,10 @@ def make_clip(clip: Clip, out: Path, source: Path | None = None) -> None:
     part = str(out) + ".part" + out.suffix
     if source is not None and clip.damage:
         damage_packets(source, Path(part), clip.damage)
+        os.replace(part, out)
+        return
+    if source is not None and clip.pts_lie_from is not None:
+        lie_about_pts(source, Path(part), clip.pts_lie_from)
         os.replace(part, out)
         return
     if source is not None and clip.pack_bframes:
@@ -188,6 +204,25 @@ def damage_packets(source: Path, out: Path, positions: tuple[int, ...]) -> None:
             pos += (9 - data[pos].bit_length()) + 3
         data[pos:pos + 4] = b"\xff\xff\xff\xff"
     out.write_bytes(bytes(data))
+
+
+def lie_about_pts(source: Path, out: Path, first: int) -> None:
+    """Rewrite one ctts entry of a single-track MP4 (see Clip.pts_lie_from)."""
+    data = bytearray(source.read_bytes())
+    at = data.index(b"ctts") + 4
+    count = struct.unpack_from(">I", data, at + 4)[0]
+    packets = ffprobe_packets(source)
+    frame = min(p["dts"] - q["dts"] for p, q in zip(packets[1:], packets))
+    sample = 0
+    for e in range(count):
+        entry = at + 8 + 8 * e
+        samples, offset = struct.unpack_from(">Ii", data, entry)
+        if sample >= first and samples == 1 and offset >= 3 * frame:
+            struct.pack_into(">Ii", data, entry, 1, 1)
+            out.write_bytes(bytes(data))
+            return
+        sample += samples
+    raise AssertionError(f"{source}: no sample to lie about from {first} on")
 
 
 VOP = b"\x00\x00\x01\xb6"

@@ -258,3 +258,32 @@ def test_read_many_groups_keep_each_policys_frames(media, frames, on_damage):
             else:
                 result = pool.read_many_numpy_with_stats(damaged)[0]
                 assert np.array_equal(result.frames, reference[[3, 30]])
+
+
+# ---- a timestamp the decoder contradicts ----
+
+LIAR = "lying_pts_h264.mp4"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_lying_pts_never_misplaces_a_frame_alone_or_in_a_batch(media, threads):
+    """One P-frame's composition offset says it is shown right after it is
+    decoded; the decoder (by its picture order) still shows it frames later.
+    Whatever the read's shape, frame i is the CLI's i-th output or an error:
+    a batch whose last target lies far on once skipped the non-reference
+    frames that would show the lie, and returned the frame next to the one
+    asked for."""
+    path = media.path(LIAR)
+    expected = reference_frames(path, H, W, threads=1)
+    last = expected.shape[0] - 1
+    read = 0
+    for i in range(8, 28):
+        for indices in ([i], [i, last], [last, i - 3, i]):
+            with fv.LocalVideoReader(path, threads) as reader:
+                try:
+                    got = reader.read_frames_numpy(indices, H, W)[0]
+                except errors.FluxonFsError:
+                    continue
+            read += 1
+            assert np.array_equal(got[indices.index(i)], expected[i]), (i, indices)
+    assert read > 30  # the lie costs the fast path, not the frames

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.timeout(120)
 UNORDERED_PTS = ("h264.avi", "mpeg4_packed.avi")
 # Well-formed clips (damaged ones have their own tests: test_damage.py).
 VIDEO_CLIPS = [name for name, clip in CLIPS.items()
-               if clip.video and not clip.damage and not name.startswith("long")
+               if clip.video and not clip.broken and not name.startswith("long")
                and name not in UNORDERED_PTS]
 VFR_CLIPS = ["h264_vfr.mkv", "h264_vfr.mp4"]
 TRUNCATED = "h264_truncated.mp4"
