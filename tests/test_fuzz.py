@@ -21,14 +21,15 @@ Reproduce one mutant: ``python -m tests.test_fuzz <directory of the base
 clips> <seed> <i>`` (from the repository root) decodes it in the foreground.
 FLUXON_FUZZ_SEED and FLUXON_FUZZ_MUTANTS change the run.
 
-The lone-vs-batch comparison (issue 19's invariant) passes on this seed's
-1,800 mutants and on seeds 2-4; seeds 1, 5 and 6 have one mismatch each
-(1406: damage inside a non-reference frame that a lone read skips and a
-batch decodes, so only the batch raises; 238 and 1222: a decoder that, past
-damage, outputs frames the index does not place, which a lone read starting
-at a later keyframe cannot see). Until those are settled the check runs only
-with FLUXON_FUZZ_IDENTITY=1, except on the pinned mutants it once failed
-(PINNED_MUTANTS); the reads themselves run always.
+The lone-vs-batch comparison (issue 19's invariant) runs on every mutant
+(FLUXON_FUZZ_IDENTITY=0 turns it off). It passes on this seed's 1,800
+mutants and on seeds 2-4; seeds 1, 5 and 6 have one mismatch each (1406:
+damage inside a non-reference frame that a lone read skips and a batch
+decodes, so only the batch raises; 238 and 1222: a decoder that, past damage,
+outputs frames the index does not place, which a lone read starting at a
+later keyframe cannot see). docs/frame-index.md says why no read short of a
+decode from the start sees those. The mutants it once failed on are pinned
+(PINNED_MUTANTS).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ MUTANTS = int(os.environ.get("FLUXON_FUZZ_MUTANTS", "1800"))
 BASES = ["h264_faststart.mp4", "h264_moov_end.mp4", "h264_bframes.mkv", "vp9.webm"]
 WORKERS = min(4, max(2, os.cpu_count() or 2))
 HANG_S = 20.0  # one mutant's decodes take well under a second
-CHECK_IDENTITY = os.environ.get("FLUXON_FUZZ_IDENTITY") == "1"
+CHECK_IDENTITY = os.environ.get("FLUXON_FUZZ_IDENTITY", "1") == "1"
 FRAMES = 72  # in each base clip: the lone/batch probe's range when a mutant has no index
 
 # Frame index requests: in range, duplicates, negative (needing the index's
