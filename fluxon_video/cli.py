@@ -182,7 +182,7 @@ def _run_stat(args: argparse.Namespace) -> int:
 
     export, relpath = split_target(args.target)
     with _patcher(args) as patcher:
-        version = patcher.client.stat(patcher._who(None), export, relpath)
+        version = patcher.file_version(export, relpath)
         record: dict[str, Any] = {"file": f"{export}:{relpath}", **asdict(version)}
         try:
             metadata, stats = patcher.video_metadata_with_stats(export, relpath,

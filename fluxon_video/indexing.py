@@ -21,24 +21,23 @@ class BlobStore(Protocol):
     def store_blob(self, kind: str, data: bytes) -> None: ...
 
 
-def load_or_build_index(byte_source: Any, name: str, blobs: BlobStore | None = None,
-                        stream_index: int | None = None,
+def load_or_build_index(byte_source: Any, name: str, stream_index: int | None = None, *,
+                        stored: bytes | None = None, blobs: BlobStore | None = None,
                         ) -> tuple[FrameIndex | None, str, float]:
     """(index or None, where it came from: "kv" | "scan" | "none", milliseconds).
 
     The index of video stream ``stream_index`` (None: the default rule's;
-    see _demux.choose_stream). With a blob store the index is shared under
-    the file version. The scan
-    reads ``byte_source``: a ByteSource, or a callable that makes one (then
-    only on a miss, and closed after the scan). A file the scan cannot read
-    gets no index: the sequential decode then reports the precise error.
+    see _demux.choose_stream). ``stored``: the blob already fetched for it
+    (FileMetadata.open brings it with the stat); when it is absent or does
+    not parse, the file is scanned and the new index stored in ``blobs``.
+    The scan reads ``byte_source``: a ByteSource, or a callable that makes
+    one (then only when scanning, and closed after). A file the scan cannot
+    read gets no index: the sequential decode then reports the precise error.
     """
     t0 = time.perf_counter()
-    if blobs is not None:
-        blob = blobs.load_blob(blob_kind(stream_index))
-        index = FrameIndex.from_bytes(blob) if blob else None
-        if index is not None:
-            return index, "kv", (time.perf_counter() - t0) * 1e3
+    index = FrameIndex.from_bytes(stored) if stored else None
+    if index is not None:
+        return index, "kv", (time.perf_counter() - t0) * 1e3
     require_native("building a frame index")
     try:
         if callable(byte_source):

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
-import time
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from fluxon_video.damage import check_policy
-from fluxon_video.errors import FluxonFsClosedError, FluxonFsConfigError, FluxonFsDecodeError
-from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource, ReadCounters
+from fluxon_video.errors import FluxonFsClosedError, FluxonFsConfigError
+from fluxon_video.fs.client import FluxonFsClient
 from fluxon_video.fs.config import (
     ClientSettings,
     FluxonFsConfig,
@@ -23,15 +19,14 @@ from fluxon_video.fs.config import (
 )
 from fluxon_video.fs.kv import PieceStore
 from fluxon_video.fs.listing import FluxonFsFileEntry
-from fluxon_video.fs.paths import check_relpath
-from fluxon_video.indexing import load_or_build_index, open_round_trips
-from fluxon_video.frame_index import FrameIndex, blob_kind
-from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata, timestamps_s
-from fluxon_video.native import require_native
+from fluxon_video.fs.origin import FileStat
+from fluxon_video.fs.warming import WarmResult
+from fluxon_video.identity import IdentityContext
+from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
+from fluxon_video.opening import VideoOpener
 from fluxon_video.pool import FluxonFsVideoReaderPool
-from fluxon_video.reader import FluxonFsVideoReader, make_byte_source, survey_file
+from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
-from fluxon_video.validation import positive_int, stream_choice
 
 
 class FluxonFsPatcher:
@@ -62,24 +57,22 @@ class FluxonFsPatcher:
         self.config = config
         self._kv_store = kv_store
         self._client = FluxonFsClient(config, kv_store)
-        self._stats = StatsAccumulator()
         self._closed = False
-        self._identity: RequestIdentity | None = None
-        self._temporary_identity: contextvars.ContextVar[RequestIdentity | None] = \
-            contextvars.ContextVar(f"fluxon_identity_{id(self)}", default=None)
-        if identity is not None:
-            self.identity = identity  # type: ignore[assignment]
+        self._identities = IdentityContext(config, identity)
+        self._opener = VideoOpener(self._client, self._identities, StatsAccumulator())
 
     # ---- pickling: configuration only; the receiver builds its own client ----
 
     def __getstate__(self) -> dict[str, object]:
-        if self._kv_store is not None:
-            raise TypeError("a FluxonFsPatcher built with kv_store= does not pickle (the store "
-                            "belongs to this process); configure client.redis_url instead")
-        return {"config": self.config, "identity": self._identity}
+        # The opener carries the configuration and identity; a pool pickled
+        # with this patcher shares it on the other side, as it does here.
+        return {"opener": self._opener}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        self.__init__(state["config"], identity=state["identity"])  # type: ignore[misc, arg-type]
+        opener: VideoOpener = state["opener"]  # type: ignore[assignment]
+        opener.config.check_served(e for e in opener.config.exports.values() if e.in_process)
+        self.config, self._kv_store, self._closed = opener.config, None, False
+        self._client, self._identities, self._opener = opener.client, opener.identities, opener
 
     @classmethod
     def from_config_file(cls, path: str | os.PathLike[str],
@@ -88,30 +81,20 @@ class FluxonFsPatcher:
 
     # ---- identity ----
 
-    def _as_identity(self, identity: RequestIdentity | str) -> RequestIdentity:
-        if isinstance(identity, RequestIdentity):
-            return identity
-        if isinstance(identity, str):
-            return self.config.identity(identity)
-        raise FluxonFsConfigError(f"an identity is a RequestIdentity or a configured name, got {identity!r}")
-
     @property
     def identity(self) -> RequestIdentity | None:
         """The request identity new readers capture."""
-        return self._temporary_identity.get() or self._identity
+        return self._identities.current
 
     @identity.setter
     def identity(self, identity: RequestIdentity | str) -> None:
-        self._identity = self._as_identity(identity)
+        self._identities.default = identity  # type: ignore[assignment]
 
     @contextlib.contextmanager
     def using_identity(self, identity: RequestIdentity | str) -> Iterator[RequestIdentity]:
         """Make identity current in this thread/task for the ``with`` block."""
-        token = self._temporary_identity.set(self._as_identity(identity))
-        try:
-            yield self._temporary_identity.get()  # type: ignore[misc]
-        finally:
-            self._temporary_identity.reset(token)
+        with self._identities.using(identity) as current:
+            yield current
 
     # ---- the client ----
 
@@ -144,24 +127,9 @@ class FluxonFsPatcher:
         which. The reader reads as ``identity`` (default: the patcher's current one)
         for its whole life.
         """
-        t0 = time.perf_counter()
-        require_native()
-        height = None if height is None else positive_int("height", height)
-        width = None if width is None else positive_int("width", width)
-        num_threads = positive_int("num_threads", num_threads)
-        export = self.config.export(export_name)
-        relpath = check_relpath(relpath)
-        who = self._who(identity)
-        stream_index = stream_choice(stream_index)
-        kind = blob_kind(stream_index)
-        counters = ReadCounters()
-        opened = self.client.open_file(who, export_name, relpath, kind, counters)
-        return FluxonFsVideoReader(self.client, self.config.client, who, export, relpath,
-                                   opened.version, height, width, num_threads,
-                                   opened=(kind, opened), counters=counters,
-                                   open_ms=(time.perf_counter() - t0) * 1e3,
-                                   autorotate=bool(autorotate), on_read=self._stats.add_read,
-                                   on_damage=check_policy(on_damage), stream_index=stream_index)
+        return self._live().open_reader(export_name, relpath, height, width, num_threads,
+                                        identity=identity, autorotate=autorotate,
+                                        on_damage=on_damage, stream_index=stream_index)
 
     def list_files(self, export_name: str, prefix: str = "", recursive: bool = True,
                    pattern: str | None = None, *,
@@ -170,8 +138,8 @@ class FluxonFsPatcher:
         order, fetched a page at a time. ``pattern`` is an fnmatch pattern on the
         relpath (``*`` crosses ``/``); ``recursive=False`` lists one level,
         directories included (``is_dir``)."""
-        return self.client.list_files(self._who(identity), export_name, prefix, recursive,
-                                      pattern)
+        return self.client.files.list_files(self._identities.resolve(identity), export_name,
+                                            prefix, recursive, pattern)
 
     def video_metadata(self, export_name: str, relpath: str, *,
                        identity: RequestIdentity | str | None = None,
@@ -220,55 +188,41 @@ class FluxonFsPatcher:
 
     def _video_index(self, export_name: str, relpath: str,
                      identity: RequestIdentity | str | None, on_damage: str = "error",
-                     stream_index: int | None = None,
-                     ) -> tuple[FrameIndex, FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
-        t0 = time.perf_counter()
-        export = self.config.export(export_name)
-        relpath = check_relpath(relpath)
-        who = self._who(identity)
-        stream_index = stream_choice(stream_index)
-        kind = blob_kind(stream_index)
-        counters = ReadCounters()
-        opened = self.client.open_file(who, export_name, relpath, kind, counters)
-        version = opened.version
-        source = FluxonFsRangeSource(self.client, who, export_name, relpath, version,
-                                     preloaded=(kind, opened.blob), counters=counters)
-        scanned: list[Any] = []  # the scan's byte source, if one was made
+                     stream_index: int | None = None) -> tuple:
+        return self._live().video_index(export_name, relpath, identity, on_damage, stream_index)
 
-        def scan_source() -> Any:
-            scanned.append(make_byte_source(source, export.piece_size, self.config.client))
-            return scanned[-1]
+    def file_version(self, export_name: str, relpath: str, *,
+                     identity: RequestIdentity | str | None = None) -> FileStat:
+        """The file's current version (size, mtime_ns, ctime_ns, inode), by an
+        authorised stat (cached for the export's metadata TTL)."""
+        ref = self._live().ref(export_name, relpath, identity)
+        return self.client.files.stat(ref).version
 
-        index, where, index_ms = load_or_build_index(scan_source, source.name, source,
-                                                     stream_index)
-        if index is None:
-            raise FluxonFsDecodeError(f"{source.name}: not a video FFmpeg can index")
-        if check_policy(on_damage) == "conceal" and index.decoded_pts is None:
-            survey_file(source, index, export.piece_size, self.config.client, kind)
-        metadata = build_metadata(index, version.size, version.mtime_ns, source.name, on_damage)
-        trips = open_round_trips(opened.round_trips, where, scanned[0] if scanned else None)
-        stats = FluxonFsVideoReadStats(index_source=where, index_ms=index_ms,
-                                       total_ms=(time.perf_counter() - t0) * 1e3,
-                                       open_round_trips=trips, **source.counters.snapshot())
-        self._stats.add_read(stats, metadata=True)
-        return index, metadata, stats
+    def warm_file(self, export_name: str, relpath: str, *,
+                  identity: RequestIdentity | str | None = None,
+                  on_piece: Callable[[int, int], None] | None = None,
+                  stop: Callable[[], bool] | None = None) -> WarmResult:
+        """Every piece of the file's current version into the KV: pieces and bytes
+        fetched. ``on_piece(stored_bytes, piece_bytes)`` after each piece (0
+        stored: it was there); ``stop()`` true ends the run between pieces."""
+        ref = self._live().ref(export_name, relpath, identity)
+        return self.client.warming.warm_file(self.client.files.stat(ref), on_piece=on_piece,
+                                             stop=stop)
+
+    def _live(self) -> VideoOpener:
+        if self._closed:
+            raise FluxonFsClosedError("the FluxonFsPatcher is closed")
+        return self._opener
 
     def stats(self) -> FluxonFsProcessStats:
         """What this patcher's readers and metadata calls did in this process, so far."""
-        return self._stats.snapshot()
-
-    def _who(self, identity: RequestIdentity | str | None) -> RequestIdentity:
-        who = self._as_identity(identity) if identity is not None else self.identity
-        if who is None:
-            raise FluxonFsConfigError(
-                "no request identity is set: pass identity= to FluxonFsPatcher or set patcher.identity")
-        return who
+        return self._opener.process_stats()
 
     def open_video_reader_pool(self, max_readers: int = 32, autorotate: bool = False,
                                on_damage: str = "error") -> FluxonFsVideoReaderPool:
         """A per-process LRU of readers: the entry point for data loaders.
         ``autorotate`` and ``on_damage`` apply to every reader it opens."""
-        return FluxonFsVideoReaderPool(self, max_readers, autorotate=autorotate,
+        return FluxonFsVideoReaderPool(self._live(), max_readers, autorotate=autorotate,
                                        on_damage=on_damage)
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,12 +32,15 @@ from fluxon_video.errors import (
     FluxonFsError,
     FluxonFsFrameIndexError,
 )
-from fluxon_video.fs.config import FluxonFsConfig, RequestIdentity
+from fluxon_video.fs.config import RequestIdentity
 from fluxon_video.fs.paths import check_relpath
-from fluxon_video.metadata import FluxonFsVideoMetadata
+from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats
 from fluxon_video.validation import frame_indices, positive_int, stream_choice
+
+if TYPE_CHECKING:
+    from fluxon_video.opening import VideoOpener
 
 # (export_name, relpath, height, width, num_threads, identity, stream_index); None
 # sizes: native/aspect; None stream: the default rule's.
@@ -45,38 +48,6 @@ ReaderKey = tuple[str, str, "int | None", "int | None", int, RequestIdentity, "i
 
 # Errors that say nothing about the reader's health: it goes back to the pool.
 _ARGUMENT_ERRORS = (FluxonFsFrameIndexError, FluxonFsConfigError, TypeError)
-
-
-class ReaderOpener(Protocol):
-    """What the pool needs of a FluxonFsPatcher (which owns the pool, not the reverse)."""
-
-    config: FluxonFsConfig
-
-    @property
-    def identity(self) -> RequestIdentity | None: ...
-
-    def open_video_reader(self, export_name: str, relpath: str, height: int | None = None,
-                          width: int | None = None, num_threads: int = 1, *,
-                          identity: RequestIdentity | str | None = None,
-                          autorotate: bool = False, on_damage: str = "error",
-                          stream_index: int | None = None) -> FluxonFsVideoReader: ...
-
-    def video_metadata(self, export_name: str, relpath: str, *,
-                       identity: RequestIdentity | str | None = None, on_damage: str = "error",
-                       stream_index: int | None = None) -> FluxonFsVideoMetadata: ...
-
-    def video_timestamps_s(self, export_name: str, relpath: str, *,
-                           identity: RequestIdentity | str | None = None,
-                           on_damage: str = "error",
-                           stream_index: int | None = None) -> np.ndarray: ...
-
-    def video_metadata_and_timestamps_s(
-            self, export_name: str, relpath: str, *,
-            identity: RequestIdentity | str | None = None, on_damage: str = "error",
-            stream_index: int | None = None,
-    ) -> tuple[FluxonFsVideoMetadata, np.ndarray]: ...
-
-    def stats(self) -> FluxonFsProcessStats: ...
 
 
 @dataclass(frozen=True)
@@ -162,9 +133,9 @@ class _State:
 class FluxonFsVideoReaderPool:
     """Reads frames through cached readers. Thread-safe and fork-safe; a context manager."""
 
-    def __init__(self, patcher: ReaderOpener, max_readers: int = 32, *,
+    def __init__(self, opener: VideoOpener, max_readers: int = 32, *,
                  autorotate: bool = False, on_damage: str = "error") -> None:
-        self.patcher = patcher
+        self.opener = opener  # the reader factory (FluxonFsPatcher builds both)
         self.max_readers = positive_int("max_readers", max_readers)
         self.autorotate = bool(autorotate)
         self.on_damage = check_policy(on_damage)
@@ -181,7 +152,7 @@ class FluxonFsVideoReaderPool:
         return state
 
     def _key(self, request: FluxonFsVideoReadRequest) -> ReaderKey:
-        identity = self.patcher.identity
+        identity = self.opener.identities.current
         if identity is None:
             raise FluxonFsConfigError("no request identity is set on the patcher")
         return (request.export_name, request.relpath, request.height, request.width,
@@ -203,11 +174,9 @@ class FluxonFsVideoReaderPool:
         reused = reader is not None
         if reader is None:
             export_name, relpath, height, width, num_threads, identity, stream_index = key
-            reader = self.patcher.open_video_reader(export_name, relpath, height, width,
-                                                    num_threads, identity=identity,
-                                                    autorotate=self.autorotate,
-                                                    on_damage=self.on_damage,
-                                                    stream_index=stream_index)
+            reader = self.opener.open_reader(export_name, relpath, height, width, num_threads,
+                                             identity=identity, autorotate=self.autorotate,
+                                             on_damage=self.on_damage, stream_index=stream_index)
             with state.lock:
                 state.leased.add(reader)
                 state.counters.readers_opened += 1
@@ -291,7 +260,7 @@ class FluxonFsVideoReaderPool:
                 raise TypeError(f"requests[{position}] is {type(request).__name__}, "
                                 "not a FluxonFsVideoReadRequest")
             try:
-                self.patcher.config.export(request.export_name)
+                self.opener.config.export(request.export_name)
             except FluxonFsError as exc:
                 raise type(exc)(f"requests[{position}]: {exc}") from None
             groups.setdefault(self._key(request), []).append(position)
@@ -384,49 +353,44 @@ class FluxonFsVideoReaderPool:
 
     def __getstate__(self) -> dict[str, object]:
         """Configuration only: the receiving process starts with no readers."""
-        return {"patcher": self.patcher, "max_readers": self.max_readers,
+        return {"opener": self.opener, "max_readers": self.max_readers,
                 "autorotate": self.autorotate, "on_damage": self.on_damage,
                 "closed": self._closed}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        self.__init__(state["patcher"], state["max_readers"],  # type: ignore[misc, arg-type]
+        self.__init__(state["opener"], state["max_readers"],  # type: ignore[misc, arg-type]
                       autorotate=state["autorotate"],
                       on_damage=state.get("on_damage", "error"))
         self._closed = bool(state["closed"])
+
+    # ---- what is known without decoding (the index, as the patcher's calls) ----
 
     def video_metadata_and_timestamps_s(
             self, export_name: str, relpath: str,
             stream_index: int | None = None) -> tuple[FluxonFsVideoMetadata, np.ndarray]:
         """Metadata and every frame's time from one index load (see the patcher's)."""
-        self._local()
-        if self._closed:
-            raise FluxonFsClosedError("the reader pool is closed")
-        return self.patcher.video_metadata_and_timestamps_s(export_name, relpath,
-                                                            identity=self.patcher.identity,
-                                                            on_damage=self.on_damage,
-                                                            stream_index=stream_index)
+        index, metadata, _ = self._video_index(export_name, relpath, stream_index)
+        return metadata, timestamps_s(index, self.on_damage)
 
     def video_timestamps_s(self, export_name: str, relpath: str,
                            stream_index: int | None = None) -> np.ndarray:
         """Every frame's presentation time (see FluxonFsPatcher.video_timestamps_s)."""
-        self._local()
-        if self._closed:
-            raise FluxonFsClosedError("the reader pool is closed")
-        return self.patcher.video_timestamps_s(export_name, relpath, identity=self.patcher.identity,
-                                               on_damage=self.on_damage, stream_index=stream_index)
-
-    def stats(self) -> FluxonFsProcessStats:
-        """The patcher's cumulative figures in this process (``FluxonFsPatcher.stats``)."""
-        return self.patcher.stats()
+        return self.video_metadata_and_timestamps_s(export_name, relpath, stream_index)[1]
 
     def video_metadata(self, export_name: str, relpath: str,
                        stream_index: int | None = None) -> FluxonFsVideoMetadata:
         """The video's metadata without opening a decoder (see FluxonFsPatcher.video_metadata)."""
+        return self._video_index(export_name, relpath, stream_index)[1]
+
+    def _video_index(self, export_name: str, relpath: str, stream_index: int | None) -> tuple:
         self._local()
         if self._closed:
             raise FluxonFsClosedError("the reader pool is closed")
-        return self.patcher.video_metadata(export_name, relpath, identity=self.patcher.identity,
-                                           on_damage=self.on_damage, stream_index=stream_index)
+        return self.opener.video_index(export_name, relpath, None, self.on_damage, stream_index)
+
+    def stats(self) -> FluxonFsProcessStats:
+        """The cumulative figures of the patcher that made this pool, in this process."""
+        return self.opener.process_stats()
 
     # ---- life cycle ----
 

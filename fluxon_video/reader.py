@@ -11,12 +11,9 @@ from typing import Any
 import numpy as np
 
 from fluxon_video.errors import FluxonFsClosedError, FluxonFsDecodeError
-from fluxon_video.fs.client import FluxonFsClient, FluxonFsRangeSource, OpenedFile, ReadCounters
-from fluxon_video.fs.config import ClientSettings, FluxonFsExport, RequestIdentity
-from fluxon_video.fs.storage import FileStat
-from fluxon_video.frame_index import FrameIndex, blob_kind
-from fluxon_video.damage import check_policy
-from fluxon_video.indexing import load_or_build_index, open_round_trips, share_learnt_index
+from fluxon_video.frame_index import FrameIndex
+from fluxon_video.fs.counters import ReadCounters
+from fluxon_video.indexing import share_learnt_index
 from fluxon_video.metadata import (
     FluxonFsVideoMetadata,
     build_metadata,
@@ -27,102 +24,62 @@ from fluxon_video.metadata import (
 )
 from fluxon_video.logs import get_logger
 from fluxon_video.native import require_native
+from fluxon_video.opened import OpenedVideo
 from fluxon_video.stats import FluxonFsVideoReadStats
-from fluxon_video.validation import stream_choice
-
-
-def make_byte_source(range_source: FluxonFsRangeSource, page_size: int,
-                     settings: ClientSettings) -> Any:
-    """A ByteSource over a FluxonFS file version, sized by the client settings."""
-    avio, _ = require_native()
-    return avio.ByteSource(
-        range_source, range_source.size, page_size=page_size,
-        cache_bytes=settings.reader_cache_bytes, readahead_pages=settings.readahead_pages,
-        fetch_workers=settings.fetch_workers, fetch_timeout_s=3 * settings.agent_timeout_s + 1,
-        name=range_source.name)
-
 
 log = get_logger("reader")
-
-
-def survey_file(range_source: FluxonFsRangeSource, index: FrameIndex, page_size: int,
-                settings: ClientSettings, kind: str) -> None:
-    """Decode a file version once with one thread to find the frames
-    ``on_damage="conceal"`` numbers, and share them under blob ``kind``
-    (reader-less metadata)."""
-    _, decode = require_native()
-    with make_byte_source(range_source, page_size, settings) as byte_source:
-        byte_source.set_extents(index.open_extents)
-        with decode.VideoDecoder(byte_source, 1, range_source.name, "conceal") as decoder:
-            decoder.index = index
-            decoder.index_learned = lambda learnt: share_learnt_index(range_source, learnt, kind)
-            decoder.survey()
 
 
 class FluxonFsVideoReader:
     """Reads frames of one video through FluxonFS; use as a context manager.
 
-    Opened by :meth:`FluxonFsPatcher.open_video_reader`. Holds the file
-    version and the request identity captured at open, the frame index
-    (loaded at open: ``metadata``, ``len()`` and times need no decode), and a
-    page cache that later reads reuse. One read runs at a time; ``close()``
-    is idempotent and every read after it fails.
+    Opened by :meth:`FluxonFsPatcher.open_video_reader` (fluxon_video/opening.py
+    opens the file and gets its frame index). Holds the file version and the
+    request identity captured at open, the frame index (``metadata``,
+    ``len()`` and times need no decode), and a page cache that later reads
+    reuse. One read runs at a time; ``close()`` is idempotent and every read
+    after it fails.
     """
 
-    def __init__(self, client: FluxonFsClient, settings: ClientSettings,
-                 identity: RequestIdentity, export: FluxonFsExport, relpath: str,
-                 version: FileStat, height: int | None, width: int | None, num_threads: int,
-                 open_ms: float, autorotate: bool = False,
+    def __init__(self, video: OpenedVideo, height: int | None, width: int | None,
+                 num_threads: int, *, open_ms: float, autorotate: bool = False,
                  on_read: Callable[[FluxonFsVideoReadStats], None] | None = None,
-                 opened: tuple[str, OpenedFile] | None = None,
-                 counters: ReadCounters | None = None, on_damage: str = "error",
-                 stream_index: int | None = None) -> None:
+                 on_damage: str = "error") -> None:
         _, self._decode = require_native()
-        self.on_damage = check_policy(on_damage)
-        self.stream_index = stream_choice(stream_index)  # as asked; metadata names the stream read
         t0 = time.perf_counter()
-        self.export_name = export.name
-        self.relpath = relpath
-        self.identity = identity
-        self.version = version
+        file = video.source.file
+        self.on_damage = on_damage
+        self.stream_index = video.stream_index  # as asked; metadata names the stream read
+        self.export_name = file.export
+        self.relpath = file.relpath
+        self.identity = file.identity
+        self.version = file.version
         self.num_threads = num_threads
         self.autorotate = autorotate
-        self.name = f"{export.name}:{relpath}"
-        self._client = client
+        self.name = file.name
+        self._video = video
+        self._range_source = video.source
         self._on_read = on_read  # the patcher's cumulative stats
-        self._settings = settings
-        self._page_size = export.piece_size
         self._lock = threading.Lock()
         self._closed = False
-        # opened: (blob kind, what FluxonFsClient.open_file learnt: the frame
-        # index blob fetched with the stat); counters: what that cost (reported
-        # with the first read).
-        preloaded = None if opened is None else (opened[0], opened[1].blob)
-        self._range_source = FluxonFsRangeSource(client, identity, export.name, relpath, version,
-                                                 preloaded=preloaded, counters=counters)
-        self._byte_source: Any = None
+        self._byte_source: Any = video.byte_source
         self._decoder: Any = None
         self._metadata: FluxonFsVideoMetadata | None = None
         # Client counters already reported; the first read also reports what
-        # opening (the frame index) fetched.
+        # opening (the stat and the frame index) fetched.
         self._counted = ReadCounters().snapshot()
         self.last_stats: FluxonFsVideoReadStats | None = None
+        self._index_source, self._index_ms = video.index_source, video.index_ms
+        self._open_round_trips = video.round_trips
+        index = video.index
         try:
-            self._make_decoder(None)
-            index, self._index_source, self._index_ms = load_or_build_index(
-                self._byte_source, self.name, self._range_source, self.stream_index)
-            # Without open_file's count: a stat, then a KV read of the index.
-            self._open_round_trips = open_round_trips(
-                2 if opened is None else opened[1].round_trips, self._index_source,
-                self._byte_source)
-            self._decoder.index = index
+            self._make_decoder(index, self._byte_source)
             if index is not None:
-                self._byte_source.set_extents(index.open_extents)
                 self._prefetch_container(index)
                 if self.on_damage == "conceal":
                     self._decoder.survey()  # once per file version: the KV keeps it
-                self._metadata = build_metadata(index, version.size, version.mtime_ns, self.name,
-                                                self.on_damage)
+                self._metadata = build_metadata(index, self.version.size, self.version.mtime_ns,
+                                                self.name, self.on_damage)
             if autorotate:
                 self._decoder.orient = self._orientation(index)
             if height is None or width is None:
@@ -156,9 +113,10 @@ class FluxonFsVideoReader:
                 "display matrix asks for another angle (open it without autorotate)")
         return orient
 
-    def _make_decoder(self, index: FrameIndex | None) -> None:
-        """A byte source and decoder of this process (again after fork)."""
-        self._byte_source = make_byte_source(self._range_source, self._page_size, self._settings)
+    def _make_decoder(self, index: FrameIndex | None, byte_source: Any = None) -> None:
+        """A decoder of this process over byte_source (a new one after fork)."""
+        self._byte_source = (byte_source if byte_source is not None
+                             else self._video.make_byte_source())
         # The decoder lives as long as the reader: a request ahead of where it
         # stands continues without seeking.
         orient = self._decoder.orient if self._decoder is not None else 0
@@ -174,7 +132,7 @@ class FluxonFsVideoReader:
         """The decoder learnt damage (or surveyed the file): every reader should know."""
         log.info("%s: %s", self.name, "the file's frames were surveyed for damage"
                  if index.decoded_pts is not None else "the decoder found damaged data")
-        share_learnt_index(self._range_source, index, blob_kind(self.stream_index))
+        share_learnt_index(self._range_source, index, self._video.kind)
 
     # ---- what is known without decoding ----
 
@@ -229,7 +187,7 @@ class FluxonFsVideoReader:
                 # Forked: the parent's fetch workers and page cache are not ours.
                 self._make_decoder(self._decoder.index)
             t0 = time.perf_counter()
-            self._client.check_version(self.identity, self.export_name, self.relpath, self.version)
+            self._range_source.check_current()  # the version rule: fs/file_metadata.py
             frames, native = self._decoder.decode(indices, self.height, self.width, out)
             self.last_stats = self._stats(native, len(frames), time.perf_counter() - t0)
             if self.last_stats.fallback:

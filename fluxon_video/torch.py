@@ -75,7 +75,7 @@ class VideoClipDataset(Dataset):
                  max_readers: int = 16, autorotate: bool = False,
                  on_damage: str = "error", stream_index: int | None = None) -> None:
         if isinstance(source, FluxonFsVideoReaderPool):
-            self._patcher, self._given_pool = source.patcher, source
+            self._patcher, self._given_pool = None, source
         elif isinstance(source, FluxonFsPatcher):
             self._patcher, self._given_pool = source, None
         else:

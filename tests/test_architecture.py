@@ -38,6 +38,45 @@ def test_the_fs_layer_knows_nothing_of_video():
         assert "frameindex" not in path.read_text().lower(), path
 
 
+# The two sides of fs/: what serves an export (storage) and what reads it
+# (the client's services), which meet only over a route.
+STORAGE_SIDE = {"agent", "listing", "origin", "paths", "posix_origin", "storage"}
+CLIENT_SERVICES = {"blobs", "file_metadata", "pieces", "warming"}
+# Reached only from inside fs/ (the CLI's agent command serves the storage side).
+BACKENDS = {"fluxon_video.fs.posix_origin", "fluxon_video.fs.storage",
+            "fluxon_video.fs.client_state", "fluxon_video.fs.routes"}
+
+
+def _fs(module: str) -> str | None:
+    return module.removeprefix("fluxon_video.fs.") if module.startswith("fluxon_video.fs.") else None
+
+
+def test_nothing_above_fs_reaches_a_storage_backend():
+    graph = _arch_report().import_graph()
+    for module, imports in graph.items():
+        if not module.startswith("fluxon_video.fs"):
+            assert not imports & BACKENDS, (module, imports & BACKENDS)
+
+
+def test_the_storage_side_knows_nothing_of_the_client():
+    graph = _arch_report().import_graph()
+    for module, imports in graph.items():
+        if _fs(module) in STORAGE_SIDE:
+            assert all(_fs(i) in STORAGE_SIDE | {"config"} for i in imports
+                       if i.startswith("fluxon_video.fs")), (module, imports)
+
+
+def test_each_client_service_keeps_to_its_job():
+    """Services share the process state, not each other; opening a file
+    reads its blob with the stat, the one exception."""
+    graph = _arch_report().import_graph()
+    for module, imports in graph.items():
+        if _fs(module) in CLIENT_SERVICES:
+            others = {_fs(i) for i in imports} & CLIENT_SERVICES
+            assert others <= ({"blobs"} if _fs(module) == "file_metadata" else set()), (
+                module, others)
+
+
 def test_the_bench_does_not_import_the_tests():
     for path in (ROOT / "bench").glob("*.py"):
         text = path.read_text()

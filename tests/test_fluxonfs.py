@@ -14,8 +14,9 @@ import pytest
 import redis as redis_lib
 
 from fluxon_video import errors
-from fluxon_video.fs.client import ReadCounters
 from fluxon_video.fs.config import MissPolicy, RequestIdentity
+from fluxon_video.fs.counters import ReadCounters
+from fluxon_video.fs.file_ref import FileRef, VersionedFile
 from fluxon_video.fs.kv import piece_key
 from fluxon_video.fs.routes import AgentRoute
 from fluxon_video.indexing import tail_probe_bytes
@@ -180,21 +181,25 @@ def test_identity_checked_even_when_pieces_are_in_redis(agent, export_root, redi
     with make_patcher(agent.url, export_root, redis_url) as alice:
         read(alice, [0, 71])
         alice.client.backfill.wait_idle()
-        version = alice.client.stat(alice.identity, "train", VIDEO)
+        version = alice.file_version("train", VIDEO)
     strangers = [RequestIdentity("bob", IDENTITIES["bob"]), RequestIdentity("mallory", "forged")]
     for stranger in strangers:
         with make_patcher(agent.url, export_root, redis_url, identity=stranger) as patcher:
             with pytest.raises(errors.FluxonFsPermissionError):
                 patcher.open_video_reader("train", VIDEO, 8, 8, 1)
+            ref = FileRef("train", VIDEO, stranger)
+            with pytest.raises(errors.FluxonFsPermissionError):
+                patcher.client.files.stat(ref)
             # Even a direct range read with a known version is refused, though Redis holds it.
             with pytest.raises(errors.FluxonFsPermissionError):
-                patcher.client.read_range(stranger, "train", VIDEO, version, 0, 100, ReadCounters())
+                patcher.client.pieces.read_range(VersionedFile("train", VIDEO, stranger, version),
+                                                 0, 100, ReadCounters())
 
 
 def test_metadata_cache_is_keyed_by_identity(agent, export_root):
     with make_patcher(agent.url, export_root, metadata_cache_ttl_ms=60_000) as patcher:
         alice = patcher.identity
-        patcher.client.stat(alice, "train", VIDEO)
+        patcher.file_version("train", VIDEO, identity=alice)
         with patcher.using_identity("bob"):
             assert patcher.identity.name == "bob"
             with pytest.raises(errors.FluxonFsPermissionError):
@@ -323,7 +328,7 @@ def test_corrupt_and_truncated_pieces_are_detected_and_repaired(media, agent, ex
     with make_patcher(agent.url, export_root, redis_url, piece_size=piece) as patcher:
         read(patcher, [0, 71])
         patcher.client.backfill.wait_idle()
-        version = patcher.client.stat(patcher.identity, "train", VIDEO)
+        version = patcher.file_version("train", VIDEO)
     r = redis_server.client()
     keys = [piece_key("fluxonfs", "train", VIDEO, version, piece, i)
             for i in range(-(-version.size // piece))]

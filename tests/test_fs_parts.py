@@ -8,7 +8,10 @@ import time
 import pytest
 
 from fluxon_video import errors
-from fluxon_video.fs.client import Backfiller, FluxonFsClient, ReadCounters, SingleFlight
+from fluxon_video.fs.client import FluxonFsClient
+from fluxon_video.fs.concurrency import Backfiller, SingleFlight
+from fluxon_video.fs.counters import ReadCounters
+from fluxon_video.fs.file_ref import FileRef
 from fluxon_video.fs.config import (
     ClientSettings,
     FluxonFsConfig,
@@ -19,7 +22,7 @@ from fluxon_video.fs.config import (
 )
 from fluxon_video.fs.kv import EmbeddedPieceStore, decode_piece, encode_piece, piece_key
 from fluxon_video.fs.routes import InProcessRoute
-from fluxon_video.fs.storage import FileStat
+from fluxon_video.fs.origin import FileStat
 from tests.helpers import agent_config_text, run_in_threads
 
 V = FileStat(100, 7)
@@ -167,7 +170,7 @@ def test_concurrent_misses_for_one_piece_are_fetched_once(export_root, monkeypat
     client = FluxonFsClient(config)
     alice = config.identity("alice")
     relpath = "bucket/videos/hevc.mp4"
-    version = client.stat(alice, "train", relpath)
+    file = client.files.stat(FileRef("train", relpath, alice))
     real = InProcessRoute.read_chunk
 
     def slow_read(self, *args):
@@ -177,8 +180,8 @@ def test_concurrent_misses_for_one_piece_are_fetched_once(export_root, monkeypat
     monkeypatch.setattr(InProcessRoute, "read_chunk", slow_read)
     counters = ReadCounters()
     out = []
-    assert run_in_threads(lambda _: out.append(client.read_range(
-        alice, "train", relpath, version, 1000, 5000, counters)), 8) == []
+    assert run_in_threads(lambda _: out.append(client.pieces.read_range(
+        file, 1000, 5000, counters)), 8) == []
     client.close()
     expected = (export_root / relpath).read_bytes()[1000:6000]
     assert out == [expected] * 8

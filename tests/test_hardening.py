@@ -94,7 +94,7 @@ def test_a_fifo_never_ties_up_the_agent(agent, root):
             assert reader.read_frames_numpy([0]).shape == (1, H, W, 3)
     with make_patcher(None, root) as patcher:
         storage = patcher.client._checkpid().routes["train"].storage
-        version = fv.fs.storage.FileStat(0, 0)
+        version = fv.fs.origin.FileStat(0, 0)
         with pytest.raises(errors.FluxonFsNotFoundError, match="not a regular file"):
             storage.read_chunk("train", "videos/pipe.mp4", 0, 10, version, IDENTITIES["alice"])
 

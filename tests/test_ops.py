@@ -88,7 +88,8 @@ def test_listing_through_the_agent_pages_and_checks_access(agent, tree):
         sizes = {e.relpath: e.size for e in entries}
         assert sizes["a/one.mp4"] == (tree / "a/one.mp4").stat().st_size
         for page_size in (1, 2, 5):  # every page size gives the same listing, no repeats
-            paged = list(patcher.client.list_files(patcher.identity, "data", page_size=page_size))
+            paged = list(patcher.client.files.list_files(patcher.identity, "data",
+                                                         page_size=page_size))
             assert [e.relpath for e in paged] == FILES
         assert [e.relpath for e in patcher.list_files("data", "a/")] == FILES[:3]
         assert [e.relpath for e in patcher.list_files("data", "a/t")] == ["a/two.webm"]

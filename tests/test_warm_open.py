@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fluxon_video import errors
-from fluxon_video.fs.client import FluxonFsClient
+from fluxon_video.fs.pieces import PieceReads
 from tests.helpers import make_patcher
 
 pytest.importorskip("fluxon_video._decode")
@@ -33,14 +33,13 @@ def read(patcher, relpath, indices, export="shared"):
 def record_fetches(monkeypatch) -> list[tuple[int, int]]:
     """Every (offset, length) the readers' byte sources ask the client for."""
     fetched: list[tuple[int, int]] = []
-    real = FluxonFsClient.read_range
+    real = PieceReads.read_range
 
-    def spy(self, identity, export_name, relpath, version, offset, length, counters, **kw):
+    def spy(self, file, offset, length, counters, **kw):
         fetched.append((offset, length))
-        return real(self, identity, export_name, relpath, version, offset, length, counters,
-                    **kw)
+        return real(self, file, offset, length, counters, **kw)
 
-    monkeypatch.setattr(FluxonFsClient, "read_range", spy)
+    monkeypatch.setattr(PieceReads, "read_range", spy)
     return fetched
 
 

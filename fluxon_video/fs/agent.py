@@ -43,7 +43,8 @@ from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, 
 
 from fluxon_video import errors
 from fluxon_video.fs.config import FluxonFsConfig
-from fluxon_video.fs.storage import ExportStorage, FileStat
+from fluxon_video.fs.origin import FileStat
+from fluxon_video.fs.storage import ExportStorage
 
 log = logging.getLogger("fluxon_video.agent")
 

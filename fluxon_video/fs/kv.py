@@ -27,7 +27,7 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from fluxon_video.fs.storage import FileStat
+from fluxon_video.fs.origin import FileStat
 from fluxon_video.logs import RateLimited, get_logger
 
 log = get_logger("kv")

@@ -17,7 +17,8 @@ import urllib3
 
 from fluxon_video import errors
 from fluxon_video.fs.listing import FluxonFsFileEntry
-from fluxon_video.fs.storage import ExportStorage, FileStat
+from fluxon_video.fs.origin import FileStat
+from fluxon_video.fs.storage import ExportStorage
 from fluxon_video.logs import get_logger
 
 log = get_logger("routes")

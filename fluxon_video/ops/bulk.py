@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from tqdm import tqdm
 
 from fluxon_video.errors import FluxonFsDecodeError, FluxonFsError
-from fluxon_video.fs.client import ReadCounters
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.patcher import FluxonFsPatcher
 
@@ -51,7 +50,7 @@ class BulkRun:
                  workers: int = 4, progress: bool = True) -> None:
         self.patcher = patcher
         self.export = patcher.config.export(export_name)
-        self.identity = patcher._who(None)
+        self.identity = patcher.identity
         self.pattern = pattern
         self.workers = workers
         self.progress = progress
@@ -95,20 +94,16 @@ class BulkRun:
             bar.update(1)
 
     def _warm_one(self, entry: FluxonFsFileEntry, bar: tqdm) -> None:
-        client = self.patcher.client
-        version = client.stat(self.identity, self.export.name, entry.relpath)
-        counters = ReadCounters()
-        stored = 0
-        pieces = -(-version.size // self.export.piece_size)
-        for index in range(pieces):
-            if self._stop.is_set():
-                return
-            got = client.warm_piece(self.identity, self.export.name, entry.relpath, version, index,
-                                    counters)
-            if got:  # counted as stored, so an interrupted run reports what it did
-                stored += 1
-                self._count(bytes=got, pieces=1)
-            bar.update(min(self.export.piece_size, version.size - index * self.export.piece_size))
+        def on_piece(stored: int, piece_bytes: int) -> None:
+            if stored:  # counted as it happens, so an interrupted run reports what it did
+                self._count(bytes=stored, pieces=1)
+            bar.update(piece_bytes)
+
+        warmed = self.patcher.warm_file(self.export.name, entry.relpath, identity=self.identity,
+                                        on_piece=on_piece, stop=self._stop.is_set)
+        if self._stop.is_set():
+            return
+        stored = warmed.pieces
         try:  # the index too: a warm read then opens with one KV round trip
             self.patcher.video_metadata_with_stats(self.export.name, entry.relpath,
                                                    identity=self.identity)

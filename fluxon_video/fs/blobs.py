@@ -1,0 +1,61 @@
+"""Per-version blobs in the KV: opaque bytes (the video layer keeps a frame index there).
+
+One entry per (export, relpath, kind), holding the version it belongs to:
+a blob of another version reads as absent, and a new version's blob
+replaces the old one's.
+"""
+
+from __future__ import annotations
+
+
+from fluxon_video.fs.client_state import ClientService
+from fluxon_video.fs.config import FluxonFsExport
+from fluxon_video.fs.counters import ReadCounters
+from fluxon_video.fs.file_ref import FileRef, VersionedFile
+from fluxon_video.fs.kv import UNREACHABLE, Fields, blob_key, decode_blob, encode_blob
+from fluxon_video.fs.origin import FileStat
+
+
+class VersionBlobs(ClientService):
+    """Load and store the blob of one kind for a file version."""
+
+    def key(self, ref: FileRef, kind: str) -> str:
+        export = self.config.export(ref.export)
+        return blob_key(export.cache_kv_key_prefix, kind, ref.export, ref.relpath)
+
+    def load(self, file: VersionedFile, kind: str, counters: ReadCounters) -> bytes | None:
+        """The blob stored for this version; None if absent."""
+        file.require(self._grant)
+        export = self.config.export(file.export)
+        if file.size > export.cache_max_bytes:  # the file stays out of the KV entirely
+            return None
+        key = self.key(file.file, kind)
+        counters.add(kv_round_trips=1)
+        reachable, entry = self._state().kv.get(key)
+        return self.from_entry(export, key, file.version, entry if reachable else None)
+
+    def from_entry(self, export: FluxonFsExport, key: str, version: FileStat,
+                   entry: Fields | None) -> bytes | None:
+        """The blob in a KV entry read for key, if it is this version's and intact."""
+        if entry is UNREACHABLE:
+            return None
+        state = self._state()
+        data, damaged = decode_blob(key, version, entry, export.cache_bytes_field_key)
+        if damaged:
+            state.kv.delete(key)
+        elif data is not None:
+            state.refresh_ttl(export, key)  # as for pieces: an index in use does not expire
+        return data
+
+    def store(self, file: VersionedFile, kind: str, data: bytes) -> None:
+        """Store this version's blob of kind (replacing any other version's), in the
+        background: the caller does not wait (the client's close() does)."""
+        file.require(self._grant)
+        export = self.config.export(file.export)
+        if file.size > export.cache_max_bytes:
+            return
+        key = self.key(file.file, kind)
+        state = self._state()
+        state.alongside.submit(state.kv.put, key,
+                               encode_blob(key, file.version, data, export.cache_bytes_field_key),
+                               export.cache_ttl_s)

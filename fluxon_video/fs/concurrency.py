@@ -1,0 +1,98 @@
+"""Two small concurrency tools of the client: one fetch per key, and bounded background work."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import queue
+import threading
+import time
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class SingleFlight:
+    """Runs one call per key at a time; concurrent callers share its result."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[Hashable, concurrent.futures.Future[Any]] = {}
+
+    def do(self, key: Hashable, fn: Callable[[], T]) -> tuple[T, bool]:
+        """(result, ran): ran is False when another caller's result was shared."""
+        with self._lock:
+            future = self._calls.get(key)
+            leader = future is None
+            if leader:
+                future = self._calls[key] = concurrent.futures.Future()
+        if not leader:
+            return future.result(), False
+        try:
+            result = fn()
+        except BaseException as exc:
+            future.set_exception(exc)
+            raise
+        else:
+            future.set_result(result)
+            return result, True
+        finally:
+            with self._lock:
+                del self._calls[key]
+
+
+class Backfiller:
+    """Bounded, deduplicated background work; drops jobs when the queue is full."""
+
+    def __init__(self, workers: int, queue_size: int) -> None:
+        self._queue: queue.Queue[tuple[str, Callable[[], None]] | None] = queue.Queue(queue_size)
+        self._pending: set[str] = set()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._run, name=f"fluxon-backfill-{i}", daemon=True)
+                         for i in range(workers)]
+        for thread in self._threads:
+            thread.start()
+        self.done = 0
+
+    def submit(self, key: str, job: Callable[[], None]) -> bool | None:
+        """True queued, None already pending, False dropped (queue full)."""
+        with self._lock:
+            if key in self._pending:
+                return None
+            try:
+                self._queue.put_nowait((key, job))
+            except queue.Full:
+                return False
+            self._pending.add(key)
+            return True
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            key, job = item
+            try:
+                job()
+                self.done += 1
+            except Exception:  # noqa: BLE001 - a backfill is an optimisation; reads retry
+                pass
+            finally:
+                with self._lock:
+                    self._pending.discard(key)
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """For tests and demos: wait until nothing is queued or running."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._pending:
+                    return True
+            time.sleep(0.005)
+        return False
+
+    def close(self) -> None:
+        for _ in self._threads:
+            try:
+                self._queue.put_nowait(None)
+            except queue.Full:
+                break
+        for thread in self._threads:
+            thread.join(timeout=5)

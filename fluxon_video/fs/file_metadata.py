@@ -1,0 +1,210 @@
+"""File metadata: authorised stats (cached per identity), opening a version, listing.
+
+The version rule, in one place: a file's bytes are served for a version only
+under a stat that authorised the identity for it. ``open`` makes that stat
+and returns the version with this client's grant; a reader calls
+``check_current`` once at the start of every read (so a file changed since
+it was opened fails the next read, even one its page cache could serve);
+range reads inside that read, and those of an open (the index scan), rely
+on it and do not stat again. KV bytes are keyed by version, so they can
+only be the opened version's; a remote read names the version and the
+storage refuses it if the file is at another, which no metadata cache can
+hide.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from fluxon_video import errors
+from fluxon_video.fs.blobs import VersionBlobs
+from fluxon_video.fs.client_state import ClientService, ClientState, warn
+from fluxon_video.fs.config import FluxonFsConfig, FluxonFsExport, RequestIdentity
+from fluxon_video.fs.counters import ReadCounters
+from fluxon_video.fs.file_ref import FileRef, VersionedFile
+from fluxon_video.fs.kv import UNREACHABLE, Fields, decode_stat, encode_stat, stat_key
+from fluxon_video.fs.listing import FluxonFsFileEntry
+from fluxon_video.fs.origin import FileStat
+from fluxon_video.fs.routes import is_unreachable
+
+
+@dataclass(frozen=True)
+class OpenedFile:
+    """What opening a file learnt: its version (granted), its blob of the kind
+    asked for (None: absent), and the network round trips that took one after
+    another."""
+
+    file: VersionedFile
+    blob: bytes | None
+    round_trips: int
+
+
+class FileMetadata(ClientService):
+    """Stats through the process cache, the shared KV stat and the agent."""
+
+    def __init__(self, config: FluxonFsConfig, state: Callable[[], ClientState],
+                 grant: object, blobs: VersionBlobs) -> None:
+        super().__init__(config, state, grant)  # its versions carry the grant
+        self._blobs = blobs
+
+    # ---- the version rule ----
+
+    def _granted(self, ref: FileRef, version: FileStat) -> VersionedFile:
+        return VersionedFile(ref.export, ref.relpath, ref.identity, version, self._grant)
+
+    def stat(self, ref: FileRef, counters: ReadCounters | None = None) -> VersionedFile:
+        """The file's current version as ref's identity sees it; cached for the
+        export's TTL (in this process, and with metadata_cache_shared in the KV too)."""
+        export = self.config.export(ref.export)
+        cached = self._cached(ref)
+        if cached is not None:
+            return self._granted(ref, cached)
+        if export.metadata_cache_shared:
+            skey = self._stat_key(export, ref)
+            reachable, entry = self._state().kv.get(skey)
+            if reachable and counters is not None:
+                counters.add(kv_round_trips=1)
+            shared = self._shared(ref, export, skey, entry)
+            if shared is not None:
+                return self._granted(ref, shared)
+        return self._granted(ref, self._agent_stat(ref, export, counters))
+
+    def check_current(self, file: VersionedFile) -> None:
+        """Raise FluxonFsFileChangedError if the file is no longer at file.version
+        (or a permission error if the identity may no longer read it)."""
+        current = self.stat(file.file).version
+        if current != file.version:
+            raise errors.FluxonFsFileChangedError(
+                f"{file.name}: the file changed since the reader opened it "
+                f"({file.version.describe_change(current)})")
+
+    def open(self, ref: FileRef, kind: str, counters: ReadCounters) -> OpenedFile:
+        """The file's version and its blob of ``kind``, in one round trip where the
+        caches allow: with a stat cached in this process, one KV read; with
+        metadata_cache_shared, the stat another process had authorised for this
+        identity comes in the same KV pipeline as the blob (no agent request);
+        otherwise the blob is read while the agent answers the stat. The blob
+        is only returned after the stat (fetched alongside, never used before).
+        """
+        export = self.config.export(ref.export)
+        state = self._state()
+        bkey = self._blobs.key(ref, kind)
+        version = self._cached(ref)
+        entry: Fields | None = None
+        fetched = False
+        trips = kv_reads = 0  # one after another; KV reads that were answered
+        if version is None and export.metadata_cache_shared:
+            skey = self._stat_key(export, ref)
+            reachable, (stat_entry, entry) = state.kv.get_many([skey, bkey])
+            fetched = reachable and entry is not UNREACHABLE
+            trips, kv_reads = 1, int(reachable)
+            version = self._shared(ref, export, skey, stat_entry)
+        if version is None:
+            pending = None if fetched else state.alongside.submit(state.kv.get, bkey)
+            try:
+                version = self._agent_stat(ref, export, counters)
+            finally:
+                if pending is not None:
+                    reachable, entry = pending.result()
+                    fetched = reachable
+                    kv_reads += int(reachable)
+            trips += 1  # the stat (the blob read alongside)
+        file = self._granted(ref, version)
+        if version.size > export.cache_max_bytes:  # the file stays out of the KV entirely
+            counters.add(kv_round_trips=kv_reads)
+            return OpenedFile(file, None, trips)
+        if not fetched:
+            reachable, entry = state.kv.get(bkey)
+            trips += 1
+            kv_reads += int(reachable)
+        counters.add(kv_round_trips=kv_reads)
+        return OpenedFile(file, self._blobs.from_entry(export, bkey, version, entry), trips)
+
+    # ---- the three sources of a stat ----
+
+    def _cached(self, ref: FileRef) -> FileStat | None:
+        state = self._state()
+        with state.lock:
+            cached = state.stats.get((ref.identity, ref.export, ref.relpath))
+        return None if cached is None else cached[1]
+
+    def _stat_key(self, export: FluxonFsExport, ref: FileRef) -> str:
+        return stat_key(export.cache_kv_key_prefix, export.name, ref.relpath, ref.identity.token)
+
+    def _shared(self, ref: FileRef, export: FluxonFsExport, skey: str,
+                entry: Fields | None) -> FileStat | None:
+        """A stat the agent authorised for this identity in some process, while it
+        is younger than metadata_cache_ttl_ms; cached here for what is left."""
+        if entry is UNREACHABLE:
+            return None
+        shared = decode_stat(skey, entry, export.cache_bytes_field_key, time.time())
+        if shared is None:
+            return None
+        version, left = shared
+        state = self._state()
+        with state.lock:
+            state.stats[(ref.identity, ref.export, ref.relpath)] = (time.monotonic() + left,
+                                                                     version)
+        return version
+
+    def _agent_stat(self, ref: FileRef, export: FluxonFsExport,
+                    counters: ReadCounters | None) -> FileStat:
+        state = self._state()
+        key = (ref.identity, ref.export, ref.relpath)
+        if counters is not None:
+            counters.add(stat_requests=1)
+        try:
+            st = state.routes[ref.export].stat(ref.export, ref.relpath, ref.identity.token)
+        except errors.FluxonFsIOError as exc:
+            stale = self._stale(state, export, key, exc)
+            if stale is None:
+                if is_unreachable(exc):
+                    warn.warning("agent", "%s: stat failed: %s", ref.name, exc)
+                raise
+            warn.warning("stale", "%s: no agent answers (%s); serving the stat authorised "
+                         "%.1f s ago (stale_if_error_s)", ref.name, exc,
+                         time.monotonic() - state.last_good[key][0])
+            return stale
+        now = time.monotonic()
+        ttl = export.metadata_cache_ttl_ms / 1000
+        with state.lock:
+            if ttl > 0:
+                state.stats[key] = (now + ttl, st)
+            if export.stale_if_error_s > 0:
+                state.last_good[key] = (now, st)
+        if ttl > 0 and export.metadata_cache_shared:
+            # Shared for other processes; nobody here waits for the write.
+            skey = self._stat_key(export, ref)
+            state.alongside.submit(state.kv.put, skey, encode_stat(
+                skey, st, time.time() + ttl, export.cache_bytes_field_key), math.ceil(ttl))
+        return st
+
+    @staticmethod
+    def _stale(state: ClientState, export: FluxonFsExport, key: tuple,
+               exc: errors.FluxonFsIOError) -> FileStat | None:
+        """With stale_if_error_s, the last authorised stat while no agent answers."""
+        if export.stale_if_error_s <= 0 or not is_unreachable(exc):
+            return None
+        with state.lock:
+            good = state.last_good.get(key)
+        if good is None or time.monotonic() - good[0] > export.stale_if_error_s:
+            return None
+        return good[1]
+
+    # ---- listing ----
+
+    def list_files(self, identity: RequestIdentity, export_name: str, prefix: str = "",
+                   recursive: bool = True, pattern: str | None = None,
+                   page_size: int = 1000) -> Iterator[FluxonFsFileEntry]:
+        """The export's files under prefix, fetched a page at a time as you iterate."""
+        self.config.export(export_name)
+        cursor: str | None = None
+        while True:
+            entries, cursor = self._state().routes[export_name].list(
+                export_name, prefix, recursive, pattern, cursor, page_size, identity.token)
+            yield from entries
+            if cursor is None:
+                return

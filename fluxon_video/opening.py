@@ -1,0 +1,142 @@
+"""Opening a video through FluxonFS: the one path that readers, metadata calls,
+the pool, the dataset and the CLI take.
+
+    FileMetadata.open   the authorised stat, and the frame index blob with it
+      -> load_or_build_index   the blob parsed, or a demux-only scan (stored back)
+      -> OpenedVideo           the version's range source, its index, what it cost
+
+The blob flows one way: fetched with the stat, handed down, parsed or
+replaced by a scan, and stored; nothing asks for it again.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fluxon_video.damage import check_policy
+from fluxon_video.errors import FluxonFsDecodeError
+from fluxon_video.frame_index import FrameIndex, blob_kind
+from fluxon_video.fs.client import FluxonFsClient
+from fluxon_video.fs.config import RequestIdentity
+from fluxon_video.fs.counters import ReadCounters
+from fluxon_video.fs.file_ref import FileRef
+from fluxon_video.fs.paths import check_relpath
+from fluxon_video.fs.range_source import FluxonFsRangeSource
+from fluxon_video.identity import IdentityContext
+from fluxon_video.indexing import load_or_build_index, open_round_trips
+from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata
+from fluxon_video.native import require_native
+from fluxon_video.opened import OpenedVideo
+from fluxon_video.reader import FluxonFsVideoReader
+from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
+from fluxon_video.validation import positive_int, stream_choice
+
+
+def open_video(client: FluxonFsClient, ref: FileRef, stream_index: int | None, *,
+               for_reader: bool) -> OpenedVideo:
+    """Open ``ref`` and get its frame index. ``for_reader``: the byte source the
+    scan reads stays open for the reader (else the scan's is closed after it)."""
+    export = client.config.export(ref.export)
+    counters = ReadCounters()
+    opened = client.files.open(ref, blob_kind(stream_index), counters)
+    video = OpenedVideo(FluxonFsRangeSource(client, opened.file, counters), stream_index, None,
+                        "none", 0.0, opened.round_trips, export.piece_size, client.config.client)
+    scanned: list[Any] = []  # the byte source the scan read, if one was made
+
+    def scan_source() -> Any:
+        scanned.append(video.make_byte_source())
+        return scanned[-1]
+
+    if for_reader:
+        video.byte_source = scan_source()
+    try:
+        video.index, video.index_source, video.index_ms = load_or_build_index(
+            video.byte_source if for_reader else scan_source, video.source.name, stream_index,
+            stored=opened.blob, blobs=video.source)
+    except BaseException:
+        if video.byte_source is not None:
+            video.byte_source.close()
+        raise
+    video.round_trips = open_round_trips(opened.round_trips, video.index_source,
+                                         scanned[0] if scanned else None)
+    return video
+
+
+class VideoOpener:
+    """Opens readers and reads metadata for one client and identity context:
+    what the patcher serves its calls with, and the pool's reader factory."""
+
+    def __init__(self, client: FluxonFsClient, identities: IdentityContext,
+                 stats: StatsAccumulator) -> None:
+        self.client = client
+        self.config = client.config
+        self.identities = identities
+        self.stats = stats
+
+    # ---- pickling: configuration and identity only; the receiver builds its own client ----
+
+    def __getstate__(self) -> dict[str, object]:
+        if self.client.piece_store is not None:
+            raise TypeError("a FluxonFsPatcher built with kv_store= does not pickle (the store "
+                            "belongs to this process); configure client.redis_url instead")
+        return {"config": self.config, "identity": self.identities.default}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        client = FluxonFsClient(state["config"])
+        self.__init__(client, IdentityContext(state["config"], state["identity"]),  # type: ignore[misc]
+                      StatsAccumulator())
+
+    def ref(self, export_name: str, relpath: str,
+            identity: RequestIdentity | str | None) -> FileRef:
+        self.config.export(export_name)
+        return FileRef(export_name, check_relpath(relpath), self.identities.resolve(identity))
+
+    def open_reader(self, export_name: str, relpath: str, height: int | None,
+                    width: int | None, num_threads: int = 1, *,
+                    identity: RequestIdentity | str | None = None, autorotate: bool = False,
+                    on_damage: str = "error",
+                    stream_index: int | None = None) -> FluxonFsVideoReader:
+        """A reader (see FluxonFsPatcher.open_video_reader for the arguments)."""
+        t0 = time.perf_counter()
+        require_native()
+        height = None if height is None else positive_int("height", height)
+        width = None if width is None else positive_int("width", width)
+        num_threads = positive_int("num_threads", num_threads)
+        ref = self.ref(export_name, relpath, identity)
+        stream_index = stream_choice(stream_index)
+        on_damage = check_policy(on_damage)
+        video = open_video(self.client, ref, stream_index, for_reader=True)
+        try:
+            return FluxonFsVideoReader(video, height, width, num_threads,
+                                       open_ms=(time.perf_counter() - t0) * 1e3,
+                                       autorotate=bool(autorotate), on_read=self.stats.add_read,
+                                       on_damage=on_damage)
+        except BaseException:
+            video.byte_source.close()  # the reader closed it if it got that far: safe twice
+            raise
+
+    def video_index(self, export_name: str, relpath: str,
+                    identity: RequestIdentity | str | None, on_damage: str = "error",
+                    stream_index: int | None = None,
+                    ) -> tuple[FrameIndex, FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
+        """The frame index and metadata without a decoder, and what they cost."""
+        t0 = time.perf_counter()
+        ref = self.ref(export_name, relpath, identity)
+        video = open_video(self.client, ref, stream_choice(stream_index), for_reader=False)
+        index = video.index
+        if index is None:
+            raise FluxonFsDecodeError(f"{ref.name}: not a video FFmpeg can index")
+        if check_policy(on_damage) == "conceal" and index.decoded_pts is None:
+            video.survey()
+        version = video.source.file.version
+        metadata = build_metadata(index, version.size, version.mtime_ns, ref.name, on_damage)
+        stats = FluxonFsVideoReadStats(index_source=video.index_source, index_ms=video.index_ms,
+                                       total_ms=(time.perf_counter() - t0) * 1e3,
+                                       open_round_trips=video.round_trips,
+                                       **video.source.counters.snapshot())
+        self.stats.add_read(stats, metadata=True)
+        return index, metadata, stats
+
+    def process_stats(self) -> FluxonFsProcessStats:
+        return self.stats.snapshot()
