@@ -561,8 +561,8 @@ def fluxon_pass(task: dict) -> list[dict]:
         # What another process of the same identity leaves behind (metadata_cache_shared).
         with patcher:
             for item in task["items"]:
-                patcher.client.stat(patcher.identity, task["fluxon"]["export"],
-                                    task["videos"][item["video"]]["relpath"])
+                patcher.file_version(task["fluxon"]["export"],
+                                     task["videos"][item["video"]]["relpath"])
         return []
     pool = patcher.open_video_reader_pool()
     out = []
