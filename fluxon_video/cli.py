@@ -49,6 +49,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="log fluxon_video's messages (-v info, -vv debug)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    _add_ls(sub)
+    _add_stat(sub)
+    _add_bulk(sub)
+    _add_read(sub)
+    _add_demo(sub)
+    _add_agent(sub)
+    info = sub.add_parser("versions", help="print the FFmpeg library versions in use")
+    info.set_defaults(run=_run_versions)
+    return parser
+
+
+def _add_ls(sub: Any) -> None:
+    """ls: list an export."""
     ls = sub.add_parser("ls", help="list the files of an export",
                         description="List the files under EXPORT[:PREFIX] (one level; -r for "
                                     "everything below), as the agent serves them.")
@@ -58,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
     _client_options(ls)
     ls.set_defaults(run=_run_ls)
 
+
+def _add_stat(sub: Any) -> None:
+    """stat: a file's version and metadata."""
     stat = sub.add_parser("stat", help="a file's version and video metadata",
                           description="Print a file's version (size, mtime, ctime, inode) and "
                                       "its video metadata (from the KV when indexed).")
@@ -66,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     _client_options(stat)
     stat.set_defaults(run=_run_stat)
 
+
+def _add_bulk(sub: Any) -> None:
+    """index and warm: whole-export runs."""
     for name, what in (("index", "build and store the frame index of every video"),
                        ("warm", "prefetch every piece (and index) of every file into the KV")):
         bulk = sub.add_parser(name, help=what, description=(
@@ -83,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
         _client_options(bulk)
         bulk.set_defaults(run=_run_bulk, bulk=name)
 
+
+def _add_read(sub: Any) -> None:
+    """read: frames to files."""
     read = sub.add_parser("read", help="decode frames to PNG or .npy files",
                           description="Decode frames of EXPORT:RELPATH (by index, negative from "
                                       "the end, and/or by time) into --out.")
@@ -101,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     _client_options(read)
     read.set_defaults(run=_run_read)
 
+
+def _add_demo(sub: Any) -> None:
+    """demo: generated clips, read cold then warm."""
     demo = sub.add_parser(
         "demo", help="generate a few clips and read them, cold then warm",
         description="Generate test clips with the ffmpeg CLI into --data-dir and read "
@@ -111,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="clips read per video and pass (default: %(default)s)")
     demo.set_defaults(run=_run_demo)
 
+
+def _add_agent(sub: Any) -> None:
+    """agent: the storage side's server."""
     agent = sub.add_parser(
         "agent", help="serve export roots to FluxonFS clients (stat, list, read_chunk)",
         description="Run the FluxonFS agent on the storage host: it answers stat, list and "
@@ -130,10 +158,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="wait MS milliseconds before answering each stat and read, to "
                             "model a remote store in benchmarks (default: %(default)s)")
     agent.set_defaults(run=_run_agent)
-
-    info = sub.add_parser("versions", help="print the FFmpeg library versions in use")
-    info.set_defaults(run=_run_versions)
-    return parser
 
 
 # ---- client commands ----
