@@ -88,6 +88,19 @@ def test_piece_keys_never_collide():
     assert piece_key("p", "e", "r", V, 4096, 1) != piece_key("p", "e", "r", V, 8192, 1)
 
 
+def test_an_object_version_keys_by_its_etag_and_a_file_version_as_documented():
+    # docs/kv-format.md's example: a POSIX version keys as its four integers.
+    assert piece_key("fluxonfs", "train", "a.mp4", FileStat(5, 7, 9, 11), 4096, 3) == (
+        "fluxonfs:piece:5:train:5:a.mp4:5:7:9:11:4096:3")
+    a, b = FileStat(100, 7, etag='"abc"'), FileStat(100, 7, etag='"abd"')
+    assert len({V.key(), a.key(), b.key(), FileStat(100, 7, etag='"ab').key()}) == 4
+    assert piece_key("p", "e", "r", a, 4096, 1) != piece_key("p", "e", "r", b, 4096, 1)
+    for version in (V, a, FileStat(1, 2, 3, 4, etag="e#v1")):
+        assert FileStat.from_fields(version.as_fields()) == version
+    assert "etag" not in V.as_fields()  # the agent protocol of a POSIX export is unchanged
+    assert "etag" in a.describe_change(b)
+
+
 def test_piece_entries_are_verified():
     fields = encode_piece("k", b"hello world", "bytes")
     assert decode_piece("k", fields, "bytes", 11) == b"hello world"

@@ -179,14 +179,13 @@ async def handle_stat(request: web.Request) -> web.Response:
                             _bearer(request))
     except Exception as exc:  # noqa: BLE001 - every error becomes a status
         return _error_response(exc, request)
-    return web.json_response({"size": st.size, "mtime_ns": st.mtime_ns, "ctime_ns": st.ctime_ns,
-                              "inode": st.inode, "is_file": True})
+    return web.json_response({**st.as_fields(), "is_file": True})
 
 
 async def handle_read(request: web.Request) -> web.Response:
     try:
-        expected = FileStat(_int_param(request, "size"), _int_param(request, "mtime_ns"),
-                            _int_param(request, "ctime_ns"), _int_param(request, "inode"))
+        expected = FileStat(*(_int_param(request, name) for name in FileStat.INTS),
+                            etag=request.query.get("etag", ""))
         data = await _in_pool(request, request.app[STORAGE_KEY].read_chunk,
                               _str_param(request, "export"), _str_param(request, "path"),
                               _int_param(request, "offset"), _int_param(request, "length"),

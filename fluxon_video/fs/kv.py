@@ -35,17 +35,11 @@ log = get_logger("kv")
 Fields = Mapping[str, bytes]
 
 
-def _version(version: FileStat) -> str:
-    # Every part of the version: a rewrite that restores size and mtime still
-    # has another ctime (or inode), so its pieces never share a key.
-    return f"{version.size}:{version.mtime_ns}:{version.ctime_ns}:{version.inode}"
-
-
 def piece_key(prefix: str, export: str, relpath: str, version: FileStat, piece_size: int,
               index: int) -> str:
     """The KV key of one piece. Strings are length-prefixed, so no two tuples collide."""
     return (f"{prefix}:piece:{len(export)}:{export}:{len(relpath.encode())}:{relpath}:"
-            f"{_version(version)}:{piece_size}:{index}")
+            f"{version.key()}:{piece_size}:{index}")
 
 
 def blob_key(prefix: str, kind: str, export: str, relpath: str) -> str:
@@ -71,8 +65,8 @@ def stat_key(prefix: str, export: str, relpath: str, token: str) -> str:
 def encode_blob(key: str, version: FileStat, data: bytes, bytes_field: str) -> dict[str, bytes]:
     """A blob entry: a piece entry whose checksum also covers the file version it
     describes, plus that version in the clear (to tell "another version" from damage)."""
-    return {**encode_piece(f"{key}@{_version(version)}", data, bytes_field),
-            "version": _version(version).encode()}
+    return {**encode_piece(f"{key}@{version.key()}", data, bytes_field),
+            "version": version.key().encode()}
 
 
 def decode_blob(key: str, version: FileStat, fields: Fields | None,
@@ -81,18 +75,16 @@ def decode_blob(key: str, version: FileStat, fields: Fields | None,
     present and claiming this version, yet failing verification)."""
     if not fields:
         return None, False
-    data = decode_piece(f"{key}@{_version(version)}", fields, bytes_field, None)
+    data = decode_piece(f"{key}@{version.key()}", fields, bytes_field, None)
     if data is not None:
         return data, False
-    return None, fields.get("version") in (None, _version(version).encode())
+    return None, fields.get("version") in (None, version.key().encode())
 
 
 def encode_stat(key: str, version: FileStat, expires_at: float, bytes_field: str
                 ) -> dict[str, bytes]:
     """A shared stat entry: the version and when it stops being usable (wall clock)."""
-    body = json.dumps({"size": version.size, "mtime_ns": version.mtime_ns,
-                       "ctime_ns": version.ctime_ns, "inode": version.inode,
-                       "expires_at": expires_at}).encode()
+    body = json.dumps({**version.as_fields(), "expires_at": expires_at}).encode()
     return encode_piece(key, body, bytes_field)
 
 
@@ -106,8 +98,7 @@ def decode_stat(key: str, fields: Fields | None, bytes_field: str,
     try:
         d = json.loads(body)
         left = float(d["expires_at"]) - now
-        version = FileStat(int(d["size"]), int(d["mtime_ns"]), int(d["ctime_ns"]),
-                           int(d["inode"]))
+        version = FileStat.from_fields(d)
     except (ValueError, KeyError, TypeError):
         return None
     return (version, left) if left > 0 else None

@@ -16,8 +16,9 @@ refused rather than mixed with the old one's bytes.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, ClassVar, Protocol
 
 from fluxon_video.fs.listing import FluxonFsFileEntry
 
@@ -26,22 +27,47 @@ from fluxon_video.fs.listing import FluxonFsFileEntry
 class FileStat:
     """A file version: what cache keys and version checks are built from.
 
-    Any change the origin can see (for a POSIX root: size, mtime, ctime,
-    inode) is a new version.
+    Any change the origin can see is a new version: for a POSIX root its size,
+    mtime, ctime and inode; for an object store its size, last-modified (as
+    ``mtime_ns``) and ETag (with the version id on a versioned bucket).
     """
 
     size: int
     mtime_ns: int
     ctime_ns: int = 0
     inode: int = 0
+    etag: str = ""  # an object's ETag (and version id); empty for a file
+
+    INTS: ClassVar[tuple[str, ...]] = ("size", "mtime_ns", "ctime_ns", "inode")
 
     @classmethod
     def of(cls, st: os.stat_result) -> FileStat:
         return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
+    def as_fields(self) -> dict[str, int | str]:
+        """The version as the agent protocol and the KV's stat entries carry it."""
+        fields: dict[str, int | str] = {name: getattr(self, name) for name in self.INTS}
+        if self.etag:
+            fields["etag"] = self.etag
+        return fields
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any]) -> FileStat:
+        """The inverse of as_fields (ValueError, KeyError or TypeError if malformed)."""
+        etag = fields.get("etag", "")
+        if not isinstance(etag, str):
+            raise TypeError(f"etag must be a string, got {etag!r}")
+        return cls(*(int(fields[name]) for name in cls.INTS), etag=etag)
+
+    def key(self) -> str:
+        """Every part of the version, for KV keys: a rewrite that restores size and
+        mtime still has another ctime, inode or ETag, so it never shares a key."""
+        base = f"{self.size}:{self.mtime_ns}:{self.ctime_ns}:{self.inode}"
+        return f"{base}:e{len(self.etag.encode())}:{self.etag}" if self.etag else base
+
     def describe_change(self, current: FileStat) -> str:
         changed = [f"{name} {getattr(self, name)} -> {getattr(current, name)}"
-                   for name in ("size", "mtime_ns", "ctime_ns", "inode")
+                   for name in (*self.INTS, "etag")
                    if getattr(self, name) != getattr(current, name)]
         return ", ".join(changed) or "no change"
 

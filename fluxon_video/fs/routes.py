@@ -144,9 +144,11 @@ class AgentRoute:
     def stat(self, export: str, relpath: str, token: str) -> FileStat:
         body = self._get("/v1/stat", {"export": export, "path": relpath}, token,
                          f"{export}:{relpath}")
-        info = json.loads(body)
-        return FileStat(int(info["size"]), int(info["mtime_ns"]), int(info["ctime_ns"]),
-                        int(info["inode"]))
+        try:
+            return FileStat.from_fields(json.loads(body))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise errors.FluxonFsIOError(f"{export}:{relpath}: agent {self.url} sent a stat "
+                                         f"this client cannot read ({exc})") from None
 
     def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
              cursor: str | None, limit: int, token: str) -> tuple[list[FluxonFsFileEntry], str | None]:
@@ -162,9 +164,7 @@ class AgentRoute:
     def read_chunk(self, export: str, relpath: str, offset: int, length: int,
                    expected: FileStat, token: str) -> bytes:
         data = self._get("/v1/read", {"export": export, "path": relpath, "offset": offset,
-                                      "length": length, "size": expected.size,
-                                      "mtime_ns": expected.mtime_ns,
-                                      "ctime_ns": expected.ctime_ns, "inode": expected.inode},
+                                      "length": length, **expected.as_fields()},
                          token, f"{export}:{relpath}")
         if len(data) != length:
             raise errors.FluxonFsShortReadError(
