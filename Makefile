@@ -31,7 +31,7 @@ system-deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
 	fi
 
-$(STAMP): $(NATIVE_SOURCES)
+$(STAMP): $(NATIVE_SOURCES) pyproject.toml
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel "Cython>=3.0" "pkgconfig>=1.5"

@@ -22,6 +22,10 @@ a server away and bring it back).
 ``stop_node(i)`` / ``start_node(i)`` take one master away and bring it back
 with its slots.
 
+:class:`S3Server` is a real S3-compatible server (moto's standalone server,
+``pip install 'moto[server]'``) holding buckets in memory; ``store_options()``
+is what an export's ``store`` table needs to reach it.
+
 Needs the ``redis-server`` binary on ``PATH`` for :class:`RedisServer`, and
 ``redis-cli`` too for :class:`RedisCluster` (``make build`` installs both; on
 Debian ``apt-get install redis-server``).
@@ -42,13 +46,13 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["AgentProcess", "RedisCluster", "RedisServer", "ServerStartError", "free_port",
-           "wait_until"]
+__all__ = ["AgentProcess", "RedisCluster", "RedisServer", "S3Server", "ServerStartError",
+           "free_port", "wait_until"]
 
 LOOPBACK = "127.0.0.1"
 _M = TypeVar("_M", bound="_Managed")
@@ -568,3 +572,71 @@ class AgentProcess(_Server):
             self.stop()
             raise
         return self
+
+
+class S3Server(_Server):
+    """moto's standalone S3 server on a free loopback port (buckets in memory).
+
+    ``stop()`` loses every bucket; ``start()`` after it keeps the port. Its
+    output goes to ``workdir/moto-<port>.log``.
+    """
+
+    REGION = "us-east-1"
+    KEY_ID, SECRET = "fluxon-test-key", "fluxon-test-secret"  # moto checks no signature
+
+    def __init__(self, workdir: str | os.PathLike[str], port: int | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.port = port if port is not None else free_port()
+        self.proc = None
+        self.log = self.workdir / f"moto-{self.port}.log"
+
+    @property
+    def url(self) -> str:
+        """The endpoint, ``http://127.0.0.1:<port>``."""
+        return f"http://{LOOPBACK}:{self.port}"
+
+    def store_options(self) -> dict[str, str | bool]:
+        """An export's ``store`` table for this server (``root = "s3://bucket/prefix"``)."""
+        return {"endpoint": self.url, "region": self.REGION, "access_key_id": self.KEY_ID,
+                "secret_access_key": self.SECRET, "allow_http": True}
+
+    def start(self, timeout: float = 30.0) -> S3Server:
+        """Start the server and wait until it lists buckets. Returns ``self``."""
+        if self.running:
+            return self
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)],
+                stdout=log, stderr=subprocess.STDOUT)
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise ServerStartError(f"the S3 server exited with {proc.returncode}:\n"
+                                       f"{_tail(self.log)}")
+            with urllib.request.urlopen(self.url + "/", timeout=1) as response:
+                return response.status == 200
+
+        try:
+            wait_until(ready, f"the S3 server on port {self.port}", timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def client(self) -> Any:
+        """A boto3 S3 client of this server (for setting up and changing objects)."""
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.url, region_name=self.REGION,
+                            aws_access_key_id=self.KEY_ID, aws_secret_access_key=self.SECRET)
+
+    def upload(self, bucket: str, objects: dict[str, bytes | Path]) -> None:
+        """Create ``bucket`` if needed and put ``{key: bytes or a local file}`` in it."""
+        client = self.client()
+        if bucket not in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
+            client.create_bucket(Bucket=bucket)
+        for key, body in objects.items():
+            data = body.read_bytes() if isinstance(body, Path) else body
+            client.put_object(Bucket=bucket, Key=key, Body=data)

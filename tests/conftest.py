@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fluxon_video.testing import AgentProcess, RedisServer
+from fluxon_video.testing import AgentProcess, RedisServer, S3Server
 from tests.helpers import agent_config_text
 from tests.media import MediaLibrary
 
@@ -58,3 +58,10 @@ def redis_server(tmp_path_factory):
 def redis_url(redis_server) -> str:
     redis_server.client().flushall()
     return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3-compatible server (moto's) for the whole session."""
+    with S3Server(tmp_path_factory.mktemp("s3")) as server:
+        yield server

@@ -47,6 +47,18 @@ class MissPolicy(str, enum.Enum):
     """Fetch the whole piece, store it in the KV, serve the range from it."""
 
 
+# Roots that name an object store rather than a directory (fs/object_origin.py).
+OBJECT_STORE_SCHEMES = ("s3://", "s3a://", "gs://", "az://", "abfs://", "abfss://", "azure://",
+                        "http://", "https://")
+
+
+class _FrozenOptions(dict):  # type: ignore[type-arg]
+    """A store's options: a dict that hashes (an export is a frozen value)."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items())))
+
+
 @dataclass(frozen=True)
 class RequestIdentity:
     """Who a request is made for: a name and the bearer token that proves it."""
@@ -89,11 +101,32 @@ class FluxonFsExport:
     # Seconds a KV entry lives (EXPIRE on write, pushed back on hits at most once
     # per half TTL); None: until Redis evicts it (see maxmemory-policy).
     cache_ttl_s: int | None = None
+    # An object-store root (s3://bucket/prefix, gs://, az://, https://host/prefix):
+    # the store's options as obstore names them (endpoint, region, access_key_id,
+    # secret_access_key, allow_http ...; unset: the environment's credentials),
+    # how long one request may take, and how often a failed one is retried
+    # (with backoff). They live with whoever serves the export: the agent.
+    store: Mapping[str, str | bool] = field(default_factory=dict, repr=False)  # secrets inside
+    store_timeout_s: float = 30.0
+    store_retries: int = 3
 
     def __post_init__(self) -> None:
         where = f"export {self.name!r}"
         _require(isinstance(self.name, str) and self.name, f"{where}: name must be a non-empty string")
-        _require(isinstance(self.root, str) and self.root, f"{where}: root must be a path")
+        _require(isinstance(self.root, str) and self.root,
+                 f"{where}: root must be a path or an object-store URL")
+        _require(isinstance(self.store, Mapping)
+                 and all(isinstance(k, str) and isinstance(v, (str, bool))
+                         for k, v in self.store.items()),
+                 f"{where}: store must be a table of option names to strings or booleans")
+        _require(not self.store or self.is_object_store,
+                 f"{where}: store options need an object-store root ({', '.join(OBJECT_STORE_SCHEMES)})")
+        object.__setattr__(self, "store", _FrozenOptions(self.store))
+        _require(isinstance(self.store_timeout_s, (int, float))
+                 and not isinstance(self.store_timeout_s, bool) and self.store_timeout_s > 0,
+                 f"{where}: store_timeout_s must be a positive number")
+        _require(_is_int(self.store_retries) and self.store_retries >= 0,
+                 f"{where}: store_retries must be an int >= 0")
         if isinstance(self.agent_url, (list, tuple)):
             _require(len(self.agent_url) > 0, f"{where}: agent_url is an empty list")
             object.__setattr__(self, "agent_url", tuple(self.agent_url))
@@ -132,6 +165,10 @@ class FluxonFsExport:
     @property
     def in_process(self) -> bool:
         return self.agent_url is None
+
+    @property
+    def is_object_store(self) -> bool:
+        return self.root.startswith(OBJECT_STORE_SCHEMES)
 
     @property
     def agent_urls(self) -> tuple[str, ...]:
@@ -211,7 +248,7 @@ class FluxonFsConfig:
         names = list(self.exports)
         for export in exports:
             key = f"exports[{names.index(export.name)}] ({export.name})"
-            if not os.path.isdir(export.root):
+            if not export.is_object_store and not os.path.isdir(export.root):
                 raise FluxonFsConfigError(f"{where}{key}: root {export.root!r} is not a directory "
                                           "on this host")
             unknown = [name for name in export.allow if name not in self.identities]

@@ -21,7 +21,11 @@ MAX_CHUNK_BYTES = 64 << 20
 
 
 def open_origin(export: FluxonFsExport) -> Origin:
-    """The backend that holds an export's files."""
+    """The backend that holds an export's files: a bucket, or a directory."""
+    if export.is_object_store:
+        from fluxon_video.fs.object_origin import ObjectStoreOrigin  # obstore: only when used
+
+        return ObjectStoreOrigin(export)
     return PosixOrigin(export.name, export.root)
 
 

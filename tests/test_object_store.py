@@ -1,0 +1,199 @@
+"""Exports whose root is a bucket, against a real S3-compatible server (moto's).
+
+The server runs as its own process on a loopback port (fluxon_video.testing
+.S3Server); the generated clips are uploaded under a prefix. Frames are
+checked against the ffmpeg CLI like a directory export's; the file version
+is the object's ETag, so an overwritten object fails reads and never mixes
+with the old one's pieces.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import fluxon_video as fv
+from fluxon_video import errors
+from fluxon_video.fs.config import FluxonFsExport
+from fluxon_video.testing import AgentProcess
+from tests.helpers import IDENTITIES, make_patcher
+
+H, W = 36, 64
+BUCKET = "videos"
+CLIPS = ["h264_faststart.mp4", "h264_moov_end.mp4", "hevc.mp4", "vp9.webm"]
+ROOT = f"s3://{BUCKET}/train"
+
+
+@pytest.fixture(scope="module")
+def bucket(s3_server, media):
+    """The clips under train/clips/, one under train/cam1/, and a copy to overwrite."""
+    objects = {f"train/clips/{name}": media.path(name) for name in CLIPS}
+    objects["train/cam1/front.mp4"] = media.path("h264_faststart.mp4")
+    s3_server.upload(BUCKET, objects)
+    return s3_server
+
+
+def s3_patcher(s3, redis_url=None, agent_url=None, **options):
+    """make_patcher's exports, rooted in the bucket (in-process unless agent_url)."""
+    store = {} if agent_url else s3.store_options()
+    return make_patcher(agent_url, ROOT, redis_url, store=store, store_timeout_s=5.0,
+                        store_retries=1, **options)
+
+
+@pytest.mark.parametrize("name", CLIPS)
+def test_frames_from_a_bucket_equal_the_ffmpeg_cli(media, bucket, name):
+    expected = media.reference(name, H, W)
+    indices = [0, 7, len(expected) // 2, len(expected) - 1]
+    with s3_patcher(bucket) as patcher, patcher.open_video_reader(
+            "train", f"clips/{name}", H, W) as reader:
+        assert len(reader) == len(expected)
+        frames = reader.read_frames_numpy(indices)
+    assert np.array_equal(frames, expected[indices])
+
+
+def test_the_version_is_the_objects_etag(bucket):
+    head = bucket.client().head_object(Bucket=BUCKET, Key="train/clips/hevc.mp4")
+    with s3_patcher(bucket) as patcher:
+        version = patcher.file_version("train", "clips/hevc.mp4")
+    assert version.etag == head["ETag"] and version.size == head["ContentLength"]
+    assert version.mtime_ns == int(head["LastModified"].timestamp()) * 10**9
+
+
+def test_a_second_node_reads_nothing_from_the_store(media, bucket, agent_config, redis_url,
+                                                   tmp_path):
+    """Through the agent (which alone holds the store's options), cold then warm."""
+    config = tmp_path / "agent.toml"
+    store = ", ".join(f"{k} = {json.dumps(v)}" for k, v in bucket.store_options().items())
+    identities = "\n".join(f'{n} = "{t}"' for n, t in IDENTITIES.items())
+    config.write_text(f'[identities]\n{identities}\n\n[[exports]]\nname = "train"\n'
+                      f'root = "{ROOT}"\nallow = ["alice"]\nstore = {{ {store} }}\n')
+    expected = media.reference("hevc.mp4", H, W)
+    with AgentProcess(config) as agent:
+        with s3_patcher(bucket, redis_url, agent.url) as cold:
+            with cold.open_video_reader("train", "clips/hevc.mp4", H, W) as reader:
+                assert np.array_equal(reader.read_frames_numpy([0, 40]), expected[[0, 40]])
+                assert reader.last_stats.remote_bytes > 0
+            cold.client.backfill.wait_idle()
+        with s3_patcher(bucket, redis_url, agent.url) as warm:
+            with warm.open_video_reader("train", "clips/hevc.mp4", H, W) as reader:
+                assert np.array_equal(reader.read_frames_numpy([0, 40]), expected[[0, 40]])
+                assert reader.last_stats.remote_bytes == 0 and reader.last_stats.kv_hits > 0
+
+
+def test_an_overwritten_object_fails_reads_and_never_mixes(media, bucket, redis_url):
+    key = "train/scratch/overwritten.mp4"
+    first, second = media.path("h264_moov_end.mp4"), media.path("h264_faststart.mp4")
+    bucket.upload(BUCKET, {key: first})
+    with s3_patcher(bucket, redis_url, metadata_cache_ttl_ms=0, piece_size=16 << 10) as patcher:
+        reader = patcher.open_video_reader("train", "scratch/overwritten.mp4", H, W)
+        reader.read_frames_numpy([0])
+        bucket.upload(BUCKET, {key: second})
+        with pytest.raises(errors.FluxonFsFileChangedError, match="etag"):
+            reader.read_frames_numpy([70])
+        reader.close()
+        with patcher.open_video_reader("train", "scratch/overwritten.mp4", H, W) as fresh:
+            assert fresh.version.etag != reader.version.etag
+            expected = media.reference("h264_faststart.mp4", H, W)
+            assert np.array_equal(fresh.read_frames_numpy([0, 70]), expected[[0, 70]])
+
+
+def test_a_read_names_the_etag_it_opened(bucket):
+    """The store itself refuses a range of another version (If-Match): no metadata
+    cache in between can make a reader mix two objects."""
+    from fluxon_video.fs.object_origin import ObjectStoreOrigin
+
+    key = "train/scratch/if_match.bin"
+    bucket.upload(BUCKET, {key: b"a" * 1000})
+    export = FluxonFsExport("train", ROOT, allow=["alice"], store=bucket.store_options())
+    origin = ObjectStoreOrigin(export)
+    version = origin.stat("scratch/if_match.bin", "train:scratch/if_match.bin")
+    assert origin.read_range("scratch/if_match.bin", "n", 10, 5, version) == b"aaaaa"
+    bucket.upload(BUCKET, {key: b"b" * 1000})  # same size, new ETag
+    with pytest.raises(errors.FluxonFsFileChangedError):
+        origin.read_range("scratch/if_match.bin", "n", 10, 5, version)
+
+
+def test_missing_and_deleted_objects(bucket):
+    key = "train/scratch/deleted.mp4"
+    bucket.upload(BUCKET, {key: b"\0" * 5000})
+    with s3_patcher(bucket, metadata_cache_ttl_ms=0) as patcher:
+        with pytest.raises(errors.FluxonFsNotFoundError, match="no such object") as missing:
+            patcher.open_video_reader("train", "clips/none.mp4", H, W)
+        assert "127.0.0.1" not in str(missing.value)  # no store URL in messages
+        version = patcher.file_version("train", "scratch/deleted.mp4")
+        bucket.client().delete_object(Bucket=BUCKET, Key=key)
+        with pytest.raises(errors.FluxonFsNotFoundError):
+            patcher.file_version("train", "scratch/deleted.mp4")
+    assert version.size == 5000
+
+
+def test_identities_and_relpaths_are_checked_as_for_directories(bucket):
+    with s3_patcher(bucket, identity="bob") as patcher:
+        with pytest.raises(errors.FluxonFsPermissionError):
+            patcher.open_video_reader("train", "clips/hevc.mp4", H, W)
+        assert [e.relpath for e in patcher.list_files("shared", "clips/hevc")] == [
+            "clips/hevc.mp4"]
+        with pytest.raises(errors.FluxonFsBadRequestError):
+            patcher.file_version("shared", "../outside.mp4")
+
+
+def test_listing_pages_through_the_store(bucket):
+    expected = sorted([f"clips/{name}" for name in CLIPS] + ["cam1/front.mp4"])
+    with s3_patcher(bucket) as patcher:
+        everything = [e.relpath for e in patcher.client.files.list_files(
+            patcher.identity, "train", page_size=2)]
+        assert [r for r in everything if not r.startswith("scratch/")] == expected
+        top = list(patcher.list_files("train", recursive=False))
+        assert [(e.relpath, e.is_dir) for e in top if e.relpath != "scratch"] == [
+            ("cam1", True), ("clips", True)]
+        assert [e.relpath for e in patcher.list_files("train", "clips/h264_")] == [
+            "clips/h264_faststart.mp4", "clips/h264_moov_end.mp4"]
+        assert [e.relpath for e in patcher.list_files("train", pattern="*.webm")] == [
+            "clips/vp9.webm"]
+
+
+def test_a_store_that_stops_answering_fails_reads_promptly(media, tmp_path):
+    from fluxon_video.testing import S3Server
+
+    with S3Server(tmp_path) as server:
+        server.upload(BUCKET, {"train/clips/hevc.mp4": media.path("hevc.mp4")})
+        patcher = s3_patcher(server, metadata_cache_ttl_ms=0, piece_size=16 << 10,
+                             client={"readahead_pages": 0})
+        with patcher, patcher.open_video_reader("train", "clips/hevc.mp4", H, W) as reader:
+            reader.read_frames_numpy([0])
+            server.stop()
+            with pytest.raises((errors.FluxonFsIOError, errors.FluxonFsTimeoutError)):
+                reader.read_frames_numpy([70])
+
+
+def test_the_cli_lists_stats_warms_and_reads_a_bucket(media, bucket, redis_url, tmp_path):
+    config = tmp_path / "fluxon.toml"
+    store = ", ".join(f"{k} = {json.dumps(v)}" for k, v in bucket.store_options().items())
+    config.write_text(f'[client]\nredis_url = "{redis_url}"\n\n[identities]\nalice = "t"\n\n'
+                      f'[[exports]]\nname = "s3"\nroot = "{ROOT}"\nallow = ["alice"]\n'
+                      f'store = {{ {store} }}\n')
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "fluxon_video", *args, "--config",
+                               str(config), "--json"], capture_output=True, text=True,
+                              check=True).stdout
+
+    listed = [json.loads(line)["relpath"] for line in cli("ls", "s3:clips", "-r").splitlines()]
+    assert listed == sorted(f"clips/{name}" for name in CLIPS)
+    stat = json.loads(cli("stat", "s3:clips/vp9.webm"))
+    assert stat["etag"] and stat["num_frames"] == len(media.reference("vp9.webm", H, W))
+    warmed = json.loads(cli("warm", "s3", "--glob", "clips/h*", "--no-progress"))
+    assert warmed["done"] == 3 and warmed["errors"] == []
+    rows = [json.loads(line) for line in cli("read", "s3:clips/hevc.mp4", "--frames", "0,5",
+                                             "--size", f"{W}x{H}", "--format", "npy",
+                                             "--out", str(tmp_path / "out")).splitlines()]
+    expected = media.reference("hevc.mp4", H, W)
+    assert [np.array_equal(np.load(r["file"]), expected[r["frame"]]) for r in rows] == [True] * 2
+    with fv.FluxonFsPatcher.from_config_file(config, "alice") as patcher:
+        with patcher.open_video_reader("s3", "clips/h264_moov_end.mp4", H, W) as reader:
+            reader.read_frames_numpy([0, 60])
+            assert reader.last_stats.remote_bytes == 0  # warm put every piece in the KV
