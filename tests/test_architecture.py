@@ -40,10 +40,11 @@ def test_the_fs_layer_knows_nothing_of_video():
 
 # The two sides of fs/: what serves an export (storage) and what reads it
 # (the client's services), which meet only over a route.
-STORAGE_SIDE = {"agent", "listing", "origin", "paths", "posix_origin", "storage"}
+STORAGE_SIDE = {"agent", "listing", "object_origin", "origin", "paths", "posix_origin",
+                "storage"}
 CLIENT_SERVICES = {"blobs", "file_metadata", "pieces", "warming"}
 # Reached only from inside fs/ (the CLI's agent command serves the storage side).
-BACKENDS = {"fluxon_video.fs.posix_origin", "fluxon_video.fs.storage",
+BACKENDS = {"fluxon_video.fs.posix_origin", "fluxon_video.fs.object_origin", "fluxon_video.fs.storage",
             "fluxon_video.fs.client_state", "fluxon_video.fs.routes"}
 
 
