@@ -44,8 +44,8 @@ STORAGE_SIDE = {"agent", "listing", "object_origin", "origin", "paths", "posix_o
                 "storage"}
 CLIENT_SERVICES = {"blobs", "file_metadata", "pieces", "warming"}
 # Reached only from inside fs/ (the CLI's agent command serves the storage side).
-BACKENDS = {"fluxon_video.fs.posix_origin", "fluxon_video.fs.object_origin", "fluxon_video.fs.storage",
-            "fluxon_video.fs.client_state", "fluxon_video.fs.routes"}
+BACKENDS = {f"fluxon_video.fs.{name}" for name in
+            ("posix_origin", "object_origin", "storage", "client_state", "routes")}
 
 
 def _fs(module: str) -> str | None:
