@@ -83,8 +83,8 @@ class VideoOpener:
         return {"config": self.config, "identity": self.identities.default}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        client = FluxonFsClient(state["config"])
-        self.__init__(client, IdentityContext(state["config"], state["identity"]),  # type: ignore[misc]
+        identities = IdentityContext(state["config"], state["identity"])
+        self.__init__(FluxonFsClient(state["config"]), identities,  # type: ignore[misc]
                       StatsAccumulator())
 
     def ref(self, export_name: str, relpath: str,
