@@ -21,6 +21,7 @@ from fluxon_video import errors
 from fluxon_video.fs.config import FluxonFsExport
 from fluxon_video.testing import AgentProcess
 from tests.helpers import IDENTITIES, make_patcher
+from tests.store_faults import FaultyRelay
 
 H, W = 36, 64
 BUCKET = "videos"
@@ -197,3 +198,43 @@ def test_the_cli_lists_stats_warms_and_reads_a_bucket(media, bucket, redis_url, 
         with patcher.open_video_reader("s3", "clips/h264_moov_end.mp4", H, W) as reader:
             reader.read_frames_numpy([0, 60])
             assert reader.last_stats.remote_bytes == 0  # warm put every piece in the KV
+
+
+# ---- faults the store itself reports (injected by a relay in front of it) ----
+
+@pytest.fixture
+def relay(bucket):
+    with FaultyRelay(bucket.url) as relay:
+        yield relay
+
+
+def relayed_patcher(bucket, relay, **options):
+    store = {**bucket.store_options(), "endpoint": relay.url}
+    return make_patcher(None, ROOT, store=store, store_timeout_s=5.0, **options)
+
+
+def test_throttling_is_retried_with_backoff(media, bucket, relay):
+    expected = media.reference("vp9.webm", H, W)
+    with relayed_patcher(bucket, relay, store_retries=3) as patcher:
+        relay.fail(503, "/clips/vp9.webm", 2)  # SlowDown twice: the third try is served
+        with patcher.open_video_reader("train", "clips/vp9.webm", H, W) as reader:
+            assert np.array_equal(reader.read_frames_numpy([3]), expected[[3]])
+    assert relay.refused == 2
+
+
+def test_throttling_that_outlasts_the_retries_fails_cleanly(bucket, relay):
+    with relayed_patcher(bucket, relay, store_retries=1) as patcher:
+        relay.fail(503, "/clips/hevc.mp4", 10)
+        with pytest.raises(errors.FluxonFsIOError) as failed:
+            patcher.open_video_reader("train", "clips/hevc.mp4", H, W)
+    assert relay.refused == 2  # the request and its one retry
+    assert "127.0.0.1" not in str(failed.value) and "secret" not in str(failed.value)
+
+
+def test_access_the_store_denies_is_a_permission_error(bucket, relay):
+    with relayed_patcher(bucket, relay, store_retries=3) as patcher:
+        relay.fail(403, "/clips/hevc.mp4", 10)
+        with pytest.raises(errors.FluxonFsPermissionError, match="refused access") as denied:
+            patcher.file_version("train", "clips/hevc.mp4")
+    assert relay.refused == 1  # a refusal is not retried
+    assert bucket.KEY_ID not in str(denied.value)
