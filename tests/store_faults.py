@@ -26,6 +26,7 @@ class FaultyRelay:
         self.port = free_port()
         self.faults: list[list] = []  # [status, path text, requests left]
         self.refused = 0
+        self.forwarded: list[tuple[str, str]] = []  # (method, path) of what reached the store
         self._lock = threading.Lock()
         relay = self
 
@@ -46,6 +47,8 @@ class FaultyRelay:
                     if self.command != "HEAD":
                         self.wfile.write(body)
                     return
+                with relay._lock:
+                    relay.forwarded.append((self.command, self.path))
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 upstream = http.client.HTTPConnection(relay.upstream, timeout=30)

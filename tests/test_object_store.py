@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +29,7 @@ H, W = 36, 64
 BUCKET = "videos"
 CLIPS = ["h264_faststart.mp4", "h264_moov_end.mp4", "hevc.mp4", "vp9.webm"]
 ROOT = f"s3://{BUCKET}/train"
+ROOT_DIR = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -238,3 +241,32 @@ def test_access_the_store_denies_is_a_permission_error(bucket, relay):
             patcher.file_version("train", "clips/hevc.mp4")
     assert relay.refused == 1  # a refusal is not retried
     assert bucket.KEY_ID not in str(denied.value)
+
+
+# ---- several nodes, one origin read per piece ----
+
+def run_nodes(bucket, relay, redis_url, relpath, claims, nodes=3):
+    spec = {"root": ROOT, "redis_url": redis_url, "relpath": relpath, "claims": claims,
+            "store": {**bucket.store_options(), "endpoint": relay.url}, "piece_size": 16 << 10,
+            "frames": [0, 20, 40, 60], "start_at": time.time() + 3}
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.s3_node", json.dumps(spec)],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT_DIR)
+             for _ in range(nodes)]
+    outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    return outs
+
+
+@pytest.mark.parametrize("claims", [True, False])
+def test_nodes_missing_the_same_pieces_read_each_from_the_store_once(media, bucket, relay,
+                                                                     redis_url, claims):
+    relpath = f"scratch/three_nodes_{claims}.mp4"
+    data = media.path("h264_moov_end.mp4").read_bytes()
+    bucket.upload(BUCKET, {f"train/{relpath}": data})
+    outs = run_nodes(bucket, relay, redis_url, relpath, claims)
+    fetched = sum(o["remote_bytes"] for o in outs)
+    gets = [p for m, p in relay.forwarded if m == "GET" and relpath in p]
+    if claims:
+        assert fetched <= len(data)  # every byte of the file at most once, over three nodes
+    else:
+        assert fetched > 2 * len(data) // 2 and len(gets) >= 3  # each node on its own

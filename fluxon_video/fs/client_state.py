@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -78,6 +80,8 @@ class ClientState:
     # KV reads while the agent answers a stat (open_file), and the writes
     # nobody waits for (a shared stat, an index blob); close() waits for them.
     alongside: concurrent.futures.ThreadPoolExecutor
+    # Who this process is in the claims on fetching a piece (fs/shared_fetch.py).
+    owner: str
 
     @classmethod
     def build(cls, config: FluxonFsConfig, store: PieceStore | None) -> ClientState:
@@ -95,7 +99,8 @@ class ClientState:
             flights=SingleFlight(),
             backfill=Backfiller(settings.backfill_workers, settings.backfill_queue_size),
             alongside=concurrent.futures.ThreadPoolExecutor(
-                max_workers=2, thread_name_prefix="fluxon-alongside"))
+                max_workers=2, thread_name_prefix="fluxon-alongside"),
+            owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}")
 
     def refresh_ttl(self, export: FluxonFsExport, key: str) -> None:
         """Push a hit entry's expiry back, at most once per half TTL per key and process."""

@@ -109,6 +109,12 @@ class FluxonFsExport:
     store: Mapping[str, str | bool] = field(default_factory=dict, repr=False)  # secrets inside
     store_timeout_s: float = 30.0
     store_retries: int = 3
+    # Trainer processes sharing a Redis KV fetch a piece they all miss once: the
+    # first claims it (SET NX, this many ms at most), the others wait for its
+    # entry. None: on for object-store roots (a request there costs money and
+    # 20-100 ms), off for directories.
+    single_flight_across_nodes: bool | None = None
+    fetch_claim_ms: int = 5_000
 
     def __post_init__(self) -> None:
         where = f"export {self.name!r}"
@@ -127,6 +133,10 @@ class FluxonFsExport:
                  f"{where}: store_timeout_s must be a positive number")
         _require(_is_int(self.store_retries) and self.store_retries >= 0,
                  f"{where}: store_retries must be an int >= 0")
+        _require(self.single_flight_across_nodes in (None, True, False),
+                 f"{where}: single_flight_across_nodes must be true or false")
+        _require(_is_int(self.fetch_claim_ms) and self.fetch_claim_ms > 0,
+                 f"{where}: fetch_claim_ms must be a positive int")
         if isinstance(self.agent_url, (list, tuple)):
             _require(len(self.agent_url) > 0, f"{where}: agent_url is an empty list")
             object.__setattr__(self, "agent_url", tuple(self.agent_url))
@@ -169,6 +179,13 @@ class FluxonFsExport:
     @property
     def is_object_store(self) -> bool:
         return self.root.startswith(OBJECT_STORE_SCHEMES)
+
+    @property
+    def claims_fetches(self) -> bool:
+        """Whether processes sharing a KV fetch a piece they all miss once."""
+        if self.single_flight_across_nodes is None:
+            return self.is_object_store
+        return self.single_flight_across_nodes
 
     @property
     def agent_urls(self) -> tuple[str, ...]:

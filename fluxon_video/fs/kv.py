@@ -144,7 +144,28 @@ class NodeDown(Exception):
     """One node of a cluster is being skipped: a miss for its keys, not "the KV is down"."""
 
 
+# Deletes a claim only if the caller still holds it (a claim that expired and
+# was taken by another process is theirs).
+_RELEASE = ("if redis.call('get', KEYS[1]) == ARGV[1] then "
+            "return redis.call('del', KEYS[1]) else return 0 end")
+
+
+def claim_key(key: str) -> str:
+    """The key of a claim on fetching the entry at key (cross-process single-flight)."""
+    return f"{key}:fetching"
+
+
 class PieceStore(Protocol):
+    # Whether other processes see this store's entries (and so its claims).
+    shared: bool
+
+    def claim_many(self, keys: Sequence[str], owner: str, ttl_ms: int) -> list[bool]:
+        """Per key, whether ``owner`` now holds the claim on fetching it (SET NX
+        with a TTL: a claim outlives no holder by more than ttl_ms)."""
+        ...
+
+    def release(self, key: str, owner: str) -> None: ...
+
     def get_many(self, keys: Sequence[str]) -> list[Fields | None]:
         """Entries (None: absent, UNREACHABLE: its node is down), in one round trip per node."""
         ...
@@ -163,8 +184,17 @@ class PieceStore(Protocol):
 class EmbeddedPieceStore:
     """A bounded in-process LRU: the default when no Redis URL is configured.
 
-    (Entries do not expire: the LRU bound is the lifetime.)
+    (Entries do not expire: the LRU bound is the lifetime.) No other process
+    sees it, so claims are always granted (SingleFlight dedupes in-process).
     """
+
+    shared = False
+
+    def claim_many(self, keys: Sequence[str], owner: str, ttl_ms: int) -> list[bool]:
+        return [True] * len(keys)
+
+    def release(self, key: str, owner: str) -> None:
+        pass
 
     def __init__(self, max_bytes: int) -> None:
         self._cache: cachetools.LRUCache[str, dict[str, bytes]] = cachetools.LRUCache(
@@ -221,10 +251,22 @@ class RedisPieceStore:
     redis-py's connection pool checks its pid and reconnects after fork.
     """
 
+    shared = True
+
     def __init__(self, url: str, timeout_s: float) -> None:
         self._redis = redis.Redis.from_url(url, socket_timeout=timeout_s,
                                            socket_connect_timeout=timeout_s, retry_on_timeout=False)
         self.url = url
+        self._release = self._redis.register_script(_RELEASE)
+
+    def claim_many(self, keys: Sequence[str], owner: str, ttl_ms: int) -> list[bool]:
+        pipe = self._redis.pipeline(transaction=False)
+        for key in keys:
+            pipe.set(claim_key(key), owner, nx=True, px=ttl_ms)
+        return [bool(held) for held in pipe.execute()]
+
+    def release(self, key: str, owner: str) -> None:
+        self._release(keys=[claim_key(key)], args=[owner])
 
     def get_many(self, keys: Sequence[str]) -> list[Fields | None]:
         if len(keys) == 1:
@@ -360,6 +402,25 @@ class RedisClusterPieceStore:
         except self.NODE_ERRORS as exc:
             self._failed(node, exc)
 
+    shared = True
+
+    def claim_many(self, keys: Sequence[str], owner: str, ttl_ms: int) -> list[bool]:
+        """A key whose node is down is ours: nobody can be told to wait for it."""
+        held = []
+        for key in map(claim_key, keys):
+            node = self._node_of(key)
+            try:
+                held.append(not self._alive(node) or bool(
+                    self._cluster.set(key, owner, nx=True, px=ttl_ms)))
+            except self.NODE_ERRORS as exc:
+                self._failed(node, exc)
+                held.append(True)
+        return held
+
+    def release(self, key: str, owner: str) -> None:
+        key = claim_key(key)
+        self._on_node(key, lambda: self._cluster.eval(_RELEASE, 1, key, owner))
+
     def put(self, key: str, fields: Fields, ttl_s: int | None = None) -> None:
         def write() -> None:
             pipe = self._cluster.pipeline()
@@ -461,6 +522,18 @@ class GuardedPieceStore:
 
     def delete(self, key: str) -> bool:
         return self._call(self.store.delete, key)[0]
+
+    @property
+    def shared(self) -> bool:
+        return self.store.shared
+
+    def claim_many(self, keys: Sequence[str], owner: str, ttl_ms: int) -> list[bool]:
+        """Claims held; a KV that fails grants them all (each process fetches for itself)."""
+        reachable, held = self._call(self.store.claim_many, keys, owner, ttl_ms)
+        return held if reachable else [True] * len(keys)
+
+    def release(self, key: str, owner: str) -> bool:
+        return self._call(self.store.release, key, owner)[0]
 
     def exists(self, key: str) -> tuple[bool, bool]:
         """(reachable, present)."""

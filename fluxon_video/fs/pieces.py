@@ -17,6 +17,7 @@ from __future__ import annotations
 from functools import partial
 
 from fluxon_video import errors
+from fluxon_video.fs import shared_fetch
 from fluxon_video.fs.client_state import ClientService, warn
 from fluxon_video.fs.config import FluxonFsExport, MissPolicy
 from fluxon_video.fs.counters import ReadCounters
@@ -121,6 +122,8 @@ class PieceReads(ClientService):
         """Bytes [lo, hi) of consecutive missing pieces, in one remote read; each
         piece is backfilled (from these bytes when they hold all of it)."""
         state = self._state()
+        if export.claims_fetches and state.kv.shared:
+            return shared_fetch.read_run(state, export, file, indices, lo, hi, counters)
         first = key_of(export, file, indices[0])
         data, _ = state.flights.do((first, lo, hi), lambda: state.remote_read(
             file, lo, hi - lo, counters))

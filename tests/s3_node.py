@@ -1,0 +1,28 @@
+"""One trainer node of the cross-node test: ``python -m tests.s3_node '<json>'``.
+
+Opens the clip, waits for the common start time, reads the frames, and
+prints what it fetched from the store as one JSON line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from tests.helpers import make_patcher
+
+
+def main(spec: dict) -> None:
+    with make_patcher(None, spec["root"], spec["redis_url"], store=spec["store"],
+                      piece_size=spec["piece_size"],
+                      single_flight_across_nodes=spec["claims"]) as patcher:
+        time.sleep(max(0.0, spec["start_at"] - time.time()))
+        with patcher.open_video_reader("train", spec["relpath"], 36, 64) as reader:
+            reader.read_frames_numpy(spec["frames"])
+            stats = reader.last_stats
+    print(json.dumps({"remote_reads": stats.remote_reads, "remote_bytes": stats.remote_bytes}))
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
