@@ -223,7 +223,7 @@ def test_our_own_allocation_refused_by_ffmpeg_is_a_memory_error(media):
         "MemoryError big.mp4: allocating conversion buffers: out of memory")
 
 
-# ---- a corrupt size field that makes FFmpeg refuse an allocation (issue 12, #5) ----
+# ---- a corrupt size field that makes FFmpeg refuse an allocation: a decode error, not MemoryError ----
 
 def mp4_boxes(data, start=0, end=None, path=()):
     """(path, offset of the box header, header size) of every box, depth first."""
@@ -287,7 +287,7 @@ def test_corrupt_size_field_is_a_decode_error_through_a_reader(enomem_mp4, file)
                 reader.read_frames_numpy([0, 5])
 
 
-# ---- FFmpeg's own reason, whichever thread logged it (issue 12, #13) ----
+# ---- FFmpeg's own reason in the message, whichever thread logged it ----
 
 def with_garbage_payload(data: bytes, seed: int = 1) -> bytes:
     """The MP4 with every mdat payload byte random: a valid container whose
@@ -369,7 +369,7 @@ def test_decoder_thread_errors_with_pipelines_in_parallel(media, tmp_path):
             assert re.search(last_line, message), message
 
 
-# ---- fetch errors are not kept once the page reads fine (issue 12, #13) ----
+# ---- fetch errors are not kept once the page reads fine (no exception held for good) ----
 
 class FlakySource(BytesRangeSource):
     """Fails the first fetch of each page in ``flaky`` (after ``gate``, if given, is set)."""
@@ -474,7 +474,7 @@ def test_readers_racing_a_failure_and_its_retry_get_the_exception_or_the_bytes(g
             [], [good[3 * page:3 * page + 64]], [good[3 * page:3 * page + 64]] * 2), results
 
 
-# ---- the benchmark's decode floor on files it cannot decode (issue 12, #13) ----
+# ---- the benchmark's decode floor on files it cannot decode: the same clean errors ----
 
 def floor(data: bytes, threads=1, name="floor.mp4"):
     from fluxon_video import _floor
