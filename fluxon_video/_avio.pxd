@@ -22,7 +22,6 @@ cdef class _FetchCore:
 cdef class ByteSource:
     cdef _FetchCore core
     cdef object range_source
-    cdef list extents  # what set_extents installed: (offset, bytes), joined
     cdef readonly int64_t size
     cdef readonly int64_t page_size
     cdef readonly str name
