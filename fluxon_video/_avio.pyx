@@ -407,6 +407,17 @@ cdef fx_cursor *fx_avio_cursor(AVIOContext *pb) noexcept nogil:
     return &(<fx_avio_opaque *> pb.opaque).cursor
 
 
+cdef void fx_avio_limit_readahead(AVIOContext *pb, int64_t end) noexcept nogil:
+    """Stop sequential readahead at byte end (0: no limit): the caller knows
+    where the bytes it needs end."""
+    fx_avio_cursor(pb).readahead_end = end
+
+
+cdef void fx_avio_zero_fill(AVIOContext *pb, bint zero_fill) noexcept nogil:
+    """While set, reads return zeros and fetch nothing (see fx_cursor)."""
+    fx_avio_cursor(pb).zero_fill = zero_fill
+
+
 cdef void fx_avio_close(AVIOContext **pb) noexcept nogil:
     """Free the context, its current buffer (FFmpeg may have replaced ours) and opaque."""
     if pb == NULL or pb[0] == NULL:

@@ -17,7 +17,8 @@ from libc.string cimport memcpy, strncmp
 import numpy as np
 
 from fluxon_video._avio cimport (
-    ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open, fx_source_prefetch,
+    ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_limit_readahead, fx_avio_open,
+    fx_avio_zero_fill, fx_source_prefetch,
 )
 from fluxon_video._pagecache cimport fx_pagecache
 from fluxon_video._errors cimport FX_ERROR_OUT_OF_MEMORY, err_check
@@ -334,9 +335,9 @@ cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
     # No readahead meanwhile (a limit of one byte): the header and those
     # packets are all it reads, so a cold MP4 open fetches no page only
     # readahead wanted.
-    fx_avio_cursor(pb).readahead_end = 1
+    fx_avio_limit_readahead(pb, 1)
     ret = fx_open_input(pb, fmt, True, NULL, stream_index[0], stream_index, failed_call)
-    fx_avio_cursor(pb).readahead_end = 0
+    fx_avio_limit_readahead(pb, 0)
     if ret < 0:
         return ret
     codec_id = fmt[0].streams[stream_index[0]].codecpar.codec_id
@@ -352,7 +353,7 @@ cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
     # Packets without a pts (AVI's I and P frames) get the one the demuxer
     # can infer; the indexed path reads packets the same way.
     fmt[0].flags |= AVFMT_FLAG_GENPTS
-    fx_avio_cursor(pb).zero_fill = zero_fill
+    fx_avio_zero_fill(pb, zero_fill)
     # Outside MP4/MOV the payloads are read anyway: look at MPEG-4 part 2's.
     log.mpeg4 = (fmt[0].streams[stream_index[0]].codecpar.codec_id == AV_CODEC_ID_MPEG4
                  and not is_mov(fmt[0]))
@@ -372,7 +373,7 @@ cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
         if ret < 0:
             break
     av_packet_free(&pkt)
-    fx_avio_cursor(pb).zero_fill = 0
+    fx_avio_zero_fill(pb, False)
     # Like the ffmpeg CLI, a demux error ends the stream; running out of
     # memory (ours or FFmpeg's) and a failed byte source do not.
     if ret == AVERROR_EOF or (ret < 0 and ret != AVERROR(ENOMEM) and ret != FX_ERROR_OUT_OF_MEMORY

@@ -12,12 +12,15 @@ import os
 from libc.errno cimport EAGAIN, EINVAL, ENOMEM
 from libc.stdint cimport int64_t, uint64_t
 
-from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
+from fluxon_video._avio cimport (
+    ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_limit_readahead, fx_avio_open,
+)
 from fluxon_video._demux cimport fx_open_input, raise_missing_stream
 from fluxon_video._errors cimport FX_ERROR_OUT_OF_MEMORY, err_check
 from fluxon_video._progress cimport now_ms
 from fluxon_video.libav.avcodec cimport (
-    AVCodec, AV_EF_EXPLODE, FF_THREAD_FRAME, FF_THREAD_SLICE, av_packet_alloc, av_packet_free, av_packet_unref,
+    AVCodec, AVDISCARD_DEFAULT, AVDISCARD_NONREF, AV_EF_EXPLODE, FF_THREAD_FRAME, FF_THREAD_SLICE,
+    av_packet_alloc, av_packet_free, av_packet_unref,
     avcodec_alloc_context3, avcodec_find_decoder, avcodec_flush_buffers, avcodec_free_context,
     avcodec_get_name, avcodec_open2, avcodec_parameters_to_context, avcodec_receive_frame,
     avcodec_send_packet,
@@ -83,6 +86,15 @@ cdef class Pipeline:
 
     cdef fx_cursor *cursor(self) noexcept nogil:
         return fx_avio_cursor(self.pb) if self.pb != NULL else NULL
+
+    cdef void limit_readahead(self, int64_t end) noexcept nogil:
+        """Readahead stops at byte end (0: no limit); needs an open pipeline."""
+        fx_avio_limit_readahead(self.pb, end)
+
+    cdef void skip_nonref(self, bint skip) noexcept nogil:
+        """Whether the decoder skips the non-reference frames of the packets
+        sent from now on; needs an open pipeline."""
+        self.codec.skip_frame = AVDISCARD_NONREF if skip else AVDISCARD_DEFAULT
 
     cdef void clear_log(self) noexcept nogil:
         fx_avlog_clear()
