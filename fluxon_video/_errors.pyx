@@ -5,7 +5,7 @@ Call err_check after the GIL is back; native code only records codes.
 
 Callers raise the byte source's own exception first (a failed fetch, a
 timeout, a closed source: the cursor records it, and FFmpeg only ever sees
-EIO/ETIMEDOUT for it). Every code that reaches err_check is therefore
+EIO/ETIMEDOUT for it). Every FFmpeg code that reaches err_check is therefore
 FFmpeg's verdict on the data, a FluxonFsDecodeError (FluxonFsNoVideoStreamError
 for a container without video), even when FFmpeg spells it as an errno: a
 demuxer's EIO for an element the file ends inside, av_seek_frame's bare -1

@@ -369,7 +369,6 @@ int fx_pagecache_add_extents(fx_pagecache *pc, const int64_t *offsets, const int
             groups++;
         }
     }
-    int64_t g = 0;
     for (int64_t i = 0; i < groups; i++) {
         xs[i].data = malloc((size_t)xs[i].len);
         if (!xs[i].data) {
@@ -379,7 +378,7 @@ int fx_pagecache_add_extents(fx_pagecache *pc, const int64_t *offsets, const int
             return -2;
         }
     }
-    for (int64_t i = 0; i < total; i++) {
+    for (int64_t i = 0, g = 0; i < total; i++) {
         while (parts[i].offset >= xs[g].offset + xs[g].len) g++;
         memcpy(xs[g].data + (parts[i].offset - xs[g].offset), parts[i].data, (size_t)parts[i].len);
     }
