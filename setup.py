@@ -12,7 +12,7 @@ from setuptools import Extension, setup
 LIBAV_PACKAGES = ["libavformat", "libavcodec", "libavutil", "libswscale"]
 # Lowest layer first: the byte source, the container, the pipeline, conversion,
 # the decode paths, the decoder, the benchmark's floor.
-NATIVE_MODULES = ["_errors", "_avio", "_demux", "_pipeline", "_convert", "_paths", "_decode",
+NATIVE_MODULES = ["_errors", "_avio", "_demux", "_pipeline", "_convert", "_decode_paths", "_decode",
                   "_floor"]
 DEBIAN_PACKAGES = "libavformat-dev libavcodec-dev libavutil-dev libswscale-dev pkg-config"
 

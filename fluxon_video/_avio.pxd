@@ -22,7 +22,6 @@ cdef class _FetchCore:
 cdef class ByteSource:
     cdef _FetchCore core
     cdef object range_source
-    cdef list extents  # what set_extents installed: (offset, bytes), joined
     cdef readonly int64_t size
     cdef readonly int64_t page_size
     cdef readonly str name
@@ -36,6 +35,8 @@ cdef class ByteSource:
 
 cdef AVIOContext *fx_avio_open(ByteSource source) except NULL
 cdef fx_cursor *fx_avio_cursor(AVIOContext *pb) noexcept nogil
+cdef void fx_avio_limit_readahead(AVIOContext *pb, int64_t end) noexcept nogil
+cdef void fx_avio_zero_fill(AVIOContext *pb, bint zero_fill) noexcept nogil
 cdef void fx_avio_close(AVIOContext **pb) noexcept nogil
 cdef int64_t fx_source_prefetch(fx_pagecache *pc, int64_t offset, int64_t length) noexcept nogil
 cdef int64_t fx_source_cancel_prefetch(fx_pagecache *pc) noexcept nogil

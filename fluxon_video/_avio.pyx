@@ -25,7 +25,7 @@ from fluxon_video._pagecache cimport (
     fx_cursor_init, fx_pagecache, fx_pagecache_cached_pages, fx_pagecache_complete,
     fx_pagecache_cancel_speculative, fx_pagecache_free, fx_pagecache_get_stats,
     fx_pagecache_fetch_waits, fx_pagecache_new, fx_pagecache_next_job, fx_pagecache_note_wait,
-    fx_pagecache_peek, fx_pagecache_prefetch, fx_pagecache_read, fx_pagecache_set_extents,
+    fx_pagecache_peek, fx_pagecache_prefetch, fx_pagecache_read, fx_pagecache_add_extents,
     fx_pagecache_shutdown,
 )
 from fluxon_video.libav.avformat cimport (
@@ -133,18 +133,6 @@ cdef class _FetchCore:
             view = None
 
 
-def _join_extents(extents):
-    """(offset, bytes) ranges sorted, with overlapping or touching ones joined."""
-    out = []
-    for off, data in sorted(extents, key=lambda x: x[0]):
-        if out and off <= out[-1][0] + len(out[-1][1]):
-            last_off, last = out[-1]
-            out[-1] = (last_off, last + data[last_off + len(last) - off:])
-        else:
-            out.append((off, data))
-    return out
-
-
 cdef class ByteSource:
     """A file of fixed size, read through a page cache filled by fetch workers."""
 
@@ -171,7 +159,6 @@ cdef class ByteSource:
         self.page_size = page_size
         self.pid = os.getpid()
         self.range_source = range_source
-        self.extents = []
         self.core = _FetchCore(read_range, size, page_size, cache_bytes, readahead_pages,
                                int(fetch_timeout_s * 1000), self.name)
         self.workers = []
@@ -274,10 +261,10 @@ cdef class ByteSource:
         """Serve these (offset, bytes) ranges without fetching: bytes of this file
         version known in advance (the container header a frame index recorded,
         or a probe of the file's end). Added to those set before: ranges that
-        overlap or touch are joined (they are the same file's bytes).
+        overlap or touch are joined (they are the same file's bytes). The page
+        cache keeps the only copy.
         """
-        extents = _join_extents(self.extents + [(int(off), bytes(data))
-                                                for off, data in extents if len(data)])
+        extents = [(int(off), bytes(data)) for off, data in extents if len(data)]
         if any(off < 0 or off + len(data) > self.size for off, data in extents):
             raise ValueError(f"{self.name}: extents must lie inside the file")
         cdef fx_pagecache *pc = self.pagecache()
@@ -293,7 +280,8 @@ cdef class ByteSource:
                 offsets[i] = extents[i][0]
                 lens[i] = len(extents[i][1])
                 datas[i] = <const uint8_t *> (<bytes> extents[i][1])
-            ret = fx_pagecache_set_extents(pc, offsets, lens, datas, n)
+            # With the GIL held: two calls never replace the set at once.
+            ret = fx_pagecache_add_extents(pc, offsets, lens, datas, n)
         finally:
             free(offsets)
             free(lens)
@@ -302,7 +290,6 @@ cdef class ByteSource:
             raise MemoryError(f"{self.name}: out of memory setting extents")
         if ret < 0:
             raise ValueError(f"{self.name}: extents must lie inside the file")
-        self.extents = extents
 
     def fetch_extent(self, int64_t offset, int64_t length):
         """Read [offset, offset+length) from the range source now, bypassing the
@@ -418,6 +405,17 @@ cdef int64_t fx_source_fetch_waits(fx_pagecache *pc) noexcept nogil:
 
 cdef fx_cursor *fx_avio_cursor(AVIOContext *pb) noexcept nogil:
     return &(<fx_avio_opaque *> pb.opaque).cursor
+
+
+cdef void fx_avio_limit_readahead(AVIOContext *pb, int64_t end) noexcept nogil:
+    """Stop sequential readahead at byte end (0: no limit): the caller knows
+    where the bytes it needs end."""
+    fx_avio_cursor(pb).readahead_end = end
+
+
+cdef void fx_avio_zero_fill(AVIOContext *pb, bint zero_fill) noexcept nogil:
+    """While set, reads return zeros and fetch nothing (see fx_cursor)."""
+    fx_avio_cursor(pb).zero_fill = zero_fill
 
 
 cdef void fx_avio_close(AVIOContext **pb) noexcept nogil:

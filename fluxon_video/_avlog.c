@@ -106,8 +106,6 @@ void fx_avlog_clear(void) {
     thread_seq = 0;
 }
 
-const char *fx_avlog_last_error(void) { return thread_line; }
-
 fx_avlog_buf *fx_avlog_buf_new(void) {
     fx_avlog_buf *b = calloc(1, sizeof(*b));
     if (!b) return NULL;

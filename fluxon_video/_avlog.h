@@ -17,8 +17,6 @@ typedef struct fx_avlog_buf fx_avlog_buf;
 void fx_avlog_install(void);
 /* Clears the calling thread's line. */
 void fx_avlog_clear(void);
-/* The calling thread's last line ("" if none). */
-const char *fx_avlog_last_error(void);
 
 /* A registered buffer (NULL when out of memory); the log callback writes into
  * it only while it is registered. */

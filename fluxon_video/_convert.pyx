@@ -12,6 +12,7 @@ from libc.errno cimport EINVAL, ENOMEM, ENOSYS
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcmp, memcpy, memset
 
+from fluxon_video._errors cimport FX_ERROR_OUT_OF_MEMORY
 from fluxon_video.libav.avutil cimport (
     AVCOL_RANGE_JPEG, AVCOL_RANGE_UNSPECIFIED, AVCOL_SPC_BT470BG, AVERROR, AVPixFmtDescriptor,
     AV_PIX_FMT_FLAG_BITSTREAM, AV_PIX_FMT_FLAG_HWACCEL, AV_PIX_FMT_FLAG_PAL, AV_PIX_FMT_RGB24,
@@ -218,8 +219,11 @@ cdef int fx_sink_put(FrameSink *sink, AVFrame *f, int64_t slot, DecodeProgress *
                      sink.width)
     if ret < 0:
         if ret == AVERROR(ENOMEM):
-            # The oriented frame and the scratch rows: our allocations (see _errors).
+            # Every allocation conversion makes is ours, sized by the frame
+            # and the output (the oriented frame, the scratch rows): not a
+            # refusal of what the file's data asks for.
             p.failed_call = "allocating conversion buffers"
+            ret = FX_ERROR_OUT_OF_MEMORY
         return ret
     p.frames_converted += 1
     return 0

@@ -3,9 +3,9 @@
 
 Frame i is the i-th frame the decoder outputs when the first video stream is
 read from the start (presentation order). The decoder chooses the path (the
-indexed one when it holds a trusted FrameIndex, see _paths), falls back to
-the sequential reference on any disagreement, validates the request, raises
-errors, and reports a DecodeStats record per call. Its pipeline (_pipeline)
+indexed one when it holds a trusted FrameIndex, see _decode_paths), falls
+back to the sequential reference on any disagreement, validates the request,
+raises errors, and reports a DecodeStats record per call. Its pipeline (_pipeline)
 lives as long as the decoder, so a later request ahead of where it stands
 continues without seeking.
 
@@ -24,7 +24,7 @@ from libc.string cimport memset
 from fluxon_video._avio cimport ByteSource
 from fluxon_video._pagecache cimport fx_cursor
 from fluxon_video._convert cimport FrameSink, fx_converter, fx_converter_free, fx_sink_init
-from fluxon_video._paths cimport (
+from fluxon_video._decode_paths cimport (
     FX_DAMAGED, FX_FALLBACK, IndexedPlan, Survey, decode_indexed, decode_sequential, make_plan,
     survey_damage,
 )

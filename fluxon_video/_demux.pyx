@@ -17,10 +17,11 @@ from libc.string cimport memcpy, strncmp
 import numpy as np
 
 from fluxon_video._avio cimport (
-    ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open, fx_source_prefetch,
+    ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_limit_readahead, fx_avio_open,
+    fx_avio_zero_fill, fx_source_prefetch,
 )
 from fluxon_video._pagecache cimport fx_pagecache
-from fluxon_video._errors cimport err_check
+from fluxon_video._errors cimport FX_ERROR_OUT_OF_MEMORY, err_check
 from fluxon_video.libav.avcodec cimport (
     AVCodecID, AVDISCARD_ALL, AV_CODEC_ID_MPEG4, AV_CODEC_ID_VP8, AV_CODEC_ID_VP9,
     AV_CODEC_PROP_REORDER, AVCodecDescriptor, AVCodecParameters,
@@ -89,7 +90,7 @@ cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_
     failed_call[0] = "avformat_alloc_context"
     fmt[0] = avformat_alloc_context()
     if fmt[0] == NULL:
-        return AVERROR(ENOMEM)
+        return FX_ERROR_OUT_OF_MEMORY
     fmt[0].pb = pb
     fmt[0].flags |= AVFMT_FLAG_CUSTOM_IO
     failed_call[0] = "avformat_open_input"
@@ -188,10 +189,10 @@ cdef int log_append(PacketLog *log, AVPacket *pkt) noexcept nogil:
             log.vops = <int32_t *> _grow(log.vops, cap * sizeof(int32_t), &failed)
             log.head_end = <int64_t *> _grow(log.head_end, cap * sizeof(int64_t), &failed)
         if failed:
-            return AVERROR(ENOMEM)
+            return FX_ERROR_OUT_OF_MEMORY
         log.cap = cap
     if log.mpeg4 and log_mpeg4_head(log, pkt) < 0:
-        return AVERROR(ENOMEM)
+        return FX_ERROR_OUT_OF_MEMORY
     log.pts[log.n] = pkt.pts
     log.dts[log.n] = pkt.dts
     log.pos[log.n] = pkt.pos
@@ -292,7 +293,7 @@ cdef int log_mpeg4_head(PacketLog *log, AVPacket *pkt) noexcept nogil:
         cap = max(2 * log.head_cap, log.head_used + length, <int64_t> 65536)
         log.head = <uint8_t *> _grow(log.head, cap, &failed)
         if failed:
-            return AVERROR(ENOMEM)
+            return FX_ERROR_OUT_OF_MEMORY
         log.head_cap = cap
     if length:
         memcpy(log.head + log.head_used, pkt.data, length)
@@ -334,9 +335,9 @@ cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
     # No readahead meanwhile (a limit of one byte): the header and those
     # packets are all it reads, so a cold MP4 open fetches no page only
     # readahead wanted.
-    fx_avio_cursor(pb).readahead_end = 1
+    fx_avio_limit_readahead(pb, 1)
     ret = fx_open_input(pb, fmt, True, NULL, stream_index[0], stream_index, failed_call)
-    fx_avio_cursor(pb).readahead_end = 0
+    fx_avio_limit_readahead(pb, 0)
     if ret < 0:
         return ret
     codec_id = fmt[0].streams[stream_index[0]].codecpar.codec_id
@@ -352,29 +353,32 @@ cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
     # Packets without a pts (AVI's I and P frames) get the one the demuxer
     # can infer; the indexed path reads packets the same way.
     fmt[0].flags |= AVFMT_FLAG_GENPTS
-    fx_avio_cursor(pb).zero_fill = zero_fill
+    fx_avio_zero_fill(pb, zero_fill)
     # Outside MP4/MOV the payloads are read anyway: look at MPEG-4 part 2's.
     log.mpeg4 = (fmt[0].streams[stream_index[0]].codecpar.codec_id == AV_CODEC_ID_MPEG4
                  and not is_mov(fmt[0]))
     failed_call[0] = "av_packet_alloc"
     pkt = av_packet_alloc()
     if pkt == NULL:
-        return AVERROR(ENOMEM)
+        return FX_ERROR_OUT_OF_MEMORY
     while True:
         failed_call[0] = "av_read_frame"
         ret = av_read_frame(fmt[0], pkt)
         if ret < 0:
             break
         if pkt.stream_index == stream_index[0]:
-            failed_call[0] = "growing the packet log"  # our allocation (see _errors)
+            failed_call[0] = "growing the packet log"
             ret = log_append(log, pkt)
         av_packet_unref(pkt)
         if ret < 0:
             break
     av_packet_free(&pkt)
-    fx_avio_cursor(pb).zero_fill = 0
-    if ret == AVERROR_EOF or (ret < 0 and ret != AVERROR(ENOMEM) and not fx_avio_cursor(pb).error):
-        ret = 0  # like the ffmpeg CLI, a demux error ends the stream
+    fx_avio_zero_fill(pb, False)
+    # Like the ffmpeg CLI, a demux error ends the stream; running out of
+    # memory (ours or FFmpeg's) and a failed byte source do not.
+    if ret == AVERROR_EOF or (ret < 0 and ret != AVERROR(ENOMEM) and ret != FX_ERROR_OUT_OF_MEMORY
+                              and not fx_avio_cursor(pb).error):
+        ret = 0
     if ret == 0:
         failed_call[0] = NULL
     return ret

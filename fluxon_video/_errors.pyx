@@ -5,13 +5,13 @@ Call err_check after the GIL is back; native code only records codes.
 
 Callers raise the byte source's own exception first (a failed fetch, a
 timeout, a closed source: the cursor records it, and FFmpeg only ever sees
-EIO/ETIMEDOUT for it). Every code that reaches err_check is therefore
+EIO/ETIMEDOUT for it). Every FFmpeg code that reaches err_check is therefore
 FFmpeg's verdict on the data, a FluxonFsDecodeError (FluxonFsNoVideoStreamError
 for a container without video), even when FFmpeg spells it as an errno: a
 demuxer's EIO for an element the file ends inside, av_seek_frame's bare -1
 (which av_strerror reads as EPERM), ENOMEM for an allocation a corrupt size
-field asks for. Only ENOMEM from an allocation of our own (OWN_ALLOCATIONS)
-is a MemoryError.
+field asks for. Only FX_ERROR_OUT_OF_MEMORY, which native code returns when an
+allocation of our own fails, is a MemoryError.
 """
 from libc.errno cimport EIO, ENOMEM
 
@@ -22,20 +22,13 @@ from fluxon_video.libav.avutil cimport (
 from fluxon_video import errors
 
 
-# Calls whose ENOMEM is a real out-of-memory of ours: allocations whose size
-# does not depend on the file (contexts, packet, frame, the page cache) or that
-# we size ourselves (the scan's packet log, conversion buffers). Every other
-# call that answers ENOMEM (opening, demuxing, decoding) was refused an
+# Allocations of our own return FX_ERROR_OUT_OF_MEMORY: those whose size does
+# not depend on the file (contexts, packet, frame) or that we size
+# ourselves (the scan's packet log, conversion buffers). Every call that
+# answers AVERROR(ENOMEM) (opening, demuxing, decoding) was refused an
 # allocation the file's data asked for, typically a corrupt size or count
 # field: that is a file FFmpeg cannot read, a FluxonFsDecodeError.
-OWN_ALLOCATIONS = frozenset({
-    "avformat_alloc_context",
-    "av_packet_alloc",
-    "av_frame_alloc",
-    "avcodec_alloc_context3",
-    "growing the packet log",
-    "allocating conversion buffers",
-})
+OUT_OF_MEMORY = FX_ERROR_OUT_OF_MEMORY
 
 
 cdef str av_error_text(int code):
@@ -49,7 +42,7 @@ cdef int err_check(int code, str what, str name, str detail=None) except -1:
     """Raise the exception for a negative libav return code, else return it."""
     if code >= 0:
         return code
-    if code == AVERROR(ENOMEM) and what in OWN_ALLOCATIONS:
+    if code == FX_ERROR_OUT_OF_MEMORY:
         raise MemoryError(f"{name}: {what}: out of memory")
     cls = (errors.FluxonFsNoVideoStreamError if code == AVERROR_STREAM_NOT_FOUND
            else errors.FluxonFsDecodeError)

@@ -11,7 +11,7 @@ from libc.string cimport memset
 
 from fluxon_video._avio cimport ByteSource
 from fluxon_video._convert cimport FrameSink, fx_sink_init
-from fluxon_video._paths cimport FX_FALLBACK, IndexedPlan, decode_indexed, make_plan
+from fluxon_video._decode_paths cimport FX_FALLBACK, IndexedPlan, decode_indexed, make_plan
 from fluxon_video._pipeline cimport Pipeline
 from fluxon_video._progress cimport DecodeProgress, now_ms
 

@@ -328,32 +328,68 @@ static fx_page *acquire_page(fx_pagecache *pc, fx_cursor *c, int64_t page) {
     }
 }
 
-int fx_pagecache_set_extents(fx_pagecache *pc, const int64_t *offsets, const int64_t *lens,
+static int extent_cmp(const void *a, const void *b) {
+    int64_t x = ((const fx_extent *)a)->offset, y = ((const fx_extent *)b)->offset;
+    return (x > y) - (x < y);
+}
+
+int fx_pagecache_add_extents(fx_pagecache *pc, const int64_t *offsets, const int64_t *lens,
                              const uint8_t *const *datas, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         if (offsets[i] < 0 || lens[i] <= 0 || offsets[i] + lens[i] > pc->file_size) return -1;
-        if (i > 0 && offsets[i] < offsets[i - 1] + lens[i - 1]) return -1;
     }
-    fx_extent *xs = calloc(n ? n : 1, sizeof(fx_extent));
-    if (!xs) return -2;
+    if (n == 0) return 0;
+    /* Only this function replaces the set (callers take turns): reading it
+     * here without the lock sees what the last call installed. */
+    int64_t total = pc->n_extents + n, groups = 0;
+    fx_extent *parts = malloc((size_t)total * sizeof(fx_extent));  /* borrowed data */
+    fx_extent *xs = calloc((size_t)total, sizeof(fx_extent));
+    if (!parts || !xs) {
+        free(parts);
+        free(xs);
+        return -2;
+    }
+    if (pc->n_extents) memcpy(parts, pc->extents, (size_t)pc->n_extents * sizeof(fx_extent));
     for (int64_t i = 0; i < n; i++) {
-        xs[i].data = malloc((size_t)lens[i]);
+        fx_extent *x = &parts[pc->n_extents + i];
+        x->offset = offsets[i];
+        x->len = lens[i];
+        x->data = (uint8_t *)datas[i];
+    }
+    qsort(parts, (size_t)total, sizeof(fx_extent), extent_cmp);
+    /* Ranges that overlap or touch become one: they are the same file's bytes. */
+    for (int64_t i = 0; i < total; i++) {
+        fx_extent *last = groups ? &xs[groups - 1] : NULL;
+        if (last && parts[i].offset <= last->offset + last->len) {
+            int64_t end = parts[i].offset + parts[i].len;
+            if (end > last->offset + last->len) last->len = end - last->offset;
+        } else {
+            xs[groups].offset = parts[i].offset;
+            xs[groups].len = parts[i].len;
+            groups++;
+        }
+    }
+    for (int64_t i = 0; i < groups; i++) {
+        xs[i].data = malloc((size_t)xs[i].len);
         if (!xs[i].data) {
             for (int64_t j = 0; j < i; j++) free(xs[j].data);
+            free(parts);
             free(xs);
             return -2;
         }
-        memcpy(xs[i].data, datas[i], (size_t)lens[i]);
-        xs[i].offset = offsets[i];
-        xs[i].len = lens[i];
     }
+    for (int64_t i = 0, g = 0; i < total; i++) {
+        while (parts[i].offset >= xs[g].offset + xs[g].len) g++;
+        memcpy(xs[g].data + (parts[i].offset - xs[g].offset), parts[i].data, (size_t)parts[i].len);
+    }
+    free(parts);
     /* Readers copy from extents under the lock only: the old set can go once
      * the new one is in place. */
     pthread_mutex_lock(&pc->mu);
     fx_extent *old = pc->extents;
     int64_t n_old = pc->n_extents;
     pc->extents = xs;
-    pc->n_extents = n;
+    pc->n_extents = groups;
     pthread_mutex_unlock(&pc->mu);
     for (int64_t i = 0; i < n_old; i++) free(old[i].data);
     free(old);

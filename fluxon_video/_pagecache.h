@@ -131,9 +131,11 @@ void fx_cursor_init(fx_cursor *c);
  * Returns the bytes copied (0 at EOF) or -1 with c->error set. */
 int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t n);
 
-/* Installs extents (copied; sorted, disjoint, inside the file) in place of the
- * ones set before: returns 0, -1 for bad extents, -2 out of memory. */
-int fx_pagecache_set_extents(fx_pagecache *pc, const int64_t *offsets, const int64_t *lens,
+/* Adds extents (copied; in any order, inside the file) to those set before;
+ * ranges that overlap or touch are joined. The cache keeps the only copy.
+ * Returns 0, -1 for bad extents (nothing changes), -2 out of memory. Calls
+ * must not run at the same time. */
+int fx_pagecache_add_extents(fx_pagecache *pc, const int64_t *offsets, const int64_t *lens,
                              const uint8_t *const *datas, int64_t n);
 /* Copies [offset, offset+n) into buf if every byte of it is in an extent or a
  * cached page, without waiting or touching the statistics; returns n, or -1

@@ -49,7 +49,7 @@ cdef extern from "_pagecache.h" nogil:
                                int failed)
     void fx_cursor_init(fx_cursor *c)
     int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t n)
-    int fx_pagecache_set_extents(fx_pagecache *pc, const int64_t *offsets, const int64_t *lens,
+    int fx_pagecache_add_extents(fx_pagecache *pc, const int64_t *offsets, const int64_t *lens,
                                  const uint8_t *const *datas, int64_t n)
     int64_t fx_pagecache_peek(fx_pagecache *pc, int64_t offset, uint8_t *buf, int64_t n)
     void fx_pagecache_note_wait(fx_pagecache *pc)

@@ -61,6 +61,8 @@ cdef class Pipeline:
     cdef void release(self) noexcept nogil
     cdef bint is_open(self) noexcept nogil
     cdef fx_cursor *cursor(self) noexcept nogil
+    cdef void limit_readahead(self, int64_t end) noexcept nogil
+    cdef void skip_nonref(self, bint skip) noexcept nogil
     cdef void clear_log(self) noexcept nogil
     cdef void last_error(self, char *out, size_t size) noexcept nogil
     cdef int raise_error(self, int ret, DecodeProgress *p) except -1

@@ -12,12 +12,15 @@ import os
 from libc.errno cimport EAGAIN, EINVAL, ENOMEM
 from libc.stdint cimport int64_t, uint64_t
 
-from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
+from fluxon_video._avio cimport (
+    ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_limit_readahead, fx_avio_open,
+)
 from fluxon_video._demux cimport fx_open_input, raise_missing_stream
-from fluxon_video._errors cimport err_check
+from fluxon_video._errors cimport FX_ERROR_OUT_OF_MEMORY, err_check
 from fluxon_video._progress cimport now_ms
 from fluxon_video.libav.avcodec cimport (
-    AVCodec, AV_EF_EXPLODE, FF_THREAD_FRAME, FF_THREAD_SLICE, av_packet_alloc, av_packet_free, av_packet_unref,
+    AVCodec, AVDISCARD_DEFAULT, AVDISCARD_NONREF, AV_EF_EXPLODE, FF_THREAD_FRAME, FF_THREAD_SLICE,
+    av_packet_alloc, av_packet_free, av_packet_unref,
     avcodec_alloc_context3, avcodec_find_decoder, avcodec_flush_buffers, avcodec_free_context,
     avcodec_get_name, avcodec_open2, avcodec_parameters_to_context, avcodec_receive_frame,
     avcodec_send_packet,
@@ -84,6 +87,15 @@ cdef class Pipeline:
     cdef fx_cursor *cursor(self) noexcept nogil:
         return fx_avio_cursor(self.pb) if self.pb != NULL else NULL
 
+    cdef void limit_readahead(self, int64_t end) noexcept nogil:
+        """Readahead stops at byte end (0: no limit); needs an open pipeline."""
+        fx_avio_limit_readahead(self.pb, end)
+
+    cdef void skip_nonref(self, bint skip) noexcept nogil:
+        """Whether the decoder skips the non-reference frames of the packets
+        sent from now on; needs an open pipeline."""
+        self.codec.skip_frame = AVDISCARD_NONREF if skip else AVDISCARD_DEFAULT
+
     cdef void clear_log(self) noexcept nogil:
         fx_avlog_clear()
         fx_avlog_buf_clear(self.log)
@@ -148,17 +160,14 @@ cdef class Pipeline:
         self.fmt.opaque = self.log
         if self.genpts:
             self.fmt.flags |= AVFMT_FLAG_GENPTS
-        # Our own allocations name themselves: err_check keeps their ENOMEM a
-        # MemoryError, where an ENOMEM from a call fed the file's data is a
-        # file FFmpeg cannot read.
         p.failed_call = "av_packet_alloc"
         self.pkt = av_packet_alloc()
         if self.pkt == NULL:
-            return AVERROR(ENOMEM)
+            return FX_ERROR_OUT_OF_MEMORY
         p.failed_call = "av_frame_alloc"
         self.frame = av_frame_alloc()
         if self.frame == NULL:
-            return AVERROR(ENOMEM)
+            return FX_ERROR_OUT_OF_MEMORY
         st = self.fmt.streams[self.stream_index]
         p.failed_call = "avcodec_find_decoder"
         dec = avcodec_find_decoder(st.codecpar.codec_id)
@@ -167,7 +176,7 @@ cdef class Pipeline:
         p.failed_call = "avcodec_alloc_context3"
         self.codec = avcodec_alloc_context3(dec)
         if self.codec == NULL:
-            return AVERROR(ENOMEM)
+            return FX_ERROR_OUT_OF_MEMORY
         # Set before avcodec_open2: frame-threading copies of the context keep it.
         self.codec.opaque = self.log
         p.failed_call = "avcodec_parameters_to_context"

@@ -11,7 +11,7 @@ cdef struct DecodeProgress:
     int64_t decode_errors
     int64_t corrupt_frames       # frames the decoder flagged corrupt or concealed
     # Stop at the first damage (a rejected packet or a corrupt frame) instead
-    # of carrying on like the ffmpeg CLI: FX_DAMAGED (see _paths).
+    # of carrying on like the ffmpeg CLI: FX_DAMAGED (see _decode_paths).
     bint strict
     bint failed_in_one_thread    # the run was on the decoder's one-threaded pipeline
     int64_t damage_cluster       # indexed path: the cluster being decoded then

@@ -284,7 +284,7 @@ class FrameIndex:
         target t than the decoder shows it has a decode rank within R of t;
         and if t's own pts lies, its neighbours t-1 or t+1 are shown across
         it. Decoding both kinds turns either lie into a frame out of order or
-        missing, which _paths.pyx _take_frame sees.
+        missing, which _decode_paths.pyx _take_frame sees.
         """
         n = self.frame_count
         keep = np.zeros(n, np.uint8)
@@ -333,7 +333,7 @@ class FrameIndex:
             c_key[c] = key[bounds[c]:bounds[c + 1]].min()
         end = self.pkt_pos + self.pkt_size
         # A reordering codec's cluster also decodes until one frame after its
-        # targets comes out (_paths.pyx confirm_order): fetch those packets with it.
+        # targets comes out (_decode_paths.pyx confirm_order): fetch those packets with it.
         more = CONFIRM_PACKETS if self.header.get("reorders", True) else 0
         c_end = np.asarray([end[k:r + 1 + more].max() for k, r in zip(c_key, c_reach)], np.int64)
         return {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,3 +83,12 @@ def test_the_bench_does_not_import_the_tests():
     for path in (ROOT / "bench").glob("*.py"):
         text = path.read_text()
         assert "from tests" not in text and "import tests" not in text, path
+
+
+def test_setup_builds_every_native_unit_by_its_file_name():
+    # A unit renamed without setup.py would still import from a stale build
+    # in place, and fail only on a clean one.
+    text = (ROOT / "setup.py").read_text()
+    listed = re.search(r"NATIVE_MODULES = \[([^\]]*)\]", text).group(1)
+    assert set(re.findall(r'"(\w+)"', listed)) == {
+        p.stem for p in (ROOT / "fluxon_video").glob("*.pyx")}

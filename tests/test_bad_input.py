@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import re
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +14,7 @@ import fluxon_video as fv
 from fluxon_video import errors
 from fluxon_video.sources import BytesRangeSource
 from tests.helpers import RaisingSource, make_patcher
+from tests.media import CLIPS
 from tests.media import ffprobe_packets as packets
 
 avio = pytest.importorskip("fluxon_video._avio")
@@ -138,6 +142,7 @@ def test_err_check_table():
         -13: errors.FluxonFsDecodeError,  # EACCES
         -110: errors.FluxonFsDecodeError,  # ETIMEDOUT
         -12: errors.FluxonFsDecodeError,  # ENOMEM from a call fed the file's data
+        _errors.OUT_OF_MEMORY: MemoryError,  # an allocation of our own failed
     }
     for code, cls in cases.items():
         with pytest.raises(cls) as info:
@@ -163,16 +168,62 @@ def test_enomem_from_a_call_fed_the_file_is_a_decode_error(call):
 
 @pytest.mark.parametrize("call", ["avformat_alloc_context", "av_packet_alloc", "av_frame_alloc",
                                   "avcodec_alloc_context3", "growing the packet log",
-                                  "allocating conversion buffers"])
-def test_enomem_of_our_own_allocations_stays_memory_error(call):
+                                  "allocating conversion buffers", "a call named anew"])
+def test_our_own_allocation_failing_is_memory_error_whatever_the_call_is_called(call):
     from fluxon_video import _errors
 
     with pytest.raises(MemoryError, match=f"x.mp4: {call}: out of memory") as info:
-        _errors.check(-12, call, "x.mp4")
+        _errors.check(_errors.OUT_OF_MEMORY, call, "x.mp4")
     assert not isinstance(info.value, errors.FluxonFsError)
+    # The class comes from the code alone: FFmpeg's ENOMEM under the same
+    # name is still a refusal of what the file asks for.
+    with pytest.raises(errors.FluxonFsDecodeError, match="could not allocate"):
+        _errors.check(-12, call, "x.mp4")
 
 
-# ---- a corrupt size field that makes FFmpeg refuse an allocation (issue 12, #5) ----
+# A process where FFmpeg's allocator refuses any block larger than a limit
+# (av_max_alloc): after a warm-up at a smaller output size has made every
+# decoder allocation, an unscaled read of the next frame needs one more block,
+# our padded conversion rows (stride * height + 64 bytes, see _convert).
+MAX_ALLOC_SCRIPT = """
+import ctypes, sys
+from fluxon_video import _avio, _decode, _demux
+from fluxon_video.sources import BytesRangeSource
+path, limit, height, width = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+libavutil = next(line.split()[-1] for line in open("/proc/self/maps") if "libavutil.so" in line)
+src = BytesRangeSource(open(path, "rb").read(), "big.mp4")
+with _avio.ByteSource(src, src.size) as bs:
+    index = _demux.scan_packets(bs)
+    with _decode.VideoDecoder(bs, 1, "big.mp4", "error", None) as decoder:
+        decoder.index = index
+        decoder.decode([0], height // 2, width // 2)
+        ctypes.CDLL(libavutil).av_max_alloc(ctypes.c_size_t(limit))
+        try:
+            decoder.decode([1], height, width)
+        except BaseException as exc:
+            print(type(exc).__name__, exc)
+        else:
+            print("decoded")
+"""
+
+
+def test_our_own_allocation_refused_by_ffmpeg_is_a_memory_error(media):
+    clip = CLIPS["long_640x360.mp4"]
+    need = ((clip.width * 3 + 64 + 63) & ~63) * clip.height + 64
+
+    def read_with_limit(limit):
+        return subprocess.run(
+            [sys.executable, "-c", MAX_ALLOC_SCRIPT, str(media.path(clip.name)), str(limit),
+             str(clip.height), str(clip.width)],
+            cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True,
+            timeout=60, check=True).stdout.strip()
+
+    assert read_with_limit(need) == "decoded"
+    assert read_with_limit(need - 1) == (
+        "MemoryError big.mp4: allocating conversion buffers: out of memory")
+
+
+# ---- a corrupt size field that makes FFmpeg refuse an allocation: a decode error, not MemoryError ----
 
 def mp4_boxes(data, start=0, end=None, path=()):
     """(path, offset of the box header, header size) of every box, depth first."""
@@ -236,7 +287,7 @@ def test_corrupt_size_field_is_a_decode_error_through_a_reader(enomem_mp4, file)
                 reader.read_frames_numpy([0, 5])
 
 
-# ---- FFmpeg's own reason, whichever thread logged it (issue 12, #13) ----
+# ---- FFmpeg's own reason in the message, whichever thread logged it ----
 
 def with_garbage_payload(data: bytes, seed: int = 1) -> bytes:
     """The MP4 with every mdat payload byte random: a valid container whose
@@ -318,7 +369,7 @@ def test_decoder_thread_errors_with_pipelines_in_parallel(media, tmp_path):
             assert re.search(last_line, message), message
 
 
-# ---- fetch errors are not kept once the page reads fine (issue 12, #13) ----
+# ---- fetch errors are not kept once the page reads fine (no exception held for good) ----
 
 class FlakySource(BytesRangeSource):
     """Fails the first fetch of each page in ``flaky`` (after ``gate``, if given, is set)."""
@@ -423,7 +474,7 @@ def test_readers_racing_a_failure_and_its_retry_get_the_exception_or_the_bytes(g
             [], [good[3 * page:3 * page + 64]], [good[3 * page:3 * page + 64]] * 2), results
 
 
-# ---- the benchmark's decode floor on files it cannot decode (issue 12, #13) ----
+# ---- the benchmark's decode floor on files it cannot decode: the same clean errors ----
 
 def floor(data: bytes, threads=1, name="floor.mp4"):
     from fluxon_video import _floor

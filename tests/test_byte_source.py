@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import tracemalloc
 from collections import Counter
 
 import pytest
@@ -315,6 +316,34 @@ def test_extents_are_checked_and_later_ones_join_the_earlier():
         cursor.seek(PAGE * 3)
         assert cursor.read(7) == DATA[PAGE * 3:PAGE * 3 + 7]
         assert not source.calls
+
+
+def test_extents_in_any_order_join_across_calls():
+    source = CountingSource(DATA)
+    with avio.ByteSource(source, len(DATA), page_size=PAGE, readahead_pages=0) as bs:
+        bs.set_extents([(PAGE * 2, DATA[PAGE * 2:PAGE * 2 + 50]), (100, DATA[100:200])])
+        # Unsorted and overlapping within one call, and bridging the two before.
+        bs.set_extents([(PAGE, DATA[PAGE:PAGE * 2 + 10]), (150, DATA[150:PAGE + 5])])
+        assert bs.peek(100, PAGE * 2 - 50) == DATA[100:PAGE * 2 + 50]
+        cursor = bs.open_cursor()
+        cursor.seek(100)
+        assert cursor.read(3 * PAGE) == DATA[100:PAGE * 2 + 50]  # one extent now
+        assert not source.calls
+
+
+def test_the_page_cache_keeps_the_only_copy_of_extents():
+    size = 4 << 20
+    source = BytesRangeSource(bytes(size))
+    with avio.ByteSource(source, size) as bs:
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            bs.set_extents([(0, bytes(size // 2)), (size // 2, bytes(size // 4))])
+            kept = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert kept < size // 16  # not the extents' bytes again beside the C copy
+        assert bs.peek(size // 2 - 10, 20) == bytes(20)
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.05])

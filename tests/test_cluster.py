@@ -1,4 +1,4 @@
-"""FluxonFS over a real 3-master Redis Cluster (issue 14): the real agent process, spread keys,
+"""FluxonFS over a real 3-master Redis Cluster: the real agent process, spread keys,
 pipelined reads, a master taken away and back, TTLs, and three "nodes" as separate processes."""
 
 from __future__ import annotations

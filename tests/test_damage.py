@@ -1,4 +1,5 @@
-"""Damaged streams and packets that are not frames (issue 19).
+"""Damaged streams and packets that are not frames: a read returns the ffmpeg
+CLI's frame or raises, never another frame.
 
 Damaged files are made at test time: a clip with the first bytes of one
 packet overwritten, so the decoder rejects it (H.264 and HEVC: a NAL length;

@@ -1,4 +1,5 @@
-"""Regression tests for faults and bad input an outside run found (issue 12, FluxonFS side)."""
+"""Regression tests for faults and bad input on the FluxonFS side (the agent, the
+Redis KV, configs, relpaths): clean refusals, timeouts, repairs and failover."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Video metadata, time-based access and output options (issue 10; autorotate is in
+"""Video metadata, time-based access and output options (autorotate is in
 test_autorotate.py).
 
 Every expected value comes from outside fluxon_video: ffprobe (the container's

@@ -1,4 +1,4 @@
-"""The declared Python range is the one the package works on and the suite tests (issue 12, #10)."""
+"""The declared Python range is the one the package works on and the suite tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Which video stream is read, and stream_index= everywhere (issue 19).
+"""Which video stream is read, and stream_index= everywhere.
 
 The files are made at test time by the ffmpeg CLI: a Matroska file with
 three video streams and an audio stream, where the second video stream (the

@@ -29,7 +29,7 @@ cdef extern from "libavcodec/codec_desc.h" nogil:
 # https://ffmpeg.org/doxygen/5.1/structAVCodec.html
 cdef extern from "libavcodec/codec.h" nogil:
     ctypedef struct AVCodec:
-        const char *name
+        pass
 
     const AVCodec *avcodec_find_decoder(AVCodecID id)
 

@@ -39,7 +39,6 @@ cdef extern from "libavformat/avformat.h" nogil:
     # https://ffmpeg.org/doxygen/5.1/structAVIndexEntry.html (flags and size are bitfields)
     ctypedef struct AVIndexEntry:
         int64_t pos
-        int64_t timestamp
         int flags
         int size
 
@@ -48,12 +47,8 @@ cdef extern from "libavformat/avformat.h" nogil:
         const char *name
 
     ctypedef struct AVStream:
-        int index
         AVCodecParameters *codecpar
         AVRational time_base
-        int64_t start_time
-        int64_t duration
-        int64_t nb_frames
         int disposition
         AVDiscard discard
         AVRational sample_aspect_ratio
@@ -64,8 +59,6 @@ cdef extern from "libavformat/avformat.h" nogil:
         AVIOContext *pb
         unsigned int nb_streams
         AVStream **streams
-        int64_t start_time
-        int64_t duration
         int64_t bit_rate
         int flags
         void *opaque

@@ -9,8 +9,6 @@ cdef extern from "libavutil/avutil.h" nogil:
         AVMEDIA_TYPE_AUDIO
         AVMEDIA_TYPE_SUBTITLE
 
-    cdef int64_t AV_NOPTS_VALUE
-
     unsigned avutil_version()
 
     ctypedef struct AVRational:
@@ -23,10 +21,7 @@ cdef extern from "libavutil/error.h" nogil:
     int AVERROR(int errnum)
     int AVERROR_EOF
     int AVERROR_INVALIDDATA
-    int AVERROR_DECODER_NOT_FOUND
-    int AVERROR_DEMUXER_NOT_FOUND
     int AVERROR_STREAM_NOT_FOUND
-    int AVERROR_PATCHWELCOME
     int av_strerror(int errnum, char *errbuf, size_t errbuf_size)
 
 
@@ -55,7 +50,6 @@ cdef extern from "libavutil/pixdesc.h" nogil:
     int AV_PIX_FMT_FLAG_PAL
     int AV_PIX_FMT_FLAG_BITSTREAM
     int AV_PIX_FMT_FLAG_HWACCEL
-    int AV_PIX_FMT_FLAG_PLANAR
 
     ctypedef struct AVComponentDescriptor:
         int plane

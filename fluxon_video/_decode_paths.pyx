@@ -17,7 +17,7 @@ from fluxon_video._avio cimport fx_source_cancel_prefetch, fx_source_fetch_waits
 from fluxon_video._convert cimport fx_sink_put
 from fluxon_video._pagecache cimport fx_pagecache
 from fluxon_video.libav.avcodec cimport (
-    AVDISCARD_DEFAULT, AVDISCARD_NONREF, AV_PKT_FLAG_CORRUPT, AV_PKT_FLAG_KEY, av_packet_unref,
+    AV_PKT_FLAG_CORRUPT, AV_PKT_FLAG_KEY, av_packet_unref,
 )
 from fluxon_video.libav.avutil cimport AVERROR_EOF, av_frame_unref
 
@@ -267,12 +267,12 @@ cdef int _check_packet(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landin
         # call can continue from here.
         idx = _find(plan.frame_pts, plan.n_frames, pipe.pkt.pts)
         if idx >= 0 and idx < plan.targets[plan.n_targets - 1] and not plan.witness[idx]:
-            pipe.codec.skip_frame = AVDISCARD_NONREF
+            pipe.skip_nonref(True)
             plan.skipped[idx] = 1
             if dec > pipe.last_skipped_dec:
                 pipe.last_skipped_dec = dec
         else:
-            pipe.codec.skip_frame = AVDISCARD_DEFAULT
+            pipe.skip_nonref(False)
     return 0
 
 
@@ -327,7 +327,7 @@ cdef int _decode_cluster(Pipeline pipe, IndexedPlan *plan, int64_t c, FrameSink 
     ret = _position(pipe, plan, c, &landing, p)
     if ret < 0:
         return ret
-    pipe.cursor().readahead_end = plan.end_byte[c]
+    pipe.limit_readahead(plan.end_byte[c])
     stop_dec = plan.reach_dec[c] + TARGET_SLACK_PACKETS + 2 * pipe.num_threads
     while plan.left[c] > 0 or not confirmed:
         if not draining and not pipe.packet_pending:
@@ -388,8 +388,8 @@ cdef int decode_indexed(Pipeline pipe, IndexedPlan *plan, FrameSink *sink,
             if ret != 0:
                 break
     if plan.skip_nonref:
-        pipe.codec.skip_frame = AVDISCARD_DEFAULT
-    pipe.cursor().readahead_end = 0
+        pipe.skip_nonref(False)
+    pipe.limit_readahead(0)
     if ret == 0:
         p.failed_call = NULL
     return ret
