@@ -270,3 +270,25 @@ def test_nodes_missing_the_same_pieces_read_each_from_the_store_once(media, buck
         assert fetched <= len(data)  # every byte of the file at most once, over three nodes
     else:
         assert fetched > 2 * len(data) // 2 and len(gets) >= 3  # each node on its own
+
+
+def test_a_versioned_bucket_keys_by_version_id(bucket):
+    """On a versioned bucket the version id joins the ETag: a read names the
+    version it opened, and gets that version's bytes even after an overwrite."""
+    from fluxon_video.fs.object_origin import ObjectStoreOrigin
+
+    client = bucket.client()
+    client.create_bucket(Bucket="versioned")
+    client.put_bucket_versioning(Bucket="versioned",
+                                 VersioningConfiguration={"Status": "Enabled"})
+    bucket.upload("versioned", {"train/a.bin": b"old!" * 1000})
+    export = FluxonFsExport("train", "s3://versioned/train", allow=["alice"],
+                            store=bucket.store_options())
+    origin = ObjectStoreOrigin(export)
+    old = origin.stat("a.bin", "train:a.bin")
+    assert "#" in old.etag
+    bucket.upload("versioned", {"train/a.bin": b"new!" * 1000})
+    new = origin.stat("a.bin", "train:a.bin")
+    assert new != old and new.etag.split("#")[1] != old.etag.split("#")[1]
+    assert origin.read_range("a.bin", "n", 0, 4, old) == b"old!"
+    assert origin.read_range("a.bin", "n", 0, 4, new) == b"new!"
