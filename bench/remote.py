@@ -65,7 +65,7 @@ sys.path.insert(0, str(BENCH))
 
 # Keep this module's top level light: every spawned child imports it again.
 from machine import machine, versions  # noqa: E402
-from remote_report import label  # noqa: E402
+from remote_summary import label  # noqa: E402
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 EXPORT, IDENTITY, TOKEN = "remote", "bench", "bench-token"
@@ -660,9 +660,9 @@ class Bench:
     # ---- results ----
 
     def summaries(self) -> list[dict]:
-        import remote_report
+        import remote_summary
 
-        return remote_report.summarise(self.passes, self.args.batched_clips)
+        return remote_summary.summarise(self.passes, self.args.batched_clips)
 
     def results(self) -> dict:
         return {

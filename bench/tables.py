@@ -1,0 +1,34 @@
+"""Markdown tables and the number formats the reports share ("–": no figure)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+DASH = "–"
+KiB, MiB = 1 << 10, 1 << 20
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def num(value: float | None, digits: int = 2, grouped: bool = False) -> str:
+    if value is None:
+        return DASH
+    return f"{value:,.{digits}f}" if grouped else f"{value:.{digits}f}"
+
+
+def mib(value: float | None) -> str:
+    return DASH if value is None else f"{value / MiB:.2f}"
+
+
+def times(value: float | None, missing: str = DASH) -> str:
+    """A ratio as "1.23×"."""
+    return missing if value is None else f"{value:.2f}×"
+
+
+def listing(pairs: Iterable[tuple[object, object]]) -> str:
+    """"k v, k v": versions and the like, in one line."""
+    return ", ".join(f"{k} {v}" for k, v in pairs)
