@@ -49,7 +49,6 @@ import tempfile
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +69,15 @@ from fluxon_video.torch import (  # noqa: E402
     StatsCollate,
     VideoClipDataset,
 )
+from cli import finish, header  # noqa: E402
+from contenders import DecordHandle, TorchcodecHandle  # noqa: E402
+from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
 from frames import CheckResult, Reference, cli_reference, needed  # noqa: E402
+from passes import error_text  # noqa: E402
 from machine import machine, versions  # noqa: E402
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
-EXPORT, IDENTITY, TOKEN = "loader", "bench", "bench-token"
+EXPORT = "loader"
 HEVC = ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
         "-x265-params", "keyint=60:min-keyint=60:bframes=3:log-level=error")
 VP9 = ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "60",
@@ -142,23 +145,10 @@ class PeerClips(Dataset):
     def __len__(self) -> int:
         return len(self.plan)
 
-    def open(self, relpath: str) -> Any:
-        path = str(self.root / relpath)
-        if self.peer == "decord":
-            import decord
-
-            return decord.VideoReader(path, ctx=decord.cpu(0), width=SIZE, height=SIZE,
-                                      num_threads=self.threads)
-        from torchcodec.decoders import VideoDecoder
-        from torchcodec.transforms import Resize
-
-        return VideoDecoder(path, dimension_order="NHWC", num_ffmpeg_threads=self.threads,
-                            seek_mode="exact", transforms=[Resize((SIZE, SIZE))])
-
-    def read(self, reader: Any, indices: list[int]) -> torch.Tensor:
-        if self.peer == "decord":
-            return torch.from_numpy(reader.get_batch(indices).asnumpy())
-        return reader.get_frames_at(indices).data
+    def read(self, relpath: str, indices: list[int]) -> torch.Tensor:
+        handle = (DecordHandle if self.peer == "decord" else TorchcodecHandle)(
+            self.root / relpath, SIZE, SIZE, self.threads)
+        return torch.from_numpy(handle.read(indices))
 
     def items(self, items: Sequence[int]) -> list[dict[str, Any]]:
         """share_open: one reader and one read (the sorted union of the clips' indices) per
@@ -172,11 +162,11 @@ class PeerClips(Dataset):
             union = sorted({f for i in members for f in self.plan[i][1]})
             error = ""
             try:
-                frames = self.read(self.open(relpath), union)
+                frames = self.read(relpath, union)
                 if tuple(frames.shape) != (len(union), SIZE, SIZE, 3):
                     raise ValueError(f"frames of shape {tuple(frames.shape)}")
             except Exception as exc:  # noqa: BLE001 - a failing peer is a finding
-                error = f"{relpath}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                error = f"{relpath}: {error_text(exc, 160)}"
                 frames = torch.zeros((len(union), SIZE, SIZE, 3), dtype=torch.uint8)
             at = {f: k for k, f in enumerate(union)}
             for i in members:
@@ -292,11 +282,7 @@ class LoaderBench:
 
     def patcher(self) -> fv.FluxonFsPatcher:
         assert self.agent is not None and self.redis is not None
-        return fv.FluxonFsPatcher(
-            exports=[fv.FluxonFsExport(EXPORT, str(self.video_dir), agent_url=self.agent.url,
-                                       allow=[IDENTITY])],
-            identities={IDENTITY: TOKEN}, identity=IDENTITY,
-            client=fv.ClientSettings(redis_url=self.redis.url))
+        return make_patcher(store(EXPORT, self.video_dir, self.agent.url, self.redis.url))
 
     def check_peers(self) -> list[str]:
         peers = []
@@ -429,10 +415,7 @@ class LoaderBench:
         self.plan = make_plan(self.videos, a.items, a.per_video, a.seed)
         self.make_references()
         work = Path(tempfile.mkdtemp(prefix="fluxon-loader-", dir=a.data))
-        config = work / "agent.toml"
-        config.write_text(f'[identities]\n{IDENTITY} = "{TOKEN}"\n\n[[exports]]\n'
-                          f'name = "{EXPORT}"\nroot = "{self.video_dir}"\n'
-                          f'allow = ["{IDENTITY}"]\n')
+        config = write_agent_config(work / "agent.toml", EXPORT, self.video_dir)
         peers = self.check_peers()
         per_clip = ["fluxon per-clip", *(f"{p} per-clip" for p in peers)]
         batched = ["fluxon batched", *(f"{p} batched" for p in peers)]
@@ -518,10 +501,7 @@ class LoaderBench:
     def results(self, seconds: float) -> dict[str, Any]:
         a = self.args
         return {
-            "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": "python bench/dataloader.py" + "".join(f" {x}" for x in sys.argv[1:]),
-            "duration_s": round(seconds, 1),
-            "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+            **header("dataloader.py", None, seconds, a),
             "conditions": conditions(a, self.video_dir),
             "videos": [v.facts() for v in self.videos],
             "plan": self.plan,
@@ -749,15 +729,8 @@ def parse_args() -> argparse.Namespace:
                     help="only rewrite dataloader.md in --out from a dataloader.json")
     ap.add_argument("--out", type=Path,
                     help="where dataloader.md and dataloader.json go (default: bench/results)")
-    args = ap.parse_args()
-    for name, full, quick in (("items", 96, 32), ("repeat", 3, 1)):
-        if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else full)
-    if args.out is None:
-        args.out = args.data / "quick-results" if args.quick else BENCH / "results"
-    for name in ("items", "repeat", "workers", "batch_size", "per_video", "threads"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    args = finish(ap, ap.parse_args(), {"items": 96, "repeat": 3}, {"items": 32, "repeat": 1},
+                  ("items", "repeat", "workers", "batch_size", "per_video", "threads"))
     if args.retries < 0:
         ap.error("--retries must be at least 0")
     if args.batch_size % args.per_video or args.items % args.batch_size:

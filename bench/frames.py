@@ -132,6 +132,15 @@ class CheckResult:
     def as_dict(self) -> dict:
         return {**asdict(self), "ok": self.ok, "verdict": self.verdict()}
 
+    def absorb(self, other: CheckResult, prefix: str = "") -> None:
+        """Add another check's counts and findings (named with ``prefix``) to this one."""
+        self.frames += other.frames
+        self.bit_exact += other.bit_exact
+        self.worst_mean_abs_diff = max(self.worst_mean_abs_diff, other.worst_mean_abs_diff)
+        self.wrong += [prefix + w for w in other.wrong]
+        self.off += [prefix + o for o in other.off]
+        del self.wrong[5:], self.off[5:]
+
     def add(self, frames: np.ndarray, indices: Sequence[int], ref: Reference) -> None:
         """Check ``frames[k]`` against reference frame ``indices[k]`` (and its neighbours)."""
         if len(frames) != len(indices):

@@ -60,13 +60,13 @@ import numpy as np  # noqa: E402
 
 import fluxon_video as fv  # noqa: E402
 from dataset import X264, Video, VideoSpec, prepare  # noqa: E402
-from fluxon_video.fs.config import ClientSettings, FluxonFsExport  # noqa: E402
 from fluxon_video.testing import AgentProcess, RedisCluster  # noqa: E402
+from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
 from frames import cli_reference, digest  # noqa: E402
 from machine import machine, versions  # noqa: E402
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
-EXPORT, IDENTITY, TOKEN = "multinode", "bench", "bench-token"
+EXPORT = "multinode"
 NODES = 3
 HEVC = ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
         "-x265-params", "keyint=60:min-keyint=60:bframes=3:log-level=error")
@@ -458,21 +458,15 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="fluxon-multinode-") as tmp:
         work = Path(tmp)
-        config = work / "agent.toml"
-        config.write_text(f'[identities]\n{IDENTITY} = "{TOKEN}"\n\n[[exports]]\n'
-                          f'name = "{EXPORT}"\nroot = "{video_dir.resolve()}"\n'
-                          f'allow = ["{IDENTITY}"]\n')
+        config = write_agent_config(work / "agent.toml", EXPORT, video_dir.resolve())
         agent_args = (["--inject-latency-ms", f"{a.agent_latency_ms:g}"]
                       if a.agent_latency_ms else [])
         print("starting a 3-master Redis Cluster and the agent", flush=True)
         with RedisCluster(work / "cluster", masters=3) as cluster, \
                 AgentProcess(config, agent_args) as agent:
-            patcher = fv.FluxonFsPatcher(
-                exports=[FluxonFsExport(EXPORT, str(video_dir.resolve()), agent_url=agent.url,
-                                        allow=[IDENTITY], piece_size=a.piece_size)],
-                identities={IDENTITY: TOKEN},
-                client=ClientSettings(redis_url=tuple(cluster.urls), redis_cluster=True),
-                identity=IDENTITY)
+            patcher = make_patcher(store(EXPORT, video_dir.resolve(), agent.url,
+                                         tuple(cluster.urls), piece_size=a.piece_size),
+                                   redis_cluster=True)
             for repetition in range(1, a.repeat + 1):
                 print(f"run {repetition} of {a.repeat}: the cluster flushed", flush=True)
                 cluster.flushall()

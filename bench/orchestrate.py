@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,10 @@ from fluxon_video.testing import AgentProcess, RedisServer
 from tqdm import tqdm
 
 import report
+from cli import header
 from contenders import PEERS
 from dataset import DATASET, Video, prepare, sample_clips
+from fluxon_access import store, write_agent_config
 from frames import cli_reference, needed
 from machine import machine, run, versions
 
@@ -32,7 +33,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 CLIP_LENGTH, CLIP_STRIDE = 16, 4
 TRAIN_SIZE = 224
-EXPORT, IDENTITY, TOKEN = "bench", "bench", "bench-token"
+EXPORT = "bench"
 LOCAL_CONTENDERS = (*PEERS, "fluxon-local")
 QUICK_SCALE = 0.25  # --quick: videos this much shorter
 
@@ -185,10 +186,8 @@ class Bench:
         self.sweep_agent = self.start_agent(self.args.sweep_latency_ms)
 
     def start_agent(self, latency_ms: float) -> AgentProcess:
-        config = self.work / f"agent-{len(self.servers)}.toml"
-        config.write_text(f'[identities]\n{IDENTITY} = "{TOKEN}"\n\n[[exports]]\n'
-                          f'name = "{EXPORT}"\nroot = "{self.video_dir.resolve()}"\n'
-                          f'allow = ["{IDENTITY}"]\n')
+        config = write_agent_config(self.work / f"agent-{len(self.servers)}.toml", EXPORT,
+                                    self.video_dir.resolve())
         agent = AgentProcess(config, ["--inject-latency-ms", str(latency_ms)]).start()
         self.servers.append(agent)
         return agent
@@ -206,12 +205,10 @@ class Bench:
 
     def fluxon(self, agent: AgentProcess | None = None, piece_size: int | None = None) -> dict:
         assert self.redis is not None and self.agent is not None
-        return {"export": EXPORT, "root": str(self.video_dir.resolve()),
-                "agent_url": (agent or self.agent).url, "redis_url": self.redis.url,
-                "identity": IDENTITY, "token": TOKEN,
-                "piece_size": piece_size or self.args.piece_size,
-                "agent_latency_ms": (self.args.sweep_latency_ms if agent is not None
-                                     else self.args.agent_latency_ms)}
+        return store(EXPORT, self.video_dir.resolve(), (agent or self.agent).url, self.redis.url,
+                     piece_size=piece_size or self.args.piece_size,
+                     agent_latency_ms=(self.args.sweep_latency_ms if agent is not None
+                                       else self.args.agent_latency_ms))
 
     def child(self, task: dict) -> None:
         """Run one task in a new process and keep its records (or why it failed)."""
@@ -265,11 +262,7 @@ class Bench:
 
     def results(self, seconds: float) -> dict:
         return {
-            "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": "python bench/run.py" + "".join(f" {a}" for a in self.argv),
-            "duration_s": round(seconds, 1),
-            "settings": {k: (str(v) if isinstance(v, Path) else v)
-                         for k, v in vars(self.args).items() if k != "phase"},
+            **header("run.py", self.argv, seconds, self.args, leave_out=("phase",)),
             "workloads": WORKLOADS,
             "conditions": self.conditions(),
             "videos": [v.facts() for v in self.videos.values()],

@@ -55,7 +55,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -64,11 +63,14 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 # Keep this module's top level light: every spawned child imports it again.
+from cli import finish, header, parse_size  # noqa: E402
+from fluxon_access import store, write_agent_config  # noqa: E402
 from machine import machine, versions  # noqa: E402
+from passes import failed_pass  # noqa: E402
 from remote_summary import label  # noqa: E402
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
-EXPORT, IDENTITY, TOKEN = "remote", "bench", "bench-token"
+EXPORT = "remote"
 KiB, MiB = 1 << 10, 1 << 20
 FAMILIES = ("pyav", "torchcodec", "decord")
 DEFAULTS = {"latencies": "0,2,10", "rounds": "2", "videos": 24, "batched_items": 3}
@@ -115,13 +117,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="where remote.md/.json/.png go (default: bench/results)")
     ap.add_argument("--render", type=Path, metavar="JSON",
                     help="only redraw remote.md and remote.png from a remote.json into --out")
-    args = ap.parse_args(argv)
-    defaults = QUICK if args.quick else DEFAULTS
-    for name, value in defaults.items():
-        if getattr(args, name) is None and value is not None:
-            setattr(args, name, value)
-    if args.out is None:
-        args.out = args.data / "quick-results" if args.quick else BENCH / "results"
+    args = finish(ap, ap.parse_args(argv), DEFAULTS, QUICK,
+                  ("videos", "batched_items", "batched_clips", "threads"))
     try:
         args.latency_list = [float(x) for x in args.latencies.split(",") if x.strip()]
         args.block_list = [None if b.strip() == "default" else parse_size(b)
@@ -142,18 +139,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--rounds: one number >= 1, or one per latency")
     args.rounds_for = dict(zip(lats, rounds))
     args.max_rounds = max(rounds)
-    for name in ("videos", "batched_items", "batched_clips", "threads"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.bandwidth_mbps < 0:
         ap.error("--bandwidth-mbps must be >= 0")
     return args
-
-
-def parse_size(text: str) -> int:
-    text = text.strip().upper().removesuffix("IB").removesuffix("B")
-    scale = {"K": KiB, "M": MiB}.get(text[-1:], 1)
-    return int(float(text.rstrip("KM")) * scale)
 
 
 # ---- dataset ----
@@ -276,10 +264,7 @@ class Store:
 
         self.work, self.video_dir = work, video_dir
         self.redis = RedisServer(work / "redis").start()
-        self.config = work / "agent.toml"
-        self.config.write_text(f'[identities]\n{IDENTITY} = "{TOKEN}"\n\n[[exports]]\n'
-                               f'name = "{EXPORT}"\nroot = "{video_dir.resolve()}"\n'
-                               f'allow = ["{IDENTITY}"]\n')
+        self.config = write_agent_config(work / "agent.toml", EXPORT, video_dir.resolve())
         self.agent_port = free_port()
         self.agent: Any = None
         bw = ["--bandwidth-mbps", str(bandwidth_mbps)]
@@ -522,10 +507,8 @@ class Bench:
 
     def fluxon_config(self) -> dict:
         assert self.store is not None
-        piece = self.piece_size()
-        return {"export": EXPORT, "root": str(self.video_dir.resolve()),
-                "agent_url": self.store.agent_relay.url, "redis_url": self.store.redis.url,
-                "identity": IDENTITY, "token": TOKEN, "piece_size": piece}
+        return store(EXPORT, self.video_dir.resolve(), self.store.agent_relay.url,
+                     self.store.redis.url, piece_size=self.piece_size())
 
     # ---- rows and passes ----
 
@@ -608,10 +591,8 @@ class Bench:
                     raise RuntimeError(f"priming shared stats failed: {primed['fatal']}")
             out = run_fluxon(self.ctx, task)
             if "fatal" in out:
-                row = {"family": "fluxon", "cache": cache}
-                self.record({"row": row, "item_ms": [], "server": {}, "check": None,
-                             "errors": [out["fatal"]], "error_count": 1, "extra": {},
-                             "fatal": out["fatal"]}, workload, latency, r)
+                self.record(failed_pass({"family": "fluxon", "cache": cache}, out["fatal"]),
+                            workload, latency, r)
                 self.say(f"  {workload} L={latency:g} ms round {r + 1}: fluxon {cache}: "
                          f"FAILED {out['fatal']}\n{out.get('traceback', '')}")
                 continue
@@ -666,11 +647,7 @@ class Bench:
 
     def results(self) -> dict:
         return {
-            "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": "python bench/remote.py" + "".join(f" {a}" for a in self.argv),
-            "duration_s": round(time.perf_counter() - self.t0, 1),
-            "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in
-                         vars(self.args).items()},
+            **header("remote.py", self.argv, time.perf_counter() - self.t0, self.args),
             "conditions": self.conditions(),
             "videos": [self.facts(v) for v in self.videos.values()],
             "plans": self.plans,

@@ -33,6 +33,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+from cli import finish, parse_size  # noqa: E402
 from fluxon_video.fs.config import FluxonFsExport  # noqa: E402
 
 MiB = 1 << 20
@@ -79,27 +80,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--render", type=Path, metavar="JSON",
                     help="only redraw latest.md and the charts from a latest.json into --out")
     ap.add_argument("--phase", help=argparse.SUPPRESS)  # internal: run one child task
-    args = ap.parse_args(argv)
-    defaults = QUICK if args.quick else DEFAULTS
-    for name, value in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-    if args.out is None:
-        args.out = args.data / "quick-results" if args.quick else BENCH / "results"
-    for name in ("repeat", "clips", "batch_clips", "threads"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    args = finish(ap, ap.parse_args(argv), DEFAULTS, QUICK,
+                  ("repeat", "clips", "batch_clips", "threads"))
     try:
         args.sweep = [parse_size(s) for s in args.sweep_piece_sizes.split(",") if s.strip()]
     except ValueError as exc:
         ap.error(f"--sweep-piece-sizes: {exc}")
     return args
-
-
-def parse_size(text: str) -> int:
-    text = text.strip().upper().removesuffix("IB").removesuffix("B")
-    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-    return int(float(text.rstrip("KM")) * scale)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,9 +20,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from contenders import LOCAL_HANDLES, FluxonPoolHandle, Handle
+from contenders import FluxonPoolHandle, Handle, index_ms, open_local
 from decode_floor import decode_floor_ms
+from fluxon_access import evict, make_patcher
 from frames import CheckResult, Reference
+from machine import peer_versions
+
 
 def reset_peak_rss() -> None:
     """Start a new high-water mark of this process's RSS (Linux >= 4.0; else a no-op)."""
@@ -62,9 +65,9 @@ def timed_pass(open_handle: Callable[[], Handle], clips: Sequence[Sequence[int]]
     try:
         for clip in clips:
             t0 = time.perf_counter()
-            frames, clip_stats = handle.read(clip)
+            frames = handle.read(clip)
             clip_ms.append((time.perf_counter() - t0) * 1e3)
-            _add_stats(stats, labels, clip_stats)
+            _add_stats(stats, labels, handle.stats)
             if check is not None and ref is not None:
                 check.add(frames, clip, ref)
             del frames
@@ -100,26 +103,26 @@ def _run_repeats(record: dict, repeat: int, one_pass: Callable[[int, CheckResult
 # ---- peers and fluxon on local files ----
 
 def run_local(task: dict) -> list[dict]:
-    contender = task["contender"]
-    make = LOCAL_HANDLES[contender]
+    contender, threads = task["contender"], task["threads"]
+
+    def open_item(item: dict) -> Handle:
+        return open_local(contender, Path(item["path"]), item["height"], item["width"],
+                          item["native"], threads)
+
     # Load the library and let it initialise (torchcodec takes seconds on first
     # use), untimed: a training process pays that once, not per video.
-    first = task["items"][0]
-    make(Path(first["path"]), first["height"], first["width"], first["native"],
-         task["threads"]).close()
+    open_item(task["items"][0]).close()
     records = []
     for item in task["items"]:
-        path = Path(item["path"])
         ref = Reference.load(Path(item["ref"]))
         record = _record(task, item, "local", contender)
-        prepare = getattr(make, "prepare", None)
-        if prepare is not None:
-            record["index_ms"] = prepare(path)
+        scan_ms = index_ms(contender, Path(item["path"]))
+        if scan_ms is not None:
+            record["index_ms"] = scan_ms
 
-        def one_pass(r: int, check: CheckResult | None, item: dict = item, path: Path = path,
+        def one_pass(r: int, check: CheckResult | None, item: dict = item,
                      ref: Reference = ref) -> dict:
-            return timed_pass(lambda: make(path, item["height"], item["width"], item["native"],
-                                           task["threads"]), item["clips"], check, ref)
+            return timed_pass(lambda: open_item(item), item["clips"], check, ref)
 
         _run_repeats(record, task["repeat"], one_pass, exact=contender.startswith("fluxon"))
         records.append(record)
@@ -127,29 +130,6 @@ def run_local(task: dict) -> list[dict]:
 
 
 # ---- fluxon through FluxonFS ----
-
-def make_patcher(fx: dict) -> Any:
-    import fluxon_video as fv
-    from fluxon_video.fs.config import ClientSettings, FluxonFsExport
-
-    # Metadata-cache settings only where the task sets them: the export's defaults otherwise.
-    metadata = {k: fx[k] for k in ("metadata_cache_shared", "metadata_cache_ttl_ms") if k in fx}
-    export = FluxonFsExport(fx["export"], fx["root"], agent_url=fx["agent_url"],
-                            allow=[fx["identity"]], piece_size=fx["piece_size"], **metadata)
-    return fv.FluxonFsPatcher(exports=[export], identities={fx["identity"]: fx["token"]},
-                              client=ClientSettings(redis_url=fx["redis_url"]),
-                              identity=fx["identity"])
-
-
-def evict(fx: dict, relpath: str) -> None:
-    """Drop every KV piece of one file (a cold start for it, others stay warm)."""
-    import redis
-
-    client = redis.Redis.from_url(fx["redis_url"])
-    for pattern in (f"*:{relpath}:*", f"*:{relpath}"):  # pieces and stats; the index
-        for key in client.scan_iter(match=pattern, count=1000):
-            client.delete(key)
-
 
 def _fluxon_record(task: dict, item: dict, cache: str,
                    pool_for_repeat: Callable[[int], Any],
@@ -282,31 +262,17 @@ TASKS: dict[str, Callable[[dict], list[dict]]] = {
 }
 
 
-def versions(kind: str, contender: str | None) -> dict[str, str]:
+def versions(contender: str | None) -> dict[str, str]:
     """Library versions this child ran with."""
-    out: dict[str, str] = {}
-    if contender == "decord":
-        import decord
-        out["decord"] = decord.__version__
-    elif contender == "pyav":
-        import av
-        out["av"] = av.__version__
-        out.update({f"av's {lib}": ".".join(map(str, v))
-                    for lib, v in av.library_versions.items()
-                    if lib in ("libavcodec", "libswscale")})
-    elif contender == "torchcodec":
-        import torch
-        import torchcodec
-        out["torchcodec"] = torchcodec.__version__
-        out["torch"] = torch.__version__
-    else:
-        from fluxon_video.native import require_native
-        out.update(require_native()[1].library_versions())
-    return out
+    if contender in ("decord", "pyav", "torchcodec"):
+        return peer_versions(contender)
+    from fluxon_video.native import require_native
+
+    return dict(require_native()[1].library_versions())
 
 
 def main(task_path: str) -> None:
     task = json.loads(Path(task_path).read_text())
     records = TASKS[task["kind"]](task)
-    out = {"records": records, "versions": versions(task["kind"], task.get("contender"))}
+    out = {"records": records, "versions": versions(task.get("contender"))}
     Path(task_path + ".out").write_text(json.dumps(out))
