@@ -73,6 +73,7 @@ from cli import finish, header  # noqa: E402
 from contenders import DecordHandle, TorchcodecHandle  # noqa: E402
 from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
 from frames import CheckResult, Reference, cli_reference, needed  # noqa: E402
+from loader_report import markdown  # noqa: E402
 from passes import error_text  # noqa: E402
 from machine import machine, versions  # noqa: E402
 
@@ -536,166 +537,6 @@ def conditions(a: argparse.Namespace, video_dir: Path) -> dict[str, Any]:
     }
 
 
-# ---- report ----
-
-READS = {
-    "per-clip": "plan clips in DataLoader-shuffled order (a random video per item); "
-                "peers open the file for every item",
-    "batched": "plan clips 4 per video, 2 videos per batch (SameVideoBatchSampler's batches); "
-               "peers open each video once per batch and read its clips in one call",
-}
-
-
-def fmt(x: float | None, digits: int = 2) -> str:
-    return "–" if x is None else f"{x:.{digits}f}"
-
-
-def short(check: dict[str, Any]) -> str:
-    """A codec's frame verdict for the table (the full one is in the JSON)."""
-    if check["verdict"].startswith("OFF"):
-        return f"OFF (right frames, mad up to {check['worst_mean_abs_diff']:.1f} > 3)"
-    if check["verdict"].startswith("WRONG"):
-        return f"WRONG ({check['verdict'].split(': ', 1)[1]})"
-    return check["verdict"]
-
-
-def table(results: dict[str, Any]) -> str:
-    lines = ["| contender | reads | cache | clips/s (min–max) | epoch s | workers up s | "
-             "first batch s | other CPU | fluxon reads | KV hit/miss | agent MiB | index scan/KV "
-             "| frames |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in results["rows"]:
-        s = r["fluxon_stats"]
-        check = r["check"]["verdict"] if r["check"] else "–"
-        redone = f" ({r['redone']} redone)" if r["redone"] else ""
-        if r["errors"]:
-            check = f"⚠ {r['errors']} failed reads: {r['first_error']}"
-        elif r["check"] and not r["check"]["ok"]:
-            check = "⚠ " + " · ".join(f"{c} {short(v)}"
-                                      for c, v in r["check"]["by_codec"].items())
-        lines.append(
-            f"| {r['contender']} | {r['order']} | {r['cache']} | {r['clips_per_s']:.1f} "
-            f"({r['clips_per_s_min']:.1f}–{r['clips_per_s_max']:.1f}) | {fmt(r['epoch_s'])} | "
-            f"{fmt(r['workers_up_s'])} | {fmt(r['first_batch_s'])} | "
-            f"{r['other_cpu_cores']:.2f}{redone} | "
-            + (f"{s['reads']} | {s['kv_hits']}/{s['kv_misses']} | "
-               f"{s['remote_bytes'] / 2**20:.2f} | {s['index_scans']}/{s['index_from_kv']} | "
-               if s else "– | – | – | – | ")
-            + f"{check} |")
-    return "\n".join(lines)
-
-
-def summary(results: dict[str, Any]) -> list[str]:
-    """fluxon warm KV against each peer, per order (> 1: fluxon faster)."""
-    rows = {(r["contender"], r["order"], r["cache"]): r for r in results["rows"]}
-    out = []
-    for order in ("per-clip", "batched"):
-        fluxon = rows.get(("fluxon", order, "warm KV"))
-        if fluxon is None:
-            continue
-        parts = []
-        for (contender, o, _), r in rows.items():
-            if contender == "fluxon" or o != order:
-                continue
-            ok = r["check"]["ok"] and not r["errors"]
-            parts.append(f"{fluxon['clips_per_s'] / r['clips_per_s']:.2f}× {contender}"
-                         + ("" if ok else " (⚠ frames)"))
-        if parts:
-            out.append(f"- {order}: fluxon warm KV {fluxon['clips_per_s']:.1f} clips/s = "
-                       + ", ".join(parts))
-    if out:
-        out = ["fluxon warm KV ÷ peer, clips/s (> 1: fluxon faster; ⚠: the peer's frames did "
-               "not pass the check, see the frames column):", "", *out, ""]
-    return out
-
-
-def markdown(results: dict[str, Any]) -> str:
-    c, s = results["conditions"], results["settings"]
-    m, loader, export = c["machine"], c["loader"], c["export"]
-    codecs: dict[str, int] = {}
-    for v in results["videos"]:
-        key = f"{v['codec']} {v['width']}x{v['height']} {v['layout']}"
-        codecs[key] = codecs.get(key, 0) + 1
-    frames = [v["frames"] for v in results["videos"]]
-    out = [
-        "# DataLoader benchmark",
-        "",
-        f"`{results['command']}` — {results['generated']}, {results['duration_s']:.0f} s in all.",
-        "",
-        table(results),
-        "",
-        *summary(results),
-        "Rows:",
-        "",
-        f"- **per-clip**: {READS['per-clip']}. fluxon: `VideoClipDataset` (its items forced to "
-        "the plan's clips by overriding `clip_with_times`), one `read_many_numpy_with_stats` "
-        "per batch of 8 (clips of the same video in a batch share one decode: *fluxon reads* "
-        "counts the decodes). decord: `VideoReader(path, width=224, height=224)` + "
-        "`get_batch`. torchcodec: `VideoDecoder(path, dimension_order=\"NHWC\", "
-        "seek_mode=\"exact\", transforms=[Resize((224, 224))])` + `get_frames_at` (torchcodec's "
-        "decoder-side Resize transform: bilinear with antialiasing; no interpolate).",
-        f"- **batched**: {READS['batched']}. fluxon: `VideoClipDataset(clips_per_video=4)` + "
-        "`SameVideoBatchSampler(dataset, batch_size=8)`: one native decode per video per "
-        "batch. decord/torchcodec: the same batches; the dataset's `__getitems__` opens "
-        "each video of the batch once, reads the sorted union of its 4 clips' frames in one "
-        "`get_batch` / `get_frames_at` call and splits it back into the clips.",
-        "- Every row reads the same "
-        f"{loader['items']} clips ({loader['clip']}) of {len(results['videos'])} videos: "
-        f"{loader['items'] // loader['clips_per_video_batched']} videos x "
-        f"{loader['clips_per_video_batched']} random clips (seed {s['seed']}); per-clip rows "
-        "share one shuffled order (DataLoader shuffle=True, the same seeded generator).",
-        "- **cache**: fluxon *warm KV*: Redis holds every piece and frame index (an untimed "
-        "warm-up epoch, then a top-up pass); *cold*: Redis flushed before the epoch, bytes "
-        "and index scans come from the agent. Peers read local files, page cache warm "
-        "(after an untimed warm-up epoch of their own).",
-        f"- **clips/s**: items ÷ wall time from `iter(loader)` to the last batch, worker "
-        f"start-up included, median of {s['repeat']} epochs (min–max); every epoch has fresh "
-        "worker processes (persistent_workers=False). *workers up*: when the last worker ran "
-        "its worker_init_fn; *first batch*: when the first batch arrived (both from "
-        "`iter(loader)`).",
-        "- **other CPU**: cores' worth of CPU time the machine spent on work that is not "
-        "this benchmark's (not this process, its workers, the agent or redis) during the "
-        f"epoch, median; of {results['conditions']['machine']['cores']} cores. An epoch during "
-        f"which it exceeded {results['settings']['max_other_cpu']} cores was redone (at most "
-        f"{results['settings']['retries']} times; *redone* counts them); well above 0, the "
-        "row's figure is depressed by other load.",
-        "- **fluxon reads … index scan/KV**: the workers' cumulative FluxonFS stats "
-        "(StatsCollate + LoaderStats) over the first epoch: native reads (a batched group is "
-        "one), KV piece hits/misses, bytes from the agent, frame indexes built by a scan / "
-        "taken from the KV (each fresh worker loads the index of each video it reads).",
-        "- **frames**: every item of the first epoch checked against the ffmpeg CLI "
-        "(`scale=224:224:flags=bilinear,format=rgb24`, sequential decode): fluxon must be "
-        "bit-exact; peers must be the right frame (closer to it than to its neighbours) and "
-        "within a mean abs diff of 3 (bench/frames.py).",
-        "",
-        "Conditions:",
-        "",
-        f"- videos: {len(results['videos'])} testsrc2, "
-        + ", ".join(f"{n} × {k}" for k, n in codecs.items())
-        + f"; GOP 60, 30 fps, {min(frames)}–{max(frames)} frames (4–6 s), "
-        f"{sum(v['file_bytes'] for v in results['videos']) / 2**20:.1f} MiB in all",
-        f"- loader: {loader['workers']} workers ({loader['start_method']}), batch size "
-        f"{loader['batch_size']}, non-persistent workers, {loader['decoder_threads']} decoder "
-        "thread per read for every contender",
-        f"- export: {export['where']}, agent latency {export['agent_latency_ms']:g} ms per "
-        f"request; {export['kv']}",
-        f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, "
-        f"git {m['git']}",
-        "- versions: " + ", ".join(f"{k} {v}" for k, v in c["versions"].items()),
-    ]
-    topup, warmup = results.get("topup_fluxon_stats"), results.get("warmup_fluxon_stats")
-    if topup and warmup:
-        out.append(f"- warm-up: the per-clip warm-up epoch's workers missed "
-                   f"{warmup['kv_misses']} pieces and queued {warmup['backfills_queued']} "
-                   "backfills; the top-up pass afterwards (every planned clip read in this "
-                   f"process) missed {topup['kv_misses']} pieces (> 0: backfills still queued "
-                   "when a warm-up worker exited were lost)")
-    for peer, why in results["skipped"].items():
-        out.append(f"- {peer} skipped: {why}")
-    out += [f"- note: {n}" for n in results["notes"]]
-    return "\n".join(out) + "\n"
-
-
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python bench/dataloader.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -742,6 +583,7 @@ def main() -> int:
     args = parse_args()
     if args.render:
         results = json.loads(args.render.read_text())
+        args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "dataloader.md").write_text(markdown(results))
         print(markdown(results))
         return 0

@@ -64,6 +64,7 @@ from fluxon_video.testing import AgentProcess, RedisCluster  # noqa: E402
 from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
 from frames import cli_reference, digest  # noqa: E402
 from machine import machine, versions  # noqa: E402
+from tables import fill, listing, machine_line, mib, table  # noqa: E402
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 EXPORT = "multinode"
@@ -72,7 +73,6 @@ HEVC = ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
         "-x265-params", "keyint=60:min-keyint=60:bframes=3:log-level=error")
 VP9 = ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "60",
        "-b:v", "600k")
-MiB = 1 << 20
 
 
 def specs(count: int, seconds: float) -> list[VideoSpec]:
@@ -304,108 +304,57 @@ def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # ---- report ----
 
-def mib(n: float) -> str:
-    return f"{n / MiB:.2f}"
+def _node_row(r: dict[str, Any]) -> list[str]:
+    frames = ("bit-exact" if r["frames_wrong"] == 0
+              else f"WRONG: {r['frames_wrong']} of {r['frames_checked']}")
+    low, high = r["clips_per_s_range"]
+    return [str(r["epoch"]), str(r["node"]), r["cache"], "together" if r["together"] else "alone",
+            f"{r['clips_per_s']:.2f} ({low:.2f}–{high:.2f})", f"{r['clip_ms_p50']:.1f}",
+            f"{r['cpu_s']:.2f}", mib(r["agent_bytes"]),
+            *(str(r[k]) for k in ("agent_reads", "kv_hits", "kv_misses", "kv_round_trips",
+                                  "kv_errors")),
+            f"{r['index_scans']}/{r['index_from_kv']}", frames]
+
+
+def _tables(record: dict[str, Any]) -> dict[str, str]:
+    dataset = mib(record["conditions"]["dataset"]["bytes"])
+    differ = sorted({f"epoch {r['epoch']} node {r['node']}: "
+                     + ", ".join(r["counts_differ_between_runs"])
+                     for r in record["rows"] if r["counts_differ_between_runs"]})
+    return {
+        "node_table": "\n".join(table(
+            ["epoch", "node", "KV at start", "ran", "clips/s", "clip ms p50", "CPU s",
+             "agent MiB", "agent reads", "KV hits", "KV misses", "KV round trips", "KV errors",
+             "index scan/KV", "frames"], map(_node_row, record["rows"]))),
+        "epoch_table": "\n".join(table(
+            ["epoch", "agent MiB, nodes' sum", "agent MiB, agent's /metrics",
+             "touched for the first time, MiB", "pieces in the cluster after it, MiB",
+             "dataset MiB"],
+            [[str(e["epoch"]), *(mib(e[k]) for k in ("agent_bytes_nodes", "agent_bytes_served",
+                                                     "new_piece_bytes", "cluster_piece_bytes")),
+              dataset] for e in record["epochs"]])),
+        "differ": ("\nCounts that were not the same in every run (the table shows the first "
+                   "run's): " + "; ".join(differ) + ".\n") if differ else ""}
 
 
 def render(record: dict[str, Any]) -> str:
     c = record["conditions"]
-    lines = [
-        "# Multi-node benchmark",
-        "",
-        f"`python bench/multinode.py{' ' + ' '.join(record['argv']) if record['argv'] else ''}` — "
-        f"{record['when']}, {record['total_s']:.0f} s in all.",
-        "",
-        "Three nodes (separate processes, separate patchers) read the same epoch through one "
-        "3-master Redis Cluster and one agent.",
-        "",
-        "| epoch | node | KV at start | ran | clips/s | clip ms p50 | CPU s | agent MiB "
-        "| agent reads | KV hits | KV misses | KV round trips | KV errors | index scan/KV "
-        "| frames |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in record["rows"]:
-        frames = ("bit-exact" if r["frames_wrong"] == 0
-                  else f"WRONG: {r['frames_wrong']} of {r['frames_checked']}")
-        lines.append(
-            f"| {r['epoch']} | {r['node']} | {r['cache']} | "
-            f"{'together' if r['together'] else 'alone'} | {r['clips_per_s']:.2f} "
-            f"({r['clips_per_s_range'][0]:.2f}–{r['clips_per_s_range'][1]:.2f}) | "
-            f"{r['clip_ms_p50']:.1f} | {r['cpu_s']:.2f} | {mib(r['agent_bytes'])} | "
-            f"{r['agent_reads']} | "
-            f"{r['kv_hits']} | {r['kv_misses']} | {r['kv_round_trips']} | {r['kv_errors']} | "
-            f"{r['index_scans']}/{r['index_from_kv']} | {frames} |")
-    lines += ["", "Per epoch, all nodes (first run):", "",
-              "| epoch | agent MiB, nodes' sum | agent MiB, agent's /metrics | touched for the "
-              "first time, MiB | pieces in the cluster after it, MiB | dataset MiB |",
-              "|---|---|---|---|---|---|"]
-    for e in record["epochs"]:
-        lines.append(f"| {e['epoch']} | {mib(e['agent_bytes_nodes'])} | "
-                     f"{mib(e['agent_bytes_served'])} | {mib(e['new_piece_bytes'])} | "
-                     f"{mib(e['cluster_piece_bytes'])} | {mib(c['dataset']['bytes'])} |")
-    differ = sorted({f"epoch {r['epoch']} node {r['node']}: {', '.join(r['counts_differ_between_runs'])}"
-                     for r in record["rows"] if r["counts_differ_between_runs"]})
-    if differ:
-        lines += ["", "Counts that were not the same in every run (the table shows the first "
-                      "run's): " + "; ".join(differ) + "."]
-    kv = record["cluster_after"]
-    per_node = ", ".join(f"{n['keys']} keys / {mib(n['piece_bytes'])} MiB of pieces / "
-                         f"{mib(n['used_memory_dataset'])} MiB used_memory_dataset"
-                         for n in kv["nodes"])
     d, w, f = c["dataset"], c["workload"], c["fluxonfs"]
-    lines += [
-        "",
-        "Rows:",
-        "",
-        "- **KV at start**: *cold*: the cluster flushed before node 1's epoch 1; *warm*: it holds "
-        "what earlier reads stored (every piece epoch 1 touched). Epoch 2 is a new draw of "
-        "clips, so a piece no earlier clip touched is still read from the agent (by whichever "
-        "node asks first; nodes running together can each fetch it).",
-        "- **ran**: *alone*: no other node was reading; *together*: the three nodes' processes "
-        f"started their reads at the same moment on the same {c['machine']['cores']} cores.",
-        f"- **clips/s**: median over {record['repeat']} runs (min–max), each run from a "
-        "flushed cluster through every phase; the epoch's clips ÷ wall time from the node's "
-        "first read to its last "
-        "(reader opens included; process start-up, and draining the node's KV backfills "
-        "afterwards, not included). **clip ms p50**: median time of one clip's read. **CPU s**: "
-        "the node process's CPU time over those reads (all its threads): unlike wall time, it "
-        "does not grow when other work shares the cores.",
-        "- Counts (agent, KV, index, frames) are the first run's; later runs are in the JSON. "
-        "**agent MiB / reads**: bytes and range reads the node got from the agent "
-        "(`remote_bytes`, `remote_reads`). **KV hits / misses / errors**: pieces; **KV round "
-        "trips**: KV reads: one per range read (its pieces in one pipeline per cluster node "
-        "holding some) and one per frame-index load. "
-        "**index scan/KV**: reads whose reader got its frame index by a scan / from the KV "
-        "(counted per read, not per reader).",
-        "- **frames**: every frame of every clip compared (digest) with the ffmpeg CLI's "
-        "(`scale=224:224:flags=bilinear,format=rgb24`, sequential decode).",
-        "- **agent MiB, agent's /metrics**: the agent's own count of file bytes it served "
-        "(`fluxon_agent_served_bytes_total`). **touched for the first time**: the bytes of the "
-        "pieces the epoch added to the cluster, i.e. what its clips touched that no earlier "
-        "read had, once; the pieces, counts and hits of the other columns are whole pieces.",
-        "",
-        "Conditions:",
-        "",
-        f"- videos: {d['videos']} testsrc2, "
-        + ", ".join(f"{n} × {k}" for k, n in d["kinds"].items())
-        + f"; GOP {d['gop']}, {d['fps']} fps, {d['frames'][0]}–{d['frames'][1]} frames, "
-          f"{mib(d['bytes'])} MiB in all",
-        f"- workload: {w['clips_per_epoch']} clips per epoch ({w['clip']}), the same number of "
-        f"each video, shuffled, seed {w['seed']}; {w['decoder_threads']} decoder thread(s) per "
-        f"read; {w['reads']}",
-        f"- FluxonFS: piece size {f['piece_size'] // 1024} KiB, {f['kv_miss_policy']} with "
-        f"asynchronous backfill; KV: {f['kv']}; {f['agent']}, agent latency "
-        f"{f['agent_latency_ms']} ms per request",
-        f"- cluster after the run (pieces of every epoch; Redis holds more than their bytes: "
-        f"see the README's sizing): {per_node}",
-        f"- load average (1 min) at start / end: {record['load'][0]:.2f} / {record['load'][1]:.2f} "
-        f"on {c['machine']['cores']} cores (other work on the machine slows wall times)",
-        f"- machine: {c['machine']['cpu']}, {c['machine']['cores']} cores, "
-        f"{c['machine']['memory_gib']} GiB, {c['machine']['os']}, git {c['machine']['git']}",
-        "- versions: " + ", ".join(f"{k} {v}" for k, v in c["versions"].items()),
-        "",
-    ]
-    return "\n".join(lines)
+    return fill(
+        "multinode", **_tables(record),
+        command="python bench/multinode.py" + "".join(f" {a}" for a in record["argv"]),
+        when=record["when"], total_s=f"{record['total_s']:.0f}", cores=c["machine"]["cores"],
+        repeat=record["repeat"], videos=d["videos"],
+        kinds=", ".join(f"{n} × {k}" for k, n in d["kinds"].items()), gop=d["gop"],
+        fps=d["fps"], frames=f"{d['frames'][0]}–{d['frames'][1]}", dataset_mib=mib(d["bytes"]),
+        clips=w["clips_per_epoch"], clip=w["clip"], seed=w["seed"], threads=w["decoder_threads"],
+        reads=w["reads"], piece_kib=f["piece_size"] // 1024, miss_policy=f["kv_miss_policy"],
+        kv=f["kv"], agent=f["agent"], latency=f["agent_latency_ms"],
+        per_node=", ".join(f"{n['keys']} keys / {mib(n['piece_bytes'])} MiB of pieces / "
+                           f"{mib(n['used_memory_dataset'])} MiB used_memory_dataset"
+                           for n in record["cluster_after"]["nodes"]),
+        load=f"{record['load'][0]:.2f} / {record['load'][1]:.2f}",
+        machine=machine_line(c["machine"]), versions=listing(c["versions"].items()))
 
 
 def main(argv: list[str] | None = None) -> int:

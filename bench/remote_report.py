@@ -6,9 +6,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from remote_summary import WORKLOADS, summarise
+from remote_summary import summarise
 from remote_targets import Target, targets
-from tables import KiB, MiB, listing, num, table
+from tables import KiB, MiB, fill, listing, num, table
 
 def _f(x: float | None, digits: int = 2) -> str:
     return num(x, digits, grouped=True)
@@ -80,48 +80,6 @@ def targets_table(rows: list[Target]) -> list[str]:
                                t.status] for t in rows])
 
 
-def _conditions(results: dict) -> list[str]:
-    c = results["conditions"]
-    m, store, wl = c["machine"], c["store"], c["workload"]
-    lat = ", ".join(f"{x:g}" for x in store["latencies_ms"])
-    bw = store["bandwidth_mbps_per_connection"]
-    return [
-        "# Remote-store benchmark", "",
-        f"`{results['command']}` — {results['generated']}, {results['duration_s']:.0f} s, "
-        f"git {m['git']}.", "",
-        "## Conditions", "",
-        f"- **Store model** (the same for every contender): per-request latency L = {lat} ms "
-        f"({store['latency']}); "
-        + (f"**{bw:g} MB/s per connection** (10^6 B/s, server -> client)"
-           if bw else "no bandwidth cap") + f", applied by the {store['relay']}.",
-        f"- Peers: {store['peers']}. fluxon: {store['fluxon']}; piece size "
-        f"{(store.get('piece_size') or 0) // KiB} KiB.",
-        "- The agent has no bandwidth cap of its own: the same relay shapes its connections "
-        "(an agent flag `--inject-bandwidth-mbps` would make this native).",
-        "- fluxon rows: cold (Redis flushed, a new process), warm-kv (a new process, Redis as "
-        "the cold pass left it, default settings), warm-kv+shared (the same with the export's "
-        "`metadata_cache_shared = true` and `metadata_cache_ttl_ms = 120000`: the stats another "
-        "process had just had authorised (an untimed process before the pass) come with the "
-        "frame index in one Redis pipeline, so no agent request), "
-        "warm-reader (the cold process's pool again). Redis has no injected latency: it is "
-        "the cache next to the training nodes, the agent is the remote store.",
-        "- Workload: " + wl["clip"] + "; interleaved rounds per workload (row order rotates each "
-        "round): " + ", ".join(f"{v} at {k} ms" for k, v in wl["rounds"].items())
-        + f"; {wl['threads']} decoder thread(s) per contender; batched K = {wl['batched_clips']}.",
-        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}; shared "
-        "with other runs (load average "
-        + ", ".join(f"{k}: {v[0]:.2f}" for k, v in m["load_average"]) + ").",
-        f"- Versions: {listing(c['versions'].items())}.",
-        "- Timed per item: open (fsspec.open's HEAD, the GET, or the pool call) to frames as "
-        "numpy, close included; not timed: process start, library initialisation, frame checks. "
-        "clips/s per round = clips ÷ sum of item times; the table gives the median over rounds "
-        "and the range; p50/p99 are over every item of every round. MiB and requests are the "
-        "origin servers' counters (agent `/metrics`; range server), `conns` the connections that "
-        "carried requests during a pass (the relay's count, median over passes).",
-        "",
-    ]
-
-
 def _dataset(results: dict) -> list[str]:
     """One row per kind of video (codec, size, layout) with the ranges over its videos."""
     kinds: dict[str, list[dict]] = {}
@@ -131,59 +89,51 @@ def _dataset(results: dict) -> list[str]:
     def span(vs: list[dict], key: str, scale: float, digits: int) -> str:
         return (f"{min(v[key] for v in vs) / scale:.{digits}f}–"
                 f"{max(v[key] for v in vs) / scale:.{digits}f}")
-    return ["Dataset (testsrc2, 30 fps; bench/.data/remote-videos):", "",
-            *table(["kind", "videos", "frames", "GOP", "file MiB", "container KiB"],
-                   [[kind, str(len(vs)), span(vs, "frames", 1, 0),
-                     "/".join(sorted({str(v["gop"]) for v in vs})),
-                     span(vs, "file_bytes", MiB, 2), span(vs, "container_bytes", KiB, 0)]
-                    for kind, vs in kinds.items()])]
+    return table(["kind", "videos", "frames", "GOP", "file MiB", "container KiB"],
+                 [[kind, str(len(vs)), span(vs, "frames", 1, 0),
+                   "/".join(sorted({str(v["gop"]) for v in vs})),
+                   span(vs, "file_bytes", MiB, 2), span(vs, "container_bytes", KiB, 0)]
+                  for kind, vs in kinds.items()])
+
+
+def _distinct_frames(results: dict) -> float:
+    """Distinct frames per batched item, on average (its K clips overlap)."""
+    items = [i for plan in results.get("plans", {}).get("batched", []) for i in plan]
+    return (sum(len({f for c in i["clips"] for f in c}) for i in items) / len(items)
+            if items else 0)
+
+
+def _conditions(results: dict) -> dict[str, object]:
+    c = results["conditions"]
+    m, store, wl = c["machine"], c["store"], c["workload"]
+    bw = store["bandwidth_mbps_per_connection"]
+    return dict(
+        command=results["command"], generated=results["generated"],
+        duration=f"{results['duration_s']:.0f}", git=m["git"],
+        latencies=", ".join(f"{x:g}" for x in store["latencies_ms"]),
+        latency_model=store["latency"], relay=store["relay"],
+        bandwidth=(f"**{bw:g} MB/s per connection** (10^6 B/s, server -> client)" if bw
+                   else "no bandwidth cap"),
+        peers=store["peers"], fluxon=store["fluxon"],
+        piece_kib=(store.get("piece_size") or 0) // KiB, clip=wl["clip"],
+        rounds=", ".join(f"{v} at {k} ms" for k, v in wl["rounds"].items()),
+        threads=wl["threads"], k=wl["batched_clips"], frames_asked=wl["batched_clips"] * 16,
+        cpu=m["cpu"], cores=m["cores"], memory=m["memory_gib"], os=m["os"],
+        load=", ".join(f"{k}: {v[0]:.2f}" for k, v in m["load_average"]),
+        versions=listing(c["versions"].items()))
 
 
 def markdown(results: dict, summaries: list[dict], target_rows: list[Target]) -> str:
-    wl = results["conditions"]["workload"]
-    lines = _conditions(results) + _dataset(results)
-    lines += ["", "## Targets", "",
-              "Ratios in this run, frames checked; \"best exact peer\" is the fastest peer row "
-              "whose frames passed the check (⚠ rows never count).", ""]
-    lines += targets_table(target_rows)
-    lines += ["", f"## Random clip per item", "", WORKLOADS["clips"] + ".", ""]
-    lines += clips_table(summaries)
-    plans = results.get("plans", {}).get("batched", [])
-    items = [i for plan in plans for i in plan]
-    distinct = (sum(len({f for c in i["clips"] for f in c}) for i in items) / len(items)
-                if items else 0)
-    lines += ["", "## K clips of one video per item", "",
-              WORKLOADS["batched"] + f" (K = {wl['batched_clips']}; "
-              f"{wl['batched_clips'] * 16} frames asked per item, {distinct:.0f} distinct on "
-              "average: the videos are 4–7.5 s, so the clips overlap). Peer rows: the best exact "
-              "peer and the fastest peer of the clips workload at the same latency, PyAV "
-              "download, and, as context (not \"one by one\"), PyAV download decoding the "
-              "union of the K clips with one seek per cluster.", ""]
-    lines += batched_table(summaries)
-    lines += ["", "## Metadata only", "",
-              WORKLOADS["metadata"] + ". fluxon: `patcher.video_metadata` in a new process, "
-              "cold (Redis flushed: a scan of remote bytes builds the frame index), warm-kv "
-              "(the index in Redis; the agent answers the stat meanwhile) and warm-kv+shared "
-              "(stat and index in one Redis pipeline). PyAV: the stream header (`frames`; Matroska has none, so its "
-              "packets are counted by demuxing); torchcodec approximate: the header; torchcodec "
-              "exact: a scan of every packet; decord: reads the whole file and indexes it.", ""]
-    lines += metadata_table(summaries)
-    lines += ["", "![remote benchmark](remote.png)", "", "## Notes", ""]
-    lines += [
-        "- decord's `VideoReader` accepts a file object, but only to call `read()` once and "
-        "decode from memory: its row is decord's download pipeline (fsspec: HEAD + one GET).",
-        "- PyAV gets each video's frame -> pts table from the dataset's ffprobe scan, untimed "
-        "(as if kept in the dataset's manifest); it seeks to the keyframe before the clip and "
-        "decodes forward; a seek that lands past a target is redone from the first keyframe.",
-        "- torchcodec's exact mode scans every packet when it opens: over an fsspec file that "
-        "reads the whole file. Its decoder-side Resize (bilinear with antialiasing) differs from "
-        "the ffmpeg CLI's bilinear scale by more than the tolerance, so its 224x224 rows are "
-        "flagged OFF whenever that shows (see bench/run.py's tables).",
-    ]
-    lines += [f"- {n}" for n in results.get("notes", [])]
-    for family, why in results.get("skipped", {}).items():
-        lines.append(f"- {family} skipped: {why}")
-    return "\n".join(lines) + "\n"
+    notes = [f"- {n}" for n in results.get("notes", [])]
+    notes += [f"- {family} skipped: {why}" for family, why in results.get("skipped", {}).items()]
+    return fill("remote", **_conditions(results),
+                distinct=f"{_distinct_frames(results):.0f}",
+                dataset_table="\n".join(_dataset(results)),
+                targets_table="\n".join(targets_table(target_rows)),
+                clips_table="\n".join(clips_table(summaries)),
+                batched_table="\n".join(batched_table(summaries)),
+                metadata_table="\n".join(metadata_table(summaries)),
+                tail="".join("\n" + line for line in notes))
 
 
 # ---- chart ----

@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import json
 import statistics
-from pathlib import Path
 
-KiB, MiB = 1 << 10, 1 << 20
-WORKLOADS = {
-    "clips": "random 16-frame clip (stride 4, 224x224) per item, one item per video, "
-             "shuffled; a new open per item",
-    "batched": "K clips of one video per item: fluxon read_many_numpy_with_stats (one call) vs "
-               "a peer reading them one by one (one open per item)",
-    "metadata": "time until frame count, fps and duration are known, per video",
-}
+from tables import KiB, MiB
 
 
 def label(row: dict) -> str:

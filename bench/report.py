@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from contenders import PEERS
+from tables import MiB, fill, listing, mib, table, times
 
-MiB = 1 << 20
 STAT_KEYS = ("open_ms", "container_open_ms", "decode_ms", "range_reads", "range_bytes",
              "seeks", "page_hits", "page_misses", "kv_hits", "kv_misses", "kv_errors",
              "remote_reads", "remote_bytes", "backfills_queued", "backfills_dropped",
@@ -97,18 +97,8 @@ def fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
-def mib(value: float | None) -> str:
-    return "–" if value is None else f"{value / MiB:.2f}"
-
-
 def ratio(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}×"
-
-
-def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
+    return times(value, missing="n/a")
 
 
 def fluxon_only(record: dict, text: str) -> str:
@@ -276,97 +266,68 @@ def targets(results: dict) -> list[dict]:
     return out
 
 
+def _sweep_section(results: dict) -> str:
+    if not results["sweep"]:
+        return ""
+    rows = [[str(p["piece_size"] >> 10), p["video"], mib(p["cold_remote_bytes"]),
+             fmt(p["cold_remote_reads"], 0), fmt(p["cold_ms"]), fmt(p["warm_ms"]),
+             fmt(p["warm_kv_hits"], 0), mib(p["needed_bytes"]), p["verdict"]]
+            for p in results["sweep"]]
+    return "\n".join(["", "## Piece-size sweep", "",
+                      f"{results['workloads']['clips224']}; agent latency "
+                      f"{results['conditions']['export']['sweep_agent_latency_ms']} ms. Cold: the "
+                      "file evicted from Redis, a new process; warm KV: a new process after it.",
+                      "", *table(["piece KiB", "video", "cold remote MiB", "cold remote reads",
+                                  "cold ms", "warm KV ms", "KV hits (warm)", "needed MiB",
+                                  "frames"], rows), ""])
+
+
+def _tables(results: dict) -> dict[str, str]:
+    """Every table of latest.md, by its name in the template."""
+    def rows_of(workload: str, make_row: Callable[[dict, dict], list[str]]) -> list[list[str]]:
+        return [make_row(results, r) for r in in_video_order(results, workload)]
+    tables = {
+        "targets_table": table(["target", "condition", "fluxon", "best peer / bound", "ratio",
+                                "reading"],
+                               [[t["target"], t["condition"], t["fluxon"], t["peer"],
+                                 ratio(t["ratio"]), t["meaning"]] for t in results["targets"]]),
+        "dataset_table": table(["video", "codec", "resolution", "fps", "frames", "GOP", "layout",
+                                "MiB", "container KiB"],
+                               [[v["video"], v["codec"], f"{v['width']}x{v['height']}",
+                                 str(v["fps"]), str(v["frames"]), str(v["gop"]), v["layout"],
+                                 mib(v["file_bytes"]), f"{v['container_bytes'] / 1024:.1f}"]
+                                for v in results["videos"]]),
+        "clips224_table": table(CLIP_HEADER, rows_of("clips224", clip_row)),
+        "native_table": table(CLIP_HEADER, rows_of("clips-native", clip_row)),
+        "sequential_table": table(["video", "contender", "frames/s", "ms", "range MiB",
+                                   "remote MiB", "peak RSS MiB", "frames"],
+                                  rows_of("sequential224", sequential_row)),
+        "batched_table": table(["video", "contender", "how", "clips", "ms for all", "clips/s",
+                                "frames decoded", "remote MiB", "peak RSS MiB", "frames"],
+                               rows_of("batched", batched_row)),
+    }
+    return {name: "\n".join(lines) for name, lines in tables.items()}
+
+
 def markdown(results: dict) -> str:
-    c = results["conditions"]
-    s = results["settings"]
-    lines = [f"# fluxon_video benchmark ({results['generated']})", "",
-             f"Command: `{results['command']}` — took {results['duration_s']:.0f} s.", "",
-             "Conditions: " + "; ".join([
-                 f"{c['machine']['cpu']}, {c['machine']['cores']} cores, "
-                 f"{c['machine']['memory_gib']} GiB", c["machine"]["os"],
-                 f"git {c['machine']['git']}"]) + ".",
-             "Export: " + f"{c['export']['where']}, root on {c['export']['filesystem']}, "
-             f"injected agent latency {c['export']['agent_latency_ms']} ms; KV: "
-             f"{c['export']['kv']}; piece size {c['export']['piece_size'] >> 10} KiB, "
-             f"{c['export']['miss_policy']}.",
-             f"Every figure is the median of {s['repeat']} runs; {s['clips']} clips per video "
-             f"(seed {s['seed']}), {s['threads']} decoder threads for every contender.",
-             "Versions: " + ", ".join(f"{k} {v}" for k, v in c["versions"].items()) + ".", ""]
-    if results["skipped"]:
-        lines += ["Skipped: " + "; ".join(f"**{k}** ({v})" for k, v in
-                                          results["skipped"].items()) + ".", ""]
-    lines += [f"Note: {n}" for n in results["notes"]]
-    lines += ["## Targets", ""]
-    lines += table(["target", "condition", "fluxon", "best peer / bound", "ratio", "reading"],
-                   [[t["target"], t["condition"], t["fluxon"], t["peer"], ratio(t["ratio"]),
-                     t["meaning"]] for t in results["targets"]])
-    lines += ["", "## Dataset", ""]
-    lines += table(["video", "codec", "resolution", "fps", "frames", "GOP", "layout", "MiB",
-                    "container KiB"],
-                   [[v["video"], v["codec"], f"{v['width']}x{v['height']}", str(v["fps"]),
-                     str(v["frames"]), str(v["gop"]), v["layout"], mib(v["file_bytes"]),
-                     f"{v['container_bytes'] / 1024:.1f}"] for v in results["videos"]])
-    for workload in ("clips224", "clips-native"):
-        lines += ["", f"## {results['workloads'][workload]}", ""]
-        lines += table(CLIP_HEADER, [clip_row(results, r)
-                                     for r in in_video_order(results, workload)])
-    lines += ["", f"## {results['workloads']['sequential224']}", ""]
-    lines += table(["video", "contender", "frames/s", "ms", "range MiB", "remote MiB",
-                    "peak RSS MiB", "frames"],
-                   [sequential_row(results, r) for r in in_video_order(results, "sequential224")])
-    lines += ["", f"## Batched: {results['workloads']['batched']}", ""]
-    lines += table(["video", "contender", "how", "clips", "ms for all", "clips/s",
-                    "frames decoded", "remote MiB", "peak RSS MiB", "frames"],
-                   [batched_row(results, r) for r in in_video_order(results, "batched")])
-    if results["sweep"]:
-        lines += ["", "## Piece-size sweep", "",
-                  f"{results['workloads']['clips224']}; agent latency "
-                  f"{c['export']['sweep_agent_latency_ms']} ms. Cold: the file evicted from "
-                  "Redis, a new process; warm KV: a new process after it.", ""]
-        lines += table(["piece KiB", "video", "cold remote MiB", "cold remote reads",
-                        "cold ms", "warm KV ms", "KV hits (warm)", "needed MiB", "frames"],
-                       [[str(p["piece_size"] >> 10), p["video"], mib(p["cold_remote_bytes"]),
-                         fmt(p["cold_remote_reads"], 0), fmt(p["cold_ms"]), fmt(p["warm_ms"]),
-                         fmt(p["warm_kv_hits"], 0), mib(p["needed_bytes"]), p["verdict"]]
-                        for p in results["sweep"]])
-    lines += ["", "## How to read this", "",
-              "- clips/s: clips of one video read through one handle (a peer's open reader, "
-              "fluxon's reader pool), opening included, ÷ that pass's time.",
-              "- open ms: peers, opening the file (PyAV: + its one-time packet scan that maps "
-              "frame index to pts, not in clips/s); fluxon through FluxonFS, the reader's "
-              "authorised stat plus the FFmpeg container opens of the pass.",
-              "- range reads/MiB: FFmpeg's read callbacks and the bytes they returned; remote: "
-              "bytes the agent sent; KV hit/miss: Redis pieces.",
-              "- cold: the file's KV pieces evicted and a new patcher; warm KV: Redis warm, a "
-              "new process; warm reader: the same pool again (its page cache holds the file). "
-              "fluxon-local: `decode_local_frames` on the local file, one call per clip (a new "
-              "decoder and frame index each time: the engine without FluxonFS or a reader).",
-              "- frames: for fluxon also the read path (indexed: keyframe seeks; sequential) "
-              "and why an indexed read fell back, if one did.",
-              "- clip ms: median time of one read call (the first of a pass includes what the "
-              "contender opens lazily).",
-              "- frames: every contender's frames (first run) against the ffmpeg CLI's "
-              "sequential decode. fluxon must be bit-exact; peers (other scalers) must be "
-              "closer to the right frame than to its neighbours and within a mean abs diff of 3 "
-              "(on a subsampled frame). ⚠ flags a contender: WRONG, not the frame asked for "
-              "(or fluxon not bit-exact); OFF, the right frame but pixels further than that "
-              "from the bilinear reference (another resize filter). A flagged time is not a "
-              "result, and a flagged peer is never the \"best peer\".",
-              "- peak RSS: the child process's high-water mark over that row's runs (VmHWM, "
-              "reset before them): Python, the libraries, the check's reference frames and "
-              "what the contender holds. Redis and the agent are other processes.",
-              "- needed bytes (target d): from ffprobe's packet positions and sizes, the packets "
-              "from the keyframe before each clip's first frame through the last packet needed "
-              "for its last frame (decode order), unioned over clips, plus the container bytes "
-              "(file size minus all video packet bytes: moov or Cues, headers, framing).",
-              "- floor ms: median over the clips of what libavcodec alone needs for a clip: "
-              "the indexed path's seeks, every frame from the keyframe to the last target "
-              "decoded, nothing converted (`fluxon_video._floor.decode_floor` on the local file, "
-              "median of the repeats; n/a where it does not exist). clip/floor: clip ms ÷ floor "
-              "ms. The floor decodes every frame from the keyframe in a fresh decoder per clip; "
-              "fluxon skips non-reference frames it does not return and keeps its decoder "
-              "between clips, so it can go below 1."]
-    return "\n".join(lines) + "\n"
+    c, s, w = results["conditions"], results["settings"], results["workloads"]
+    m, export = c["machine"], c["export"]
+    skipped = "; ".join(f"**{k}** ({v})" for k, v in results["skipped"].items())
+    return fill(
+        "latest", **_tables(results), generated=results["generated"],
+        command=results["command"], duration=f"{results['duration_s']:.0f}",
+        machine=f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}; "
+                f"git {m['git']}",
+        export=f"{export['where']}, root on {export['filesystem']}, injected agent latency "
+               f"{export['agent_latency_ms']} ms; KV: {export['kv']}; piece size "
+               f"{export['piece_size'] >> 10} KiB, {export['miss_policy']}",
+        repeat=s["repeat"], clips=s["clips"], seed=s["seed"], threads=s["threads"],
+        versions=listing(c["versions"].items()),
+        skipped=f"Skipped: {skipped}.\n\n" if skipped else "",
+        notes="".join(f"Note: {n}\n" for n in results["notes"]),
+        clips224_title=w["clips224"], native_title=w["clips-native"],
+        sequential_title=w["sequential224"], batched_title=w["batched"],
+        sweep=_sweep_section(results))
 
 
 def sweep_rows(results: dict) -> list[dict]:

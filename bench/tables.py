@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import string
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 DASH = "–"
 KiB, MiB = 1 << 10, 1 << 20
@@ -32,3 +34,14 @@ def times(value: float | None, missing: str = DASH) -> str:
 def listing(pairs: Iterable[tuple[object, object]]) -> str:
     """"k v, k v": versions and the like, in one line."""
     return ", ".join(f"{k} {v}" for k, v in pairs)
+
+
+def fill(template: str, **values: object) -> str:
+    """bench/templates/<template>.md with its $names replaced (the reports' prose lives
+    there, so that the code around it is only the figures)."""
+    text = (Path(__file__).resolve().parent / "templates" / f"{template}.md").read_text()
+    return string.Template(text).substitute(values)
+
+
+def machine_line(m: dict) -> str:
+    return f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, git {m['git']}"
