@@ -72,7 +72,7 @@ from fluxon_video.torch import (  # noqa: E402
 from cli import finish, header  # noqa: E402
 from contenders import DecordHandle, TorchcodecHandle  # noqa: E402
 from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
-from frames import CheckResult, Reference, cli_reference, needed  # noqa: E402
+from frames import CheckResult, Reference, count_note, needed, references  # noqa: E402
 from loader_report import markdown  # noqa: E402
 from passes import error_text  # noqa: E402
 from machine import machine, versions  # noqa: E402
@@ -268,16 +268,10 @@ class LoaderBench:
         for relpath, indices in self.plan:
             wanted.setdefault(relpath, []).append(indices)
         by_name = {v.name: v for v in self.videos}
-
-        def one(name: str) -> tuple[str, Reference]:
-            return name, cli_reference(by_name[name].path, SIZE, SIZE, needed(wanted[name]))
-
-        with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as ex:
-            self.refs = dict(ex.map(one, wanted))
-        for name, ref in self.refs.items():
-            if ref.frames_decoded != by_name[name].frames:
-                self.notes.append(f"{name}: ffprobe counts {by_name[name].frames} packets, the "
-                                  f"ffmpeg CLI decodes {ref.frames_decoded} frames")
+        self.refs = references({name: (by_name[name].path, SIZE, SIZE, needed(clips))
+                                for name, clips in wanted.items()})
+        self.notes += filter(None, (count_note(name, by_name[name].frames, ref)
+                                    for name, ref in self.refs.items()))
         print(f"references: {len(self.refs)} videos ({time.perf_counter() - t0:.1f} s)",
               flush=True)
 

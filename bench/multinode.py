@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,8 @@ import fluxon_video as fv  # noqa: E402
 from dataset import X264, Video, VideoSpec, prepare  # noqa: E402
 from fluxon_video.testing import AgentProcess, RedisCluster  # noqa: E402
 from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
-from frames import cli_reference, digest  # noqa: E402
+from frames import digest  # noqa: E402
+from frames import references as make_references  # noqa: E402
 from machine import machine, versions  # noqa: E402
 from tables import fill, listing, machine_line, mib, table  # noqa: E402
 
@@ -397,10 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     for plan in epochs:
         for relpath, indices in plan:
             wanted[relpath].update(indices)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        references = dict(zip(wanted, pool.map(
-            lambda name: cli_reference(video_dir / name, SIZE, SIZE, sorted(wanted[name])),
-            wanted)))
+    references = make_references({name: (video_dir / name, SIZE, SIZE, indices)
+                                  for name, indices in wanted.items()})
     refs = {name: {int(i): d.hex() for i, d in zip(ref.indices, ref.digests)}
             for name, ref in references.items()}
 

@@ -26,7 +26,7 @@ from cli import header
 from contenders import PEERS
 from dataset import DATASET, Video, prepare, sample_clips
 from fluxon_access import store, write_agent_config
-from frames import cli_reference, needed
+from frames import count_note, needed, references
 from machine import machine, run, versions
 
 BENCH = Path(__file__).resolve().parent
@@ -167,12 +167,11 @@ class Bench:
             for item in self.items(workload):
                 key = (item["video"], item["height"], item["width"])
                 wanted.setdefault(key, set()).update(needed(item["clips"]))
-        for (name, height, width), indices in wanted.items():
+        refs = references({key: (self.videos[key[0]].path, key[1], key[2], indices)
+                           for key, indices in wanted.items()})
+        for (name, height, width), ref in refs.items():
             video = self.videos[name]
-            ref = cli_reference(video.path, height, width, sorted(indices))
-            if ref.frames_decoded != video.frames:
-                self.notes.append(f"{name}: ffprobe counts {video.frames} packets, the ffmpeg "
-                                  f"CLI decodes {ref.frames_decoded} frames")
+            self.notes += filter(None, [count_note(name, video.frames, ref)])
             ref.save(self.ref_path(video, height, width))
 
     # ---- servers ----

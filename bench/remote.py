@@ -423,9 +423,7 @@ class Bench:
         return self.args.piece_size or FluxonFsExport.__dataclass_fields__["piece_size"].default
 
     def make_references(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from frames import cli_reference, needed
+        from frames import count_note, needed, references
 
         refs = self.work.parent / "remote-refs"
         refs.mkdir(parents=True, exist_ok=True)
@@ -444,20 +442,14 @@ class Bench:
             if not path.exists() and indices:
                 todo.append((name, sorted(indices), path))
 
-        def one(job: tuple[str, list[int], Path]) -> None:
-            name, indices, path = job
-            video = self.videos[name]
-            ref = cli_reference(video.path, SIZE, SIZE, indices)
-            if ref.frames_decoded != video.frames:
-                self.notes.append(f"{name}: ffprobe counts {video.frames} packets, the ffmpeg "
-                                  f"CLI decodes {ref.frames_decoded} frames")
-            ref.save(path.with_suffix(".part.npz"))
-            os.replace(path.with_suffix(".part.npz"), path)
-
         self.say(f"references: {len(todo)} to make with the ffmpeg CLI "
                  f"({len(wanted) - len(todo)} cached)")
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(one, todo))
+        made = references({name: (self.videos[name].path, SIZE, SIZE, indices)
+                           for name, indices, _ in todo}, workers=2)
+        for name, indices, path in todo:
+            self.notes += filter(None, [count_note(name, self.videos[name].frames, made[name])])
+            made[name].save(path.with_suffix(".part.npz"))
+            os.replace(path.with_suffix(".part.npz"), path)
         # Keep this run's reference of each video and the newest other one (a --quick
         # plan and a full plan can alternate without remaking them); drop older ones.
         for name, path in self.ref_paths.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 
 from tables import KiB, MiB
 
@@ -77,68 +78,74 @@ def _verdict(passes: list[dict], check: dict | None, workload: str) -> tuple[boo
     return True, "right" if workload == "metadata" else "–"
 
 
+def _none_if_empty(pick: Callable[[list[float]], float], values: list[float]) -> float | None:
+    return pick(values) if values else None
+
+
+def _timing(group: list[dict], per_clip: int) -> dict:
+    """clips/s per pass (median and range), item times, the passes' median item times."""
+    rates = [len(p["item_ms"]) * per_clip / (sum(p["item_ms"]) / 1e3)
+             for p in group if p.get("item_ms")]
+    medians = [statistics.median(p["item_ms"]) for p in group if p.get("item_ms")]
+    item_ms = [t for p in group for t in p.get("item_ms") or []]
+    return {"items": len(item_ms), "clips": float(len(item_ms) * per_clip),
+            "clips_per_s": _none_if_empty(statistics.median, rates),
+            "clips_per_s_min": _none_if_empty(min, rates),
+            "clips_per_s_max": _none_if_empty(max, rates), "rates": rates,
+            "item_ms_p50": _pct(item_ms, 0.5), "item_ms_p99": _pct(item_ms, 0.99),
+            "pass_median_ms_min": _none_if_empty(min, medians),
+            "pass_median_ms_max": _none_if_empty(max, medians)}
+
+
+def _traffic(group: list[dict], clips: float, items: int) -> dict:
+    """What the servers counted: bytes and requests per clip and per item, connections."""
+    servers = [p["server"] for p in group if p.get("server")]
+    requests = float(sum(s.get("requests", 0) for s in servers))
+    nbytes = float(sum(s.get("bytes", 0) for s in servers))
+    conns = [s.get("connections_used", 0) for s in servers]
+    return {"mib_per_clip": nbytes / clips / MiB if clips else None,
+            "requests_per_clip": requests / clips if clips else None,
+            "mib_per_item": nbytes / items / MiB if items else None,
+            "requests_per_item": requests / items if items else None,
+            "bytes_total": nbytes, "requests_total": requests,
+            "connections_used": _none_if_empty(statistics.median, conns),
+            "connections_used_max": _none_if_empty(max, conns),
+            "connections_opened": sum(s.get("relay_opened", 0) for s in servers)}
+
+
+def _fluxon_detail(group: list[dict], per_item: list[dict]) -> dict:
+    """fluxon's own counts per item (from its read stats) and the read paths it took."""
+    def mean(key: str) -> float:
+        return sum(x.get(key, 0) for x in per_item) / len(per_item)
+    return {"open_index_ms_p50": _pct([x.get("open_ms", 0) + x.get("index_ms", 0)
+                                       for x in per_item], 0.5),
+            "kv_round_trips_per_item": mean("kv_round_trips"),
+            "stat_requests_per_item": mean("stat_requests"),
+            "remote_reads_per_item": mean("remote_reads"),
+            "frames_decoded_per_item": mean("frames_decoded"),
+            "paths": _sum_dicts([p.get("extra", {}).get("paths", {}) for p in group]),
+            "per_item": per_item}
+
+
 def summarise(passes: list[dict], batched_clips: int) -> list[dict]:
+    """One summary per (workload, latency, row), over the row's passes of every round."""
     groups: dict[tuple, list[dict]] = {}
     for p in passes:
         groups.setdefault((p["workload"], p["latency_ms"], row_key(p["row"])), []).append(p)
     out = []
     for (workload, latency, _), group in groups.items():
         row = group[0]["row"]
-        per_clip = batched_clips if workload == "batched" else 1
-        rates, pass_medians, item_ms = [], [], []
-        clips = requests = nbytes = 0.0
-        conns, opened = [], []
-        for p in group:
-            ms = p.get("item_ms") or []
-            item_ms += ms
-            if ms:
-                rates.append(len(ms) * per_clip / (sum(ms) / 1e3))
-                pass_medians.append(statistics.median(ms))
-            clips += len(ms) * per_clip
-            s = p.get("server") or {}
-            requests += s.get("requests", 0)
-            nbytes += s.get("bytes", 0)
-            if s:
-                conns.append(s.get("connections_used", 0))
-                opened.append(s.get("relay_opened", 0))
+        timing = _timing(group, batched_clips if workload == "batched" else 1)
         check = _merge_checks([p.get("check") for p in group])
         ok, verdict = _verdict(group, check, workload)
-        items = len(item_ms)
-        summary = {
-            "workload": workload, "latency_ms": latency, "row": row, "label": label(row),
-            "passes": len(group), "items": items, "clips": clips,
-            "clips_per_s": statistics.median(rates) if rates else None,
-            "clips_per_s_min": min(rates) if rates else None,
-            "clips_per_s_max": max(rates) if rates else None,
-            "rates": rates,
-            "item_ms_p50": _pct(item_ms, 0.5), "item_ms_p99": _pct(item_ms, 0.99),
-            "pass_median_ms_min": min(pass_medians) if pass_medians else None,
-            "pass_median_ms_max": max(pass_medians) if pass_medians else None,
-            "mib_per_clip": nbytes / clips / MiB if clips else None,
-            "requests_per_clip": requests / clips if clips else None,
-            "mib_per_item": nbytes / items / MiB if items else None,
-            "requests_per_item": requests / items if items else None,
-            "bytes_total": nbytes, "requests_total": requests,
-            "connections_used": statistics.median(conns) if conns else None,
-            "connections_used_max": max(conns) if conns else None,
-            "connections_opened": sum(opened),
-            "ok": ok, "verdict": verdict, "check": check,
-            "fallbacks": sum(p.get("extra", {}).get("fallbacks", 0) for p in group),
-        }
+        summary = {"workload": workload, "latency_ms": latency, "row": row, "label": label(row),
+                   "passes": len(group), **timing,
+                   **_traffic(group, timing["clips"], timing["items"]),
+                   "ok": ok, "verdict": verdict, "check": check,
+                   "fallbacks": sum(p.get("extra", {}).get("fallbacks", 0) for p in group)}
         per_item = [x for p in group for x in p.get("extra", {}).get("per_item", [])]
         if per_item:
-            summary["fluxon"] = {
-                "open_index_ms_p50": _pct([x.get("open_ms", 0) + x.get("index_ms", 0)
-                                           for x in per_item], 0.5),
-                "kv_round_trips_per_item": sum(x["kv_round_trips"] for x in per_item) / len(per_item),
-                "stat_requests_per_item": (sum(x.get("stat_requests", 0) for x in per_item)
-                                           / len(per_item)),
-                "remote_reads_per_item": sum(x["remote_reads"] for x in per_item) / len(per_item),
-                "frames_decoded_per_item": (sum(x.get("frames_decoded", 0) for x in per_item)
-                                            / len(per_item)),
-                "paths": _sum_dicts([p.get("extra", {}).get("paths", {}) for p in group]),
-                "per_item": per_item,
-            }
+            summary["fluxon"] = _fluxon_detail(group, per_item)
         out.append(summary)
     return out
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import asdict, dataclass
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -196,74 +197,103 @@ def find(records: Sequence[dict], workload: str, video: str, contender: str,
                  if r["contender"] == contender and r["cache"] == cache), None)
 
 
-def targets(results: dict) -> list[dict]:
-    """The figures the next issue aims at, each as fluxon vs the best peer."""
+@dataclass(kw_only=True)
+class Target:
+    """One figure the bench aims at, as fluxon against the best peer or a bound."""
+
+    target: str
+    condition: str
+    fluxon: str
+    peer: str
+    ratio: float | None
+    meaning: str = "fluxon ÷ peer; > 1 is fluxon faster"
+
+
+def _rate(record: dict | None, key: str = "clips_per_s") -> float | None:
+    """A record's figure, or None when it is missing or its frames were flagged."""
+    return record["summary"][key] if record and record["summary"]["ok"] else None
+
+
+def _peer_cell(peer: dict | None, value: float | None, unit: str, digits: int) -> str:
+    return f"{peer['contender']} {fmt(value, digits)} {unit}" if peer else "–"
+
+
+def headline_targets(results: dict, video: str) -> list[Target]:
+    """(a) warm-KV clips/s against the best peer, (c) clip time against the decode floor."""
     records = results["records"]
-    clip_videos = [v for v in results["videos"] if v["video"] in results["ideal_bytes"]
-                   and v["video"] in {r["video"] for r in records if r["workload"] == "clips224"}]
-    out = []
-    if clip_videos:
-        headline = clip_videos[0]["video"]
-        warm = find(records, "clips224", headline, "fluxon", "warm-kv")
-        peer = best_peer(records, "clips224", headline, "clips_per_s")
-        mine = warm["summary"]["clips_per_s"] if warm and warm["summary"]["ok"] else None
-        theirs = peer["summary"]["clips_per_s"] if peer else None
-        out.append({"target": "(a) clips/s, warm KV vs best peer on local files",
-                    "condition": f"{headline}, {results['workloads']['clips224']}",
-                    "fluxon": f"{fmt(mine, 2)} clips/s",
-                    "peer": f"{peer['contender']} {fmt(theirs, 2)} clips/s" if peer else "–",
-                    "ratio": mine / theirs if mine and theirs else None,
-                    "meaning": "fluxon ÷ peer; > 1 is fluxon faster"})
-        floor = floor_of(results, warm) if warm else None
-        out.append({"target": "(c) per-clip time ÷ decode floor",
-                    "condition": f"{headline}, clips224, fluxon warm KV",
-                    "fluxon": f"{fmt(warm['summary']['clip_ms'])} ms/clip" if warm else "–",
-                    "peer": f"floor {fmt(floor)} ms" if floor else "floor n/a",
-                    "ratio": per_floor(warm["summary"]["clip_ms"], floor) if warm else None,
-                    "meaning": "1: decode-bound; < 1: skipped non-reference frames or a "
-                               "decoder kept from the previous clip beat the floor"})
+    warm = find(records, "clips224", video, "fluxon", "warm-kv")
+    peer = best_peer(records, "clips224", video, "clips_per_s")
+    mine, theirs = _rate(warm), peer["summary"]["clips_per_s"] if peer else None
+    floor = floor_of(results, warm) if warm else None
+    return [Target(target="(a) clips/s, warm KV vs best peer on local files",
+                   condition=f"{video}, {results['workloads']['clips224']}",
+                   fluxon=f"{fmt(mine, 2)} clips/s", peer=_peer_cell(peer, theirs, "clips/s", 2),
+                   ratio=mine / theirs if mine and theirs else None),
+            Target(target="(c) per-clip time ÷ decode floor",
+                   condition=f"{video}, clips224, fluxon warm KV",
+                   fluxon=f"{fmt(warm['summary']['clip_ms'])} ms/clip" if warm else "–",
+                   peer=f"floor {fmt(floor)} ms" if floor else "floor n/a",
+                   ratio=per_floor(warm["summary"]["clip_ms"], floor) if warm else None,
+                   meaning="1: decode-bound; < 1: skipped non-reference frames or a decoder "
+                           "kept from the previous clip beat the floor")]
+
+
+def batched_target(results: dict, video: str) -> Target:
+    """(b) N clips of the long video in one read_many call against a peer one by one."""
+    records = results["records"]
+    many = find(records, "batched", video, "fluxon read_many", "warm-kv")
+    peer = best_peer(records, "batched", video, "pass_ms", lowest=True)
+    mine, theirs = _rate(many, "pass_ms"), peer["summary"]["pass_ms"] if peer else None
+    return Target(target="(b) N clips of one video: read_many vs best peer one by one",
+                  condition=f"{video}, {many['clips'] if many else '?'} clips, 224x224, warm KV",
+                  fluxon=f"{fmt(mine)} ms", peer=_peer_cell(peer, theirs, "ms", 1),
+                  ratio=theirs / mine if mine and theirs else None,
+                  meaning="peer time ÷ fluxon time; > 1 is fluxon faster")
+
+
+def local_target(results: dict, video: str) -> Target:
+    """(e) fluxon's decoder on the local file against the best exact peer, every codec."""
+    records = results["records"]
+    local = find(records, "clips224", video, "fluxon-local", "local")
+    peer = best_peer(records, "clips224", video, "clips_per_s")
+    mine, theirs = _rate(local), peer["summary"]["clips_per_s"] if peer else None
+    floor = floor_of(results, local) if local else None
+    return Target(target="(e) local file, 1 thread: fluxon ÷ best exact peer (goal ≥ 1.5×; "
+                         "clip ÷ floor ≤ 0.8×)", condition=f"{video}, clips224",
+                  fluxon=(f"{fmt(mine, 2)} clips/s; clip/floor "
+                          f"{ratio(per_floor(local['summary']['clip_ms'], floor))}"
+                          if mine else "–"),
+                  peer=_peer_cell(peer, theirs, "clips/s", 2),
+                  ratio=mine / theirs if mine and theirs else None)
+
+
+def bytes_target(results: dict, video: str) -> Target:
+    """(d) what a cold pass fetched against the GOP spans its clips need plus the container."""
+    cold = find(results["records"], "clips224", video, "fluxon", "cold")
+    ideal = results["ideal_bytes"][video]
+    need = ideal["gop_span_bytes"] + ideal["container_bytes"]
+    remote = cold["summary"].get("remote_bytes") if cold else None
+    return Target(target="(d) cold remote bytes ÷ (GOP spans touched + container)",
+                  condition=f"{video}, clips224, piece "
+                            f"{results['conditions']['export']['piece_size'] >> 10} KiB",
+                  fluxon=f"{mib(remote)} MiB", peer=f"needed {mib(need)} MiB",
+                  ratio=remote / need if remote is not None and need else None,
+                  meaning="1 would fetch only what decoding needs")
+
+
+def targets(results: dict) -> list[Target]:
+    """The figures the bench aims at, each as fluxon vs the best peer or a bound."""
+    records = results["records"]
+    clip_names = {r["video"] for r in records if r["workload"] == "clips224"}
+    clip_videos = [v["video"] for v in results["videos"]
+                   if v["video"] in results["ideal_bytes"] and v["video"] in clip_names]
     long_name = next((v["video"] for v in results["videos"]
                       if any(r["workload"] == "batched" and r["video"] == v["video"]
                              for r in records)), None)
-    if long_name:
-        many = find(records, "batched", long_name, "fluxon read_many", "warm-kv")
-        peer = best_peer(records, "batched", long_name, "pass_ms", lowest=True)
-        mine = many["summary"]["pass_ms"] if many and many["summary"]["ok"] else None
-        theirs = peer["summary"]["pass_ms"] if peer else None
-        out.append({"target": "(b) N clips of one video: read_many vs best peer one by one",
-                    "condition": f"{long_name}, {many['clips'] if many else '?'} clips, "
-                                 "224x224, warm KV",
-                    "fluxon": f"{fmt(mine)} ms", "peer":
-                        f"{peer['contender']} {fmt(theirs)} ms" if peer else "–",
-                    "ratio": theirs / mine if mine and theirs else None,
-                    "meaning": "peer time ÷ fluxon time; > 1 is fluxon faster"})
-    for video in clip_videos:  # issue 15: every codec, fluxon's decoder on the local file
-        local = find(records, "clips224", video["video"], "fluxon-local", "local")
-        peer = best_peer(records, "clips224", video["video"], "clips_per_s")
-        mine = local["summary"]["clips_per_s"] if local and local["summary"]["ok"] else None
-        theirs = peer["summary"]["clips_per_s"] if peer else None
-        floor = floor_of(results, local) if local else None
-        out.append({"target": "(e) local file, 1 thread: fluxon ÷ best exact peer (goal ≥ 1.5×; "
-                              "clip ÷ floor ≤ 0.8×)",
-                    "condition": f"{video['video']}, clips224",
-                    "fluxon": (f"{fmt(mine, 2)} clips/s; clip/floor "
-                               f"{ratio(per_floor(local['summary']['clip_ms'], floor))}"
-                               if mine else "–"),
-                    "peer": f"{peer['contender']} {fmt(theirs, 2)} clips/s" if peer else "–",
-                    "ratio": mine / theirs if mine and theirs else None,
-                    "meaning": "fluxon ÷ peer; > 1 is fluxon faster"})
-    for video in clip_videos:
-        cold = find(records, "clips224", video["video"], "fluxon", "cold")
-        ideal = results["ideal_bytes"][video["video"]]
-        need = ideal["gop_span_bytes"] + ideal["container_bytes"]
-        remote = cold["summary"].get("remote_bytes") if cold else None
-        out.append({"target": "(d) cold remote bytes ÷ (GOP spans touched + container)",
-                    "condition": f"{video['video']}, clips224, piece "
-                                 f"{results['conditions']['export']['piece_size'] >> 10} KiB",
-                    "fluxon": f"{mib(remote)} MiB", "peer": f"needed {mib(need)} MiB",
-                    "ratio": remote / need if remote is not None and need else None,
-                    "meaning": "1 would fetch only what decoding needs"})
-    return out
+    return [*(headline_targets(results, clip_videos[0]) if clip_videos else []),
+            *([batched_target(results, long_name)] if long_name else []),
+            *(local_target(results, v) for v in clip_videos),
+            *(bytes_target(results, v) for v in clip_videos)]
 
 
 def _sweep_section(results: dict) -> str:
@@ -376,7 +406,7 @@ def compact_json(results: dict) -> str:
 def write(results: dict, out: Path) -> list[Path]:
     for record in results["records"]:
         record["summary"] = summarize(record)
-    results["targets"] = targets(results)
+    results["targets"] = [asdict(t) for t in targets(results)]
     results["sweep"] = sweep_rows(results)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "latest.json", out / "latest.md"]
