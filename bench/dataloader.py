@@ -61,7 +61,7 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, default_collate  # noqa: E402
 
 import fluxon_video as fv  # noqa: E402
-from dataset import X264, Video, VideoSpec, prepare  # noqa: E402
+from dataset import HEVC, X264, Video, VideoSpec, prepare, sample_clips, vp9  # noqa: E402
 from fluxon_video.testing import AgentProcess, RedisServer  # noqa: E402
 from fluxon_video.torch import (  # noqa: E402
     LoaderStats,
@@ -79,10 +79,7 @@ from machine import machine, versions  # noqa: E402
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 EXPORT = "loader"
-HEVC = ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
-        "-x265-params", "keyint=60:min-keyint=60:bframes=3:log-level=error")
-VP9 = ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "60",
-       "-b:v", "600k")
+VP9 = vp9("600k")
 
 
 def loader_specs() -> list[VideoSpec]:
@@ -106,17 +103,12 @@ def make_plan(videos: list[Video], items: int, per_video: int, seed: int) -> lis
     """items // per_video groups of per_video clips of one video (videos in a seeded random
     order, each once before any repeats): [[relpath, [indices...]], ...], group after group."""
     rng = np.random.default_rng([seed, 11])
-    span = (CLIP_LEN - 1) * STRIDE + 1
     groups = items // per_video
     order: list[int] = []
     while len(order) < groups:
         order += rng.permutation(len(videos)).tolist()
-    plan = []
-    for v in order[:groups]:
-        video = videos[v]
-        for start in rng.integers(0, video.frames - span + 1, size=per_video):
-            plan.append([video.name, [int(start) + k * STRIDE for k in range(CLIP_LEN)]])
-    return plan
+    return [[videos[v].name, clip] for v in order[:groups]
+            for clip in sample_clips(videos[v].frames, per_video, CLIP_LEN, STRIDE, rng)]
 
 
 class PlannedClips(VideoClipDataset):

@@ -59,8 +59,9 @@ sys.path.insert(0, str(BENCH))
 import numpy as np  # noqa: E402
 
 import fluxon_video as fv  # noqa: E402
-from dataset import X264, Video, VideoSpec, prepare  # noqa: E402
+from dataset import HEVC, X264, Video, VideoSpec, prepare, sample_clips, vp9  # noqa: E402
 from fluxon_video.testing import AgentProcess, RedisCluster  # noqa: E402
+from cli import finish  # noqa: E402
 from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
 from frames import digest  # noqa: E402
 from frames import references as make_references  # noqa: E402
@@ -70,10 +71,7 @@ from tables import fill, listing, machine_line, mib, table  # noqa: E402
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 EXPORT = "multinode"
 NODES = 3
-HEVC = ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
-        "-x265-params", "keyint=60:min-keyint=60:bframes=3:log-level=error")
-VP9 = ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "60",
-       "-b:v", "600k")
+VP9 = vp9("600k")
 
 
 def specs(count: int, seconds: float) -> list[VideoSpec]:
@@ -96,11 +94,8 @@ def draw_epoch(videos: list[Video], clips: int, seed: int, epoch: int) -> list[l
     """clips // len(videos) random clips of each video, in a shuffled order:
     [[relpath, [indices...]], ...]."""
     rng = np.random.default_rng([seed, epoch])
-    span = (CLIP_LEN - 1) * STRIDE + 1
-    plan = []
-    for video in videos:
-        for start in rng.integers(0, video.frames - span + 1, size=clips // len(videos)):
-            plan.append([video.name, [int(start) + k * STRIDE for k in range(CLIP_LEN)]])
+    plan = [[video.name, clip] for video in videos
+            for clip in sample_clips(video.frames, clips // len(videos), CLIP_LEN, STRIDE, rng)]
     return [plan[i] for i in rng.permutation(len(plan))]
 
 
@@ -358,7 +353,7 @@ def render(record: dict[str, Any]) -> str:
         machine=machine_line(c["machine"]), versions=listing(c["versions"].items()))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Three nodes (processes) sharing a 3-master Redis Cluster and one agent: "
                     "agent bytes, KV hits/misses/round trips and clips/s per node per epoch.",
@@ -367,11 +362,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="smoke run: 6 videos of 6 s, 12 clips per epoch, 1 run, results to "
                              "<data>/quick-results")
     parser.add_argument("--videos", type=int, default=6, help="videos in the dataset (>= 3)")
-    parser.add_argument("--seconds", type=float, default=30.0, help="length of each video")
-    parser.add_argument("--clips", type=int, default=24, help="clips per epoch")
+    parser.add_argument("--seconds", type=float, help="length of each video (30; quick: 6)")
+    parser.add_argument("--clips", type=int, help="clips per epoch (24; quick: 12)")
     parser.add_argument("--threads", type=int, default=1, help="decoder threads per read")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="runs of every phase, each from a flushed cluster (clips/s: median)")
+    parser.add_argument("--repeat", type=int, help="runs of every phase, each from a flushed "
+                                                   "cluster (clips/s: median) (3; quick: 1)")
     parser.add_argument("--piece-size", type=int, default=262144, help="KV piece size, bytes")
     parser.add_argument("--agent-latency-ms", type=float, default=0.0,
                         help="the agent waits this long per stat/read (a remote store)")
@@ -381,28 +376,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None,
                         help="results directory (default: bench/results, or <data>/quick-results "
                              "with --quick)")
-    a = parser.parse_args(argv)
-    if a.quick:
-        a.seconds, a.clips, a.repeat = 6.0, 12, 1
-    if a.videos < 3 or a.clips < a.videos or a.repeat < 1:
-        parser.error("need --videos >= 3, --clips >= --videos and --repeat >= 1")
-    out = a.out or (a.data / "quick-results" if a.quick else BENCH / "results")
-    began = time.monotonic()
-    load_start = os.getloadavg()[0]
+    a = finish(parser, parser.parse_args(argv), {"seconds": 30.0, "clips": 24, "repeat": 3},
+               {"seconds": 6.0, "clips": 12, "repeat": 1}, ("repeat",))
+    if a.videos < 3 or a.clips < a.videos:
+        parser.error("need --videos >= 3 and --clips >= --videos")
+    return a
 
-    video_dir = a.data / "multinode-videos"
-    print(f"dataset: {a.videos} videos of {a.seconds:g} s in {video_dir}", flush=True)
-    videos = prepare(specs(a.videos, a.seconds), video_dir)
-    epochs = [draw_epoch(videos, a.clips, a.seed, e) for e in (1, 2)]
-    wanted: dict[str, set[int]] = {v.name: set() for v in videos}
+
+def references(video_dir: Path, epochs: list[list[list[Any]]]) -> dict[str, dict[int, str]]:
+    """{video: {frame index: digest hex}} of every frame the epochs read, from the ffmpeg CLI."""
+    wanted: dict[str, set[int]] = {}
     for plan in epochs:
         for relpath, indices in plan:
-            wanted[relpath].update(indices)
-    references = make_references({name: (video_dir / name, SIZE, SIZE, indices)
-                                  for name, indices in wanted.items()})
-    refs = {name: {int(i): d.hex() for i, d in zip(ref.indices, ref.digests)}
-            for name, ref in references.items()}
+            wanted.setdefault(relpath, set()).update(indices)
+    made = make_references({name: (video_dir / name, SIZE, SIZE, indices)
+                            for name, indices in wanted.items()})
+    return {name: {int(i): d.hex() for i, d in zip(ref.indices, ref.digests)}
+            for name, ref in made.items()}
 
+
+def measure(a: argparse.Namespace, video_dir: Path, epochs: list[list[list[Any]]],
+            refs: dict[str, dict[int, str]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every run (from a flushed cluster), and what the cluster holds after the last."""
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="fluxon-multinode-") as tmp:
         work = Path(tmp)
@@ -419,8 +414,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"run {repetition} of {a.repeat}: the cluster flushed", flush=True)
                 cluster.flushall()
                 runs.append(one_run(patcher, cluster, agent, epochs, refs, a.threads))
-            cluster_after = cluster_contents(cluster)
+            return runs, cluster_contents(cluster)
 
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    began = time.monotonic()
+    load_start = os.getloadavg()[0]
+    video_dir = a.data / "multinode-videos"
+    print(f"dataset: {a.videos} videos of {a.seconds:g} s in {video_dir}", flush=True)
+    videos = prepare(specs(a.videos, a.seconds), video_dir)
+    epochs = [draw_epoch(videos, a.clips, a.seed, e) for e in (1, 2)]
+    runs, cluster_after = measure(a, video_dir, epochs, references(video_dir, epochs))
     record = {
         "benchmark": "multinode", "argv": list(argv if argv is not None else sys.argv[1:]),
         "when": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
@@ -430,10 +435,10 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "cluster_after": cluster_after, "load": [load_start, os.getloadavg()[0]],
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "multinode.json").write_text(json.dumps(record, indent=1) + "\n")
-    (out / "multinode.md").write_text(render(record))
-    print(f"wrote {out / 'multinode.md'} and {out / 'multinode.json'}")
+    a.out.mkdir(parents=True, exist_ok=True)
+    (a.out / "multinode.json").write_text(json.dumps(record, indent=1) + "\n")
+    (a.out / "multinode.md").write_text(render(record))
+    print(f"wrote {a.out / 'multinode.md'} and {a.out / 'multinode.json'}")
     return 1 if any(r["frames_wrong"] for run in runs for r in run["rows"]) else 0
 
 

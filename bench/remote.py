@@ -149,10 +149,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def remote_specs() -> list[Any]:
     """24 videos of 4-7.5 s: 16 H.264 720p (8 MP4 faststart, 6 moov-at-end, 2 MKV),
     4 HEVC 720p, 4 H.264 1080p; 30 fps, GOP 60 (30 for half the moov-at-end ones)."""
-    from dataset import X264, VideoSpec
+    from dataset import HEVC, X264, VideoSpec
 
-    hevc = ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
-            "-x265-params", "keyint=60:min-keyint=60:bframes=3:log-level=error")
     secs = [4, 4.5, 5, 5.5, 6, 6.5, 7, 7.5]
     specs = [VideoSpec(f"h264_720p_faststart_{k:02d}.mp4", 1280, 720, secs[k], 60, X264,
                        faststart=True) for k in range(8)]
@@ -160,7 +158,7 @@ def remote_specs() -> list[Any]:
                         30 if k % 2 else 60, X264) for k in range(6)]
     specs += [VideoSpec(f"h264_720p_{k:02d}.mkv", 1280, 720, secs[2 * k + 1], 60, X264)
               for k in range(2)]
-    specs += [VideoSpec(f"hevc_720p_{k:02d}.mp4", 1280, 720, secs[2 * k], 60, hevc,
+    specs += [VideoSpec(f"hevc_720p_{k:02d}.mp4", 1280, 720, secs[2 * k], 60, HEVC,
                         faststart=True) for k in range(4)]
     specs += [VideoSpec(f"h264_1080p_faststart_{k:02d}.mp4", 1920, 1080, secs[k], 60, X264,
                         faststart=True) for k in range(4)]
