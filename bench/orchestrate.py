@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from contenders import PEERS
 from dataset import DATASET, Video, prepare, sample_clips
 from fluxon_access import store, write_agent_config
 from frames import count_note, needed, references
+from local_records import Record
 from machine import machine, run, versions
 
 BENCH = Path(__file__).resolve().parent
@@ -222,7 +224,8 @@ class Bench:
         if proc.returncode != 0 or not out.exists():
             lines = (proc.stderr or "").strip().splitlines()
             error = f"the process exited with {proc.returncode}: {lines[-1] if lines else ''}"
-            self.records += [report.failed_record(task, item, error) for item in task["items"]]
+            self.records += [{**asdict(Record.failed(task, item, error)),
+                              "sweep": task.get("sweep", False)} for item in task["items"]]
             return
         result = json.loads(out.read_text())
         self.versions.update(result["versions"])

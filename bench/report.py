@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from contenders import PEERS
-from tables import MiB, fill, listing, mib, table, times
+from tables import fill, listing, mib, table, times
 
 STAT_KEYS = ("open_ms", "container_open_ms", "decode_ms", "range_reads", "range_bytes",
              "seeks", "page_hits", "page_misses", "kv_hits", "kv_misses", "kv_errors",
@@ -22,20 +22,6 @@ STAT_KEYS = ("open_ms", "container_open_ms", "decode_ms", "range_reads", "range_
              "frames_decoded", "pyav_fallbacks")
 CACHE_ORDER = ("local", "cold", "warm-kv", "warm-reader")
 CONTENDER_ORDER = (*PEERS, "fluxon-local", "fluxon", "fluxon read_many")
-
-
-def failed_record(task: dict, item: dict, error: str) -> dict:
-    """A record standing for a child process that died (it shows as FAILED)."""
-    contender = task.get("contender") or ("fluxon read_many" if task["kind"] == "batched"
-                                          else "fluxon")
-    cache = {"local": "local", "fluxon-cold": "cold", "fluxon-warm-kv": "warm-kv",
-             "batched": "warm-kv"}.get(task["kind"], "?")
-    return {"contender": contender, "cache": cache, "workload": item["workload"],
-            "video": item["video"], "height": item["height"], "width": item["width"],
-            "clips": len(item["clips"]), "frames_per_clip": len(item["clips"][0]),
-            "repeats": [], "check": None, "error": error, "peak_rss_mib": None,
-            "sweep": task.get("sweep", False),
-            "piece_size": task.get("fluxon", {}).get("piece_size")}
 
 
 def _median(values: Iterable[float]) -> float | None:

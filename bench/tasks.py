@@ -16,6 +16,7 @@ import json
 import resource
 import statistics
 import time
+from dataclasses import asdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,9 @@ from contenders import FluxonPoolHandle, Handle, index_ms, open_local
 from decode_floor import decode_floor_ms
 from fluxon_access import evict, make_patcher
 from frames import CheckResult, Reference
+from local_records import Record, Repeat
 from machine import peer_versions
+from passes import error_text
 
 
 def reset_peak_rss() -> None:
@@ -43,66 +46,44 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _add_stats(total: dict[str, float], labels: dict[str, list[str]],
-               stats: dict[str, Any] | None) -> None:
-    """Sum the numbers; keep each distinct text (fluxon's read path, fallback reason)."""
-    for key, value in (stats or {}).items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            total[key] = total.get(key, 0) + value
-        elif isinstance(value, str) and value and value not in labels.setdefault(key, []):
-            labels[key].append(value)
-
-
 def timed_pass(open_handle: Callable[[], Handle], clips: Sequence[Sequence[int]],
-               check: CheckResult | None, ref: Reference | None) -> dict[str, Any]:
+               check: CheckResult | None, ref: Reference | None) -> Repeat:
     """Open one handle, read every clip; the pass time is open + reads, checks excluded."""
     t0 = time.perf_counter()
     handle = open_handle()
-    open_ms = (time.perf_counter() - t0) * 1e3
-    clip_ms: list[float] = []
-    stats: dict[str, float] = {}
-    labels: dict[str, list[str]] = {}
+    done = Repeat((time.perf_counter() - t0) * 1e3)
     try:
         for clip in clips:
             t0 = time.perf_counter()
             frames = handle.read(clip)
-            clip_ms.append((time.perf_counter() - t0) * 1e3)
-            _add_stats(stats, labels, handle.stats)
+            done.clip_ms.append((time.perf_counter() - t0) * 1e3)
+            done.add_stats(handle.stats)
             if check is not None and ref is not None:
                 check.add(frames, clip, ref)
             del frames
     finally:
         handle.close()
-    return {"open_ms": open_ms, "clip_ms": clip_ms, "pass_ms": open_ms + sum(clip_ms),
-            "stats": stats, "labels": labels}
+    done.pass_ms = done.open_ms + sum(done.clip_ms)
+    return done
 
 
-def _record(task: dict, item: dict, cache: str, contender: str) -> dict[str, Any]:
-    return {"contender": contender, "cache": cache, "workload": item["workload"],
-            "video": item["video"], "height": item["height"], "width": item["width"],
-            "clips": len(item["clips"]), "frames_per_clip": len(item["clips"][0]),
-            "threads": task["threads"], "piece_size": task.get("fluxon", {}).get("piece_size"),
-            "repeats": [], "check": None, "error": None}
-
-
-def _run_repeats(record: dict, repeat: int, one_pass: Callable[[int, CheckResult | None], dict],
-                 exact: bool) -> None:
+def _run_repeats(record: Record, repeat: int,
+                 one_pass: Callable[[int, CheckResult | None], Repeat], exact: bool) -> None:
     """``repeat`` passes (frames checked on the first); peak RSS is measured over them."""
     check = CheckResult(exact_required=exact)
     reset_peak_rss()
     try:
         for r in range(repeat):
-            record["repeats"].append(one_pass(r, check if r == 0 else None))
+            record.repeats.append(one_pass(r, check if r == 0 else None))
     except Exception as exc:  # noqa: BLE001 - a failing contender is a finding, not a crash
-        message = str(exc).splitlines()[0][:200] if str(exc) else ""
-        record["error"] = f"{type(exc).__name__}: {message}"
-    record["peak_rss_mib"] = peak_rss_mib()
-    record["check"] = check.as_dict()
+        record.error = error_text(exc)
+    record.peak_rss_mib = peak_rss_mib()
+    record.check = check.as_dict()
 
 
 # ---- peers and fluxon on local files ----
 
-def run_local(task: dict) -> list[dict]:
+def run_local(task: dict) -> list[Record]:
     contender, threads = task["contender"], task["threads"]
 
     def open_item(item: dict) -> Handle:
@@ -115,13 +96,11 @@ def run_local(task: dict) -> list[dict]:
     records = []
     for item in task["items"]:
         ref = Reference.load(Path(item["ref"]))
-        record = _record(task, item, "local", contender)
-        scan_ms = index_ms(contender, Path(item["path"]))
-        if scan_ms is not None:
-            record["index_ms"] = scan_ms
+        record = Record.of(task, item, "local", contender)
+        record.index_ms = index_ms(contender, Path(item["path"]))
 
         def one_pass(r: int, check: CheckResult | None, item: dict = item,
-                     ref: Reference = ref) -> dict:
+                     ref: Reference = ref) -> Repeat:
             return timed_pass(lambda: open_item(item), item["clips"], check, ref)
 
         _run_repeats(record, task["repeat"], one_pass, exact=contender.startswith("fluxon"))
@@ -133,13 +112,13 @@ def run_local(task: dict) -> list[dict]:
 
 def _fluxon_record(task: dict, item: dict, cache: str,
                    pool_for_repeat: Callable[[int], Any],
-                   after_repeat: Callable[[], None]) -> dict:
+                   after_repeat: Callable[[], None]) -> Record:
     """Repeated passes over one item; pool_for_repeat(r) gives the pool of repeat r."""
     fx = task["fluxon"]
-    record = _record(task, item, cache, "fluxon")
+    record = Record.of(task, item, cache, "fluxon")
     ref = Reference.load(Path(item["ref"]))
 
-    def one_pass(r: int, check: CheckResult | None) -> dict:
+    def one_pass(r: int, check: CheckResult | None) -> Repeat:
         pool = pool_for_repeat(r)
         result = timed_pass(lambda: FluxonPoolHandle(pool, fx["export"], item["relpath"],
                                                      item["height"], item["width"],
@@ -179,7 +158,7 @@ class Pools:
         self.patcher = self.pool = None
 
 
-def run_fluxon_cold(task: dict) -> list[dict]:
+def run_fluxon_cold(task: dict) -> list[Record]:
     """Per video: cold passes (its KV pieces evicted, a new patcher each), then
     warm-reader passes through the last cold pass's pool."""
     fx = task["fluxon"]
@@ -199,7 +178,7 @@ def run_fluxon_cold(task: dict) -> list[dict]:
     return records
 
 
-def run_fluxon_warm_kv(task: dict) -> list[dict]:
+def run_fluxon_warm_kv(task: dict) -> list[Record]:
     """Redis warm from an earlier process; a new patcher (and so new readers) each repeat."""
     records = []
     for item in task["items"]:
@@ -209,19 +188,19 @@ def run_fluxon_warm_kv(task: dict) -> list[dict]:
     return records
 
 
-def run_batched(task: dict) -> list[dict]:
+def run_batched(task: dict) -> list[Record]:
     """All clips of one video in one read_many_numpy_with_stats call, warm KV, new pool each."""
     from fluxon_video import FluxonFsVideoReadRequest
 
     fx = task["fluxon"]
     item = task["items"][0]
-    record = _record(task, item, "warm-kv", "fluxon read_many")
+    record = Record.of(task, item, "warm-kv", "fluxon read_many")
     requests = [FluxonFsVideoReadRequest(fx["export"], item["relpath"], item["height"],
                                          item["width"], task["threads"], tuple(clip))
                 for clip in item["clips"]]
     ref = Reference.load(Path(item["ref"]))
 
-    def one_pass(r: int, check: CheckResult | None) -> dict:
+    def one_pass(r: int, check: CheckResult | None) -> Repeat:
         with make_patcher(fx) as patcher, patcher.open_video_reader_pool() as pool:
             t0 = time.perf_counter()
             results = pool.read_many_numpy_with_stats(requests)
@@ -229,11 +208,9 @@ def run_batched(task: dict) -> list[dict]:
         if check is not None:
             for request, result in zip(requests, results):
                 check.add(result.frames, request.indices, ref)
-        stats: dict[str, float] = {}
-        labels: dict[str, list[str]] = {}
-        _add_stats(stats, labels, results[0].stats.as_dict())  # shared by the group
-        return {"open_ms": results[0].stats.open_ms, "clip_ms": [ms], "pass_ms": ms,
-                "stats": stats, "labels": labels, "group_size": results[0].group_size}
+        done = Repeat(results[0].stats.open_ms, [ms], ms, group_size=results[0].group_size)
+        done.add_stats(results[0].stats.as_dict())  # shared by the group
+        return done
 
     _run_repeats(record, task["repeat"], one_pass, exact=True)
     return [record]
@@ -253,7 +230,7 @@ def run_floor(task: dict) -> list[dict]:
     return records
 
 
-TASKS: dict[str, Callable[[dict], list[dict]]] = {
+TASKS: dict[str, Callable[[dict], list[Any]]] = {
     "local": run_local,
     "fluxon-cold": run_fluxon_cold,
     "fluxon-warm-kv": run_fluxon_warm_kv,
@@ -274,5 +251,6 @@ def versions(contender: str | None) -> dict[str, str]:
 def main(task_path: str) -> None:
     task = json.loads(Path(task_path).read_text())
     records = TASKS[task["kind"]](task)
-    out = {"records": records, "versions": versions(task.get("contender"))}
+    out = {"records": [r if isinstance(r, dict) else asdict(r) for r in records],
+           "versions": versions(task.get("contender"))}
     Path(task_path + ".out").write_text(json.dumps(out))
