@@ -43,12 +43,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -58,23 +57,19 @@ sys.path.insert(0, str(BENCH))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from torch.utils.data import DataLoader, Dataset, default_collate  # noqa: E402
+from torch.utils.data import DataLoader, default_collate  # noqa: E402
 
 import fluxon_video as fv  # noqa: E402
-from dataset import HEVC, X264, Video, VideoSpec, prepare, sample_clips, vp9  # noqa: E402
-from fluxon_video.testing import AgentProcess, RedisServer  # noqa: E402
-from fluxon_video.torch import (  # noqa: E402
-    LoaderStats,
-    SameVideoBatchSampler,
-    StatsCollate,
-    VideoClipDataset,
-)
 from cli import finish, header  # noqa: E402
-from contenders import DecordHandle, TorchcodecHandle  # noqa: E402
+from dataset import HEVC, X264, Video, VideoSpec, prepare, sample_clips, vp9  # noqa: E402
 from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
+from fluxon_video.testing import AgentProcess, RedisServer  # noqa: E402
+from fluxon_video.torch import LoaderStats, SameVideoBatchSampler, StatsCollate  # noqa: E402
 from frames import CheckResult, Reference, count_note, needed, references  # noqa: E402
+from loader_datasets import (CpuMeter, PeerClips, PlannedClips,  # noqa: E402
+                             TimedCollate, note_worker_up)
+from loader_records import Epoch, LoaderRow  # noqa: E402
 from loader_report import markdown  # noqa: E402
-from passes import error_text  # noqa: E402
 from machine import machine, versions  # noqa: E402
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
@@ -109,123 +104,6 @@ def make_plan(videos: list[Video], items: int, per_video: int, seed: int) -> lis
         order += rng.permutation(len(videos)).tolist()
     return [[videos[v].name, clip] for v in order[:groups]
             for clip in sample_clips(videos[v].frames, per_video, CLIP_LEN, STRIDE, rng)]
-
-
-class PlannedClips(VideoClipDataset):
-    """VideoClipDataset whose item i is the plan's clip i (instead of a seeded draw)."""
-
-    def __init__(self, *args: Any, plan: list[list[Any]], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.plan = plan
-
-    def clip_with_times(self, i: int) -> tuple[str, list[int], None]:
-        relpath, indices = self.plan[i]
-        return relpath, list(indices), None
-
-
-class PeerClips(Dataset):
-    """A peer on the local files: a new reader per item, or (share_open) per video per batch.
-
-    A failing read does not stop the epoch: the item carries zero frames and
-    the error, and the row is flagged.
-    """
-
-    def __init__(self, peer: str, root: Path, plan: list[list[Any]], threads: int,
-                 share_open: bool) -> None:
-        self.peer, self.root, self.plan = peer, root, plan
-        self.threads, self.share_open = threads, share_open
-
-    def __len__(self) -> int:
-        return len(self.plan)
-
-    def read(self, relpath: str, indices: list[int]) -> torch.Tensor:
-        handle = (DecordHandle if self.peer == "decord" else TorchcodecHandle)(
-            self.root / relpath, SIZE, SIZE, self.threads)
-        return torch.from_numpy(handle.read(indices))
-
-    def items(self, items: Sequence[int]) -> list[dict[str, Any]]:
-        """share_open: one reader and one read (the sorted union of the clips' indices) per
-        video of the batch, split back into clips; else one reader and one read per item."""
-        groups: dict[Any, list[int]] = {}
-        for i in items:
-            groups.setdefault(self.plan[i][0] if self.share_open else i, []).append(i)
-        out: dict[int, dict[str, Any]] = {}
-        for members in groups.values():
-            relpath = self.plan[members[0]][0]
-            union = sorted({f for i in members for f in self.plan[i][1]})
-            error = ""
-            try:
-                frames = self.read(relpath, union)
-                if tuple(frames.shape) != (len(union), SIZE, SIZE, 3):
-                    raise ValueError(f"frames of shape {tuple(frames.shape)}")
-            except Exception as exc:  # noqa: BLE001 - a failing peer is a finding
-                error = f"{relpath}: {error_text(exc, 160)}"
-                frames = torch.zeros((len(union), SIZE, SIZE, 3), dtype=torch.uint8)
-            at = {f: k for k, f in enumerate(union)}
-            for i in members:
-                indices = self.plan[i][1]
-                out[i] = {"frames": frames[[at[f] for f in indices]], "relpath": relpath,
-                          "indices": torch.as_tensor(indices, dtype=torch.int64),
-                          "error": error}
-        return [out[i] for i in items]
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.items([int(i)])[0]
-
-    def __getitems__(self, items: Sequence[int]) -> list[dict[str, Any]]:
-        return self.items([int(i) for i in items])
-
-
-# ---- worker bookkeeping ----
-
-_WORKER_UP: float | None = None
-
-
-def note_worker_up(worker_id: int) -> None:
-    global _WORKER_UP
-    _WORKER_UP = time.monotonic()
-
-
-class TimedCollate:
-    """The inner collate, plus when this worker came up (time.monotonic, system-wide)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
-        batch = self.inner(items)
-        batch["worker"] = {"pid": os.getpid(), "up": _WORKER_UP}
-        return batch
-
-
-class CpuMeter:
-    """How busy the machine was with work that is not this benchmark's, during an epoch:
-    system-wide busy CPU time minus this process, its reaped children (the epoch's
-    workers are joined when it ends) and the agent and redis-server."""
-
-    def __init__(self, pids: list[int]) -> None:
-        import psutil
-
-        self.servers = [psutil.Process(pid) for pid in pids]
-        self.psutil = psutil
-
-    def sample(self) -> tuple[float, float]:
-        t = self.psutil.cpu_times()
-        busy = sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "steal", 0.0) \
-            - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
-        own = os.times()
-        ours = own.user + own.system + own.children_user + own.children_system
-        for proc in self.servers:
-            try:
-                c = proc.cpu_times()
-                ours += c.user + c.system
-            except self.psutil.Error:
-                pass
-        return busy, ours
-
-    def other_cores(self, before: tuple[float, float], seconds: float) -> float:
-        busy, ours = self.sample()
-        return max(0.0, (busy - before[0]) - (ours - before[1])) / seconds
 
 
 # ---- the benchmark ----
@@ -324,7 +202,7 @@ class LoaderBench:
         return SameVideoBatchSampler(self.fluxon_dataset(batched=True), self.args.batch_size,
                                      seed=self.args.seed)
 
-    def epoch(self, row: str, check: bool) -> dict[str, Any]:
+    def epoch(self, row: str, check: bool) -> Epoch:
         """One epoch with fresh workers: wall time, start-up, fluxon stats, frame check."""
         loader = self.loader(row)
         stats = LoaderStats()
@@ -346,16 +224,12 @@ class LoaderBench:
                 kept.append({k: batch[k] for k in ("frames", "relpath", "indices")})
         seconds = time.monotonic() - t0
         del loader
-        other_cores = self.cpu.other_cores(cpu0, seconds)
-        out: dict[str, Any] = {"items": items, "seconds": seconds, "clips_per_s": items / seconds,
-                               "first_batch_s": first, "workers_up_s": max(ups.values(),
-                                                                           default=None),
-                               "errors": len(errors), "first_error": errors[0] if errors else None,
-                               "other_cpu_cores": other_cores}
+        out = Epoch(items, seconds, first, max(ups.values(), default=None), len(errors),
+                    errors[0] if errors else None, self.cpu.other_cores(cpu0, seconds))
         if row.startswith("fluxon"):
-            out["fluxon_stats"] = stats.total().as_dict()
+            out.fluxon_stats = stats.total().as_dict()
         if check:
-            out["check"] = self.check(row, kept)
+            out.check = self.check(row, kept)
             self.orders[row] = [(r, int(ix[0])) for b in kept
                                 for r, ix in zip(b["relpath"], b["indices"])]
         return out
@@ -414,13 +288,13 @@ class LoaderBench:
             # builds its own client and readers on first use).
             self.fluxon_patcher = self.patcher()
             self.cpu = CpuMeter([redis_server.proc.pid, agent.proc.pid])
-            runs: dict[str, list[dict[str, Any]]] = {}
+            runs: dict[str, list[Epoch]] = {}
             redis_server.client().flushall()
             for row in rows:  # untimed: Redis warm for fluxon, page cache and imports for peers
                 self.progress(f"{row} warm-up", 0)
                 warm = self.epoch(row, check=False)
                 if row == "fluxon per-clip":
-                    self.warmup_stats = warm.get("fluxon_stats")
+                    self.warmup_stats = warm.fluxon_stats
                     self.topup_stats = self.top_up()
             # Rounds: cold epochs (Redis flushed before each), a top-up that makes Redis
             # warm again, then every row warm; the row order rotates from round to round,
@@ -440,44 +314,26 @@ class LoaderBench:
         self.summarise(runs)
         return self.results(time.monotonic() - started)
 
-    def timed(self, row: str, check: bool, before: Any = None) -> dict[str, Any]:
+    def timed(self, row: str, check: bool, before: Any = None) -> Epoch:
         """A timed epoch, redone (at most --retries times) while other work on the machine
         used more than --max-other-cpu cores during it."""
         for attempt in range(self.args.retries + 1):
             if before is not None:
                 before()
             result = self.epoch(row, check)
-            result["redone"] = attempt
-            if result["other_cpu_cores"] <= self.args.max_other_cpu:
+            result.redone = attempt
+            if result.other_cpu_cores <= self.args.max_other_cpu:
                 break
-            print(f"    other work used {result['other_cpu_cores']:.2f} cores during the epoch"
+            print(f"    other work used {result.other_cpu_cores:.2f} cores during the epoch"
                   + ("; again" if attempt < self.args.retries else "; kept"), flush=True)
         return result
 
     def progress(self, what: str, r: int) -> None:
         print(f"  {what} (run {r + 1})", flush=True)
 
-    def summarise(self, runs: dict[str, list[dict[str, Any]]]) -> None:
+    def summarise(self, runs: dict[str, list[Epoch]]) -> None:
         for key, epochs in runs.items():
-            row, cache = key.split("|")
-            rates = [e["clips_per_s"] for e in epochs]
-            first = epochs[0]
-            self.rows[key] = {
-                "row": row, "contender": row.split(" ")[0], "order": row.split(" ", 1)[1],
-                "cache": cache, "items": first["items"],
-                "clips_per_s": statistics.median(rates), "clips_per_s_min": min(rates),
-                "clips_per_s_max": max(rates),
-                "epoch_s": statistics.median(e["seconds"] for e in epochs),
-                "first_batch_s": statistics.median(e["first_batch_s"] for e in epochs),
-                "workers_up_s": statistics.median(e["workers_up_s"] for e in epochs
-                                                  if e["workers_up_s"] is not None)
-                if any(e["workers_up_s"] is not None for e in epochs) else None,
-                "errors": sum(e["errors"] for e in epochs),
-                "other_cpu_cores": statistics.median(e["other_cpu_cores"] for e in epochs),
-                "redone": sum(e["redone"] for e in epochs),
-                "first_error": next((e["first_error"] for e in epochs if e["first_error"]), None),
-                "fluxon_stats": first.get("fluxon_stats"),
-                "check": first["check"], "epochs": epochs}
+            self.rows[key] = asdict(LoaderRow.of(*key.split("|"), epochs))
         for group in ("per-clip", "batched"):
             orders = {row: o for row, o in self.orders.items() if row.endswith(group)}
             if len({tuple(o) for o in orders.values()}) > 1:

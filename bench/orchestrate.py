@@ -18,50 +18,32 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from fluxon_video.testing import AgentProcess, RedisServer
 from tqdm import tqdm
 
 import report
 from cli import header
 from contenders import PEERS
-from dataset import DATASET, Video, prepare, sample_clips
 from fluxon_access import store, write_agent_config
-from frames import count_note, needed, references
+from local_plan import WORKLOADS, LocalPlan
 from local_records import Record
 from machine import machine, run, versions
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-CLIP_LENGTH, CLIP_STRIDE = 16, 4
-TRAIN_SIZE = 224
 EXPORT = "bench"
 LOCAL_CONTENDERS = (*PEERS, "fluxon-local")
-QUICK_SCALE = 0.25  # --quick: videos this much shorter
-
-WORKLOADS = {
-    "clips224": f"random {CLIP_LENGTH}-frame clips, stride {CLIP_STRIDE}, "
-                f"{TRAIN_SIZE}x{TRAIN_SIZE}",
-    "clips-native": f"random {CLIP_LENGTH}-frame clips, stride {CLIP_STRIDE}, native size",
-    "sequential224": f"full sequential decode, {TRAIN_SIZE}x{TRAIN_SIZE}",
-    "batched": f"clips of the long video, {TRAIN_SIZE}x{TRAIN_SIZE}: "
-               "read_many_numpy_with_stats vs one by one",
-}
-
 
 class Bench:
     def __init__(self, args: Any, argv: list[str]) -> None:
         self.args = args
         self.argv = argv
-        self.specs = [s.scaled(QUICK_SCALE) for s in DATASET] if args.quick else list(DATASET)
-        self.video_dir = args.data / ("quick-videos" if args.quick else "videos")
         self.work = args.data / "work"
-        self.videos: dict[str, Video] = {}
-        self.clips: dict[str, list[list[int]]] = {}
         self.records: list[dict] = []
         self.floors: list[dict] = []
         self.versions: dict[str, str] = {}
         self.notes: list[str] = []
+        self.plan = LocalPlan(args, self.notes)
         self.skipped: dict[str, str] = {}
         self.servers: list[Any] = []
         self.redis: RedisServer | None = None
@@ -73,8 +55,8 @@ class Bench:
 
     def steps(self) -> list[tuple[str, Callable[[], None]]]:
         steps: list[tuple[str, Callable[[], None]]] = [
-            (f"dataset {s.name}", lambda s=s: self.make_video(s)) for s in self.specs]
-        steps += [("references", self.make_references),
+            (f"dataset {s.name}", lambda s=s: self.plan.make_video(s)) for s in self.plan.specs]
+        steps += [("references", self.plan.make_references),
                   ("servers", self.start_servers),
                   ("which peers import", self.check_peers)]
         for workload in ("clips224", "clips-native", "sequential224"):
@@ -119,63 +101,6 @@ class Bench:
               + ", ".join(str(p) for p in written))
         return 0
 
-    # ---- dataset and references ----
-
-    def make_video(self, spec: Any) -> None:
-        video = prepare([spec], self.video_dir)[0]
-        self.videos[video.name] = video
-        if spec.role == "clips":
-            rng = np.random.default_rng([self.args.seed, len(self.clips)])
-            self.clips[video.name] = sample_clips(video.frames, self.args.clips, CLIP_LENGTH,
-                                                  CLIP_STRIDE, rng)
-        else:
-            rng = np.random.default_rng([self.args.seed, 1000])
-            self.clips[video.name] = sample_clips(video.frames, self.args.batch_clips,
-                                                  CLIP_LENGTH, CLIP_STRIDE, rng)
-
-    def clip_videos(self) -> list[Video]:
-        return [v for v in self.videos.values() if v.spec.role == "clips"]
-
-    def long_video(self) -> Video:
-        return next(v for v in self.videos.values() if v.spec.role == "batched")
-
-    def items(self, workload: str) -> list[dict]:
-        """What a child reads for ``workload``: videos, output size, clips, reference file."""
-        if workload == "batched":
-            videos = [self.long_video()]
-        elif workload == "sweep":
-            videos = self.clip_videos()[:2]
-        else:
-            videos = self.clip_videos()
-        out = []
-        for video in videos:
-            native = workload == "clips-native"
-            height, width = ((video.spec.height, video.spec.width) if native
-                             else (TRAIN_SIZE, TRAIN_SIZE))
-            clips = ([list(range(video.frames))] if workload == "sequential224"
-                     else self.clips[video.name])
-            out.append({"workload": "clips224" if workload == "sweep" else workload,
-                        "video": video.name, "path": str(video.path), "relpath": video.name,
-                        "height": height, "width": width, "native": native, "clips": clips,
-                        "ref": str(self.ref_path(video, height, width))})
-        return out
-
-    def ref_path(self, video: Video, height: int, width: int) -> Path:
-        return self.work / f"ref-{video.name}-{height}x{width}.npz"
-
-    def make_references(self) -> None:
-        wanted: dict[tuple[str, int, int], set[int]] = {}
-        for workload in ("clips224", "clips-native", "sequential224", "batched"):
-            for item in self.items(workload):
-                key = (item["video"], item["height"], item["width"])
-                wanted.setdefault(key, set()).update(needed(item["clips"]))
-        refs = references({key: (self.videos[key[0]].path, key[1], key[2], indices)
-                           for key, indices in wanted.items()})
-        for (name, height, width), ref in refs.items():
-            video = self.videos[name]
-            self.notes += filter(None, [count_note(name, video.frames, ref)])
-            ref.save(self.ref_path(video, height, width))
-
     # ---- servers ----
 
     def start_servers(self) -> None:
@@ -188,7 +113,7 @@ class Bench:
 
     def start_agent(self, latency_ms: float) -> AgentProcess:
         config = write_agent_config(self.work / f"agent-{len(self.servers)}.toml", EXPORT,
-                                    self.video_dir.resolve())
+                                    self.plan.video_dir.resolve())
         agent = AgentProcess(config, ["--inject-latency-ms", str(latency_ms)]).start()
         self.servers.append(agent)
         return agent
@@ -206,7 +131,7 @@ class Bench:
 
     def fluxon(self, agent: AgentProcess | None = None, piece_size: int | None = None) -> dict:
         assert self.redis is not None and self.agent is not None
-        return store(EXPORT, self.video_dir.resolve(), (agent or self.agent).url, self.redis.url,
+        return store(EXPORT, self.plan.video_dir.resolve(), (agent or self.agent).url, self.redis.url,
                      piece_size=piece_size or self.args.piece_size,
                      agent_latency_ms=(self.args.sweep_latency_ms if agent is not None
                                        else self.args.agent_latency_ms))
@@ -240,25 +165,25 @@ class Bench:
     def run_local(self, workload: str, contender: str) -> None:
         if contender in self.skipped:
             return
-        self.child({"kind": "local", "contender": contender, "items": self.items(workload)})
+        self.child({"kind": "local", "contender": contender, "items": self.plan.items(workload)})
 
     def run_fluxon_cold(self, workload: str, warm_reader: bool = True,
                         piece_size: int | None = None) -> None:
         sweep = workload == "sweep"
-        self.child({"kind": "fluxon-cold", "items": self.items(workload),
+        self.child({"kind": "fluxon-cold", "items": self.plan.items(workload),
                     "warm_reader": warm_reader, "sweep": sweep,
                     "fluxon": self.fluxon(self.sweep_agent if sweep else None, piece_size)})
 
     def run_fluxon_warm(self, workload: str, piece_size: int | None = None) -> None:
         sweep = workload == "sweep"
-        self.child({"kind": "fluxon-warm-kv", "items": self.items(workload), "sweep": sweep,
+        self.child({"kind": "fluxon-warm-kv", "items": self.plan.items(workload), "sweep": sweep,
                     "fluxon": self.fluxon(self.sweep_agent if sweep else None, piece_size)})
 
     def run_batched(self) -> None:
-        self.child({"kind": "batched", "items": self.items("batched"), "fluxon": self.fluxon()})
+        self.child({"kind": "batched", "items": self.plan.items("batched"), "fluxon": self.fluxon()})
 
     def run_floor(self) -> None:
-        self.child({"kind": "floor", "items": self.items("clips224") + self.items("clips-native")})
+        self.child({"kind": "floor", "items": self.plan.items("clips224") + self.plan.items("clips-native")})
 
     # ---- results ----
 
@@ -267,28 +192,22 @@ class Bench:
             **header("run.py", self.argv, seconds, self.args, leave_out=("phase",)),
             "workloads": WORKLOADS,
             "conditions": self.conditions(),
-            "videos": [v.facts() for v in self.videos.values()],
-            "clips": self.clips,
-            "ideal_bytes": self.ideal_bytes(),
+            "videos": [v.facts() for v in self.plan.videos.values()],
+            "clips": self.plan.clips,
+            "ideal_bytes": self.plan.ideal_bytes(),
             "records": self.records,
             "floors": self.floors,
             "skipped": self.skipped,
             "notes": self.notes,
         }
 
-    def ideal_bytes(self) -> dict[str, dict[str, int]]:
-        """Per clip video: bytes of the GOP spans the clips touch, and of the container."""
-        return {v.name: {"gop_span_bytes": v.span_bytes(self.clips[v.name]),
-                         "container_bytes": v.container_bytes()}
-                for v in self.videos.values()}
-
     def conditions(self) -> dict:
         return {
             "machine": machine(),
             "versions": {**versions(), **self.versions},
             "export": {"where": "agent process on loopback (127.0.0.1), HTTP/1.1",
-                       "root": str(self.video_dir),
-                       "filesystem": run("stat", "-f", "-c", "%T", str(self.video_dir)),
+                       "root": str(self.plan.video_dir),
+                       "filesystem": run("stat", "-f", "-c", "%T", str(self.plan.video_dir)),
                        "agent_latency_ms": self.args.agent_latency_ms,
                        "sweep_agent_latency_ms": self.args.sweep_latency_ms,
                        "kv": "redis-server on loopback, no persistence",
