@@ -19,6 +19,23 @@ def parse_size(text: str) -> int:
     return int(float(text.rstrip("KM")) * scale)
 
 
+def scenario_parser(script: str, doc: str | None, quick: str, outputs: str,
+                    render: bool = True) -> argparse.ArgumentParser:
+    """A scenario's parser with the options every scenario has: --quick, --data, --out
+    (and --render, which redraws the outputs from a saved JSON)."""
+    ap = argparse.ArgumentParser(prog=f"python bench/{script}", description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true",
+                    help=f"{quick}; results to <data>/quick-results unless --out is given")
+    ap.add_argument("--data", type=Path, default=BENCH / ".data",
+                    help="generated videos and scratch files (default: bench/.data)")
+    ap.add_argument("--out", type=Path, help=f"where {outputs} go (default: bench/results)")
+    if render:
+        ap.add_argument("--render", type=Path, metavar="JSON",
+                        help=f"only redraw {outputs} from a saved JSON into --out")
+    return ap
+
+
 def finish(ap: argparse.ArgumentParser, args: argparse.Namespace, full: dict[str, Any],
            quick: dict[str, Any], at_least_one: Iterable[str] = ()) -> argparse.Namespace:
     """Options left unset take their --quick or full default; results go to

@@ -60,7 +60,7 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader, default_collate  # noqa: E402
 
 import fluxon_video as fv  # noqa: E402
-from cli import finish, header  # noqa: E402
+from cli import finish, header, scenario_parser  # noqa: E402
 from dataset import HEVC, X264, Video, VideoSpec, prepare, sample_clips, vp9  # noqa: E402
 from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
 from fluxon_video.testing import AgentProcess, RedisServer  # noqa: E402
@@ -380,11 +380,8 @@ def conditions(a: argparse.Namespace, video_dir: Path) -> dict[str, Any]:
 
 
 def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python bench/dataloader.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true",
-                    help="a smoke run: 32 items, 1 epoch per row, results to "
-                         "<data>/quick-results unless --out is given")
+    ap = scenario_parser("dataloader.py", __doc__, "a smoke run: 32 items, 1 epoch per row",
+                         "dataloader.md and dataloader.json")
     ap.add_argument("--items", type=int, help="clips per epoch (default: 96, quick: 32)")
     ap.add_argument("--repeat", type=int,
                     help="timed epochs per row; figures are medians (default: 3, quick: 1)")
@@ -406,12 +403,6 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=7, help="clip plan and shuffle seed (default: 7)")
     ap.add_argument("--agent-latency-ms", type=float, default=0.0,
                     help="latency the agent adds to every stat and read (default: 0)")
-    ap.add_argument("--data", type=Path, default=BENCH / ".data",
-                    help="generated videos and scratch files (default: bench/.data)")
-    ap.add_argument("--render", type=Path, metavar="JSON",
-                    help="only rewrite dataloader.md in --out from a dataloader.json")
-    ap.add_argument("--out", type=Path,
-                    help="where dataloader.md and dataloader.json go (default: bench/results)")
     args = finish(ap, ap.parse_args(), {"items": 96, "repeat": 3}, {"items": 32, "repeat": 1},
                   ("items", "repeat", "workers", "batch_size", "per_video", "threads"))
     if args.retries < 0:

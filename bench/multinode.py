@@ -61,7 +61,7 @@ import numpy as np  # noqa: E402
 import fluxon_video as fv  # noqa: E402
 from dataset import HEVC, X264, Video, VideoSpec, prepare, sample_clips, vp9  # noqa: E402
 from fluxon_video.testing import AgentProcess, RedisCluster  # noqa: E402
-from cli import finish  # noqa: E402
+from cli import finish, scenario_parser  # noqa: E402
 from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
 from frames import digest  # noqa: E402
 from frames import references as make_references  # noqa: E402
@@ -354,28 +354,22 @@ def render(record: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description="Three nodes (processes) sharing a 3-master Redis Cluster and one agent: "
-                    "agent bytes, KV hits/misses/round trips and clips/s per node per epoch.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 6 videos of 6 s, 12 clips per epoch, 1 run, results to "
-                             "<data>/quick-results")
-    parser.add_argument("--videos", type=int, default=6, help="videos in the dataset (>= 3)")
-    parser.add_argument("--seconds", type=float, help="length of each video (30; quick: 6)")
-    parser.add_argument("--clips", type=int, help="clips per epoch (24; quick: 12)")
-    parser.add_argument("--threads", type=int, default=1, help="decoder threads per read")
-    parser.add_argument("--repeat", type=int, help="runs of every phase, each from a flushed "
-                                                   "cluster (clips/s: median) (3; quick: 1)")
-    parser.add_argument("--piece-size", type=int, default=262144, help="KV piece size, bytes")
-    parser.add_argument("--agent-latency-ms", type=float, default=0.0,
-                        help="the agent waits this long per stat/read (a remote store)")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--data", type=Path, default=BENCH / ".data",
-                        help="where the videos are cached")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="results directory (default: bench/results, or <data>/quick-results "
-                             "with --quick)")
+    parser = scenario_parser(
+        "multinode.py", "Three nodes (processes) sharing a 3-master Redis Cluster and one agent: "
+        "agent bytes, KV hits/misses/round trips and clips/s per node per epoch.",
+        "smoke run: 6 videos of 6 s, 12 clips per epoch, 1 run", "multinode.md and multinode.json",
+        render=False)
+    add = parser.add_argument
+    add("--videos", type=int, default=6, help="videos in the dataset, >= 3 (default: 6)")
+    add("--seconds", type=float, help="length of each video, s (default: 30; quick: 6)")
+    add("--clips", type=int, help="clips per epoch (default: 24; quick: 12)")
+    add("--threads", type=int, default=1, help="decoder threads per read (default: 1)")
+    add("--repeat", type=int, help="runs of every phase, each from a flushed cluster; "
+                                   "clips/s: their median (default: 3; quick: 1)")
+    add("--piece-size", type=int, default=262144, help="KV piece size, bytes (default: 262144)")
+    add("--agent-latency-ms", type=float, default=0.0,
+        help="the agent waits this long per stat/read, a remote store (default: 0)")
+    add("--seed", type=int, default=7, help="clip seed (default: 7)")
     a = finish(parser, parser.parse_args(argv), {"seconds": 30.0, "clips": 24, "repeat": 3},
                {"seconds": 6.0, "clips": 12, "repeat": 1}, ("repeat",))
     if a.videos < 3 or a.clips < a.videos:

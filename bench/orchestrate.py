@@ -131,7 +131,8 @@ class Bench:
 
     def fluxon(self, agent: AgentProcess | None = None, piece_size: int | None = None) -> dict:
         assert self.redis is not None and self.agent is not None
-        return store(EXPORT, self.plan.video_dir.resolve(), (agent or self.agent).url, self.redis.url,
+        return store(EXPORT, self.plan.video_dir.resolve(), (agent or self.agent).url,
+                     self.redis.url,
                      piece_size=piece_size or self.args.piece_size,
                      agent_latency_ms=(self.args.sweep_latency_ms if agent is not None
                                        else self.args.agent_latency_ms))
@@ -180,10 +181,12 @@ class Bench:
                     "fluxon": self.fluxon(self.sweep_agent if sweep else None, piece_size)})
 
     def run_batched(self) -> None:
-        self.child({"kind": "batched", "items": self.plan.items("batched"), "fluxon": self.fluxon()})
+        self.child({"kind": "batched", "items": self.plan.items("batched"),
+                    "fluxon": self.fluxon()})
 
     def run_floor(self) -> None:
-        self.child({"kind": "floor", "items": self.plan.items("clips224") + self.plan.items("clips-native")})
+        self.child({"kind": "floor",
+                    "items": self.plan.items("clips224") + self.plan.items("clips-native")})
 
     # ---- results ----
 

@@ -57,7 +57,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 # Keep this module's top level light: every spawned child imports it again.
-from cli import finish, header, parse_size  # noqa: E402
+from cli import finish, header, parse_size, scenario_parser  # noqa: E402
 from fluxon_access import store  # noqa: E402
 from machine import machine, versions  # noqa: E402
 from passes import failed_pass  # noqa: E402
@@ -78,11 +78,8 @@ SHARED_STAT_TTL_MS = 120_000
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python bench/remote.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run (~2-3 min): 10 ms only, 1 round, 12 videos, 2 batched "
-                         "items; results to <data>/quick-results unless --out is given")
+    ap = scenario_parser("remote.py", __doc__, "smoke run (~2-3 min): 10 ms only, 1 round, "
+                         "12 videos, 2 batched items", "remote.md/.json/.png")
     ap.add_argument("--latencies", help="per-request latencies, ms, comma separated "
                                         "(default: 0,2,10; quick: 10)")
     ap.add_argument("--bandwidth-mbps", type=float, default=50.0,
@@ -105,12 +102,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--piece-size", type=int, default=None,
                     help="FluxonFS piece size, bytes (default: the export default)")
     ap.add_argument("--seed", type=int, default=15, help="clip sampling seed (default: 15)")
-    ap.add_argument("--data", type=Path, default=BENCH / ".data",
-                    help="videos (made once) and scratch files (default: bench/.data)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="where remote.md/.json/.png go (default: bench/results)")
-    ap.add_argument("--render", type=Path, metavar="JSON",
-                    help="only redraw remote.md and remote.png from a remote.json into --out")
     args = finish(ap, ap.parse_args(argv), DEFAULTS, QUICK,
                   ("videos", "batched_items", "batched_clips", "threads"))
     try:
@@ -231,7 +222,8 @@ class Bench:
 
     def task(self, workload: str, items: list[dict], latency: float, r: int) -> dict:
         assert self.store is not None
-        return {"workload": workload, "items": items, "videos": self.plan.video_table(self.store.range.url),
+        return {"workload": workload, "items": items,
+                "videos": self.plan.video_table(self.store.range.url),
                 "store": self.store.urls(), "threads": self.args.threads,
                 "latency_ms": latency, "round": r}
 

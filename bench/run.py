@@ -33,7 +33,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from cli import finish, parse_size  # noqa: E402
+from cli import finish, parse_size, scenario_parser  # noqa: E402
 from fluxon_video.fs.config import FluxonFsExport  # noqa: E402
 
 MiB = 1 << 20
@@ -43,12 +43,8 @@ QUICK = {"repeat": 1, "clips": 2, "batch_clips": 4, "sweep_piece_sizes": "256K,1
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python bench/run.py", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true",
-                    help="a ~1 minute smoke run: shorter videos, 2 clips, 1 repeat, "
-                         "results to <data>/quick-results unless --out is given")
+    ap = scenario_parser("run.py", __doc__, "a ~1 minute smoke run: shorter videos, 2 clips, "
+                         "1 repeat", "latest.json, latest.md and the charts")
     ap.add_argument("--repeat", type=int,
                     help="timed runs of every measurement; figures are medians "
                          "(default: 3, quick: 1)")
@@ -72,13 +68,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sweep-latency-ms", type=float, default=2.0,
                     help="agent latency during the piece-size sweep, where round trips are "
                          "what larger pieces save (default: 2)")
-    ap.add_argument("--data", type=Path, default=BENCH / ".data",
-                    help="where generated videos and scratch files go (default: bench/.data)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="where latest.json, latest.md and the charts go "
-                         "(default: bench/results)")
-    ap.add_argument("--render", type=Path, metavar="JSON",
-                    help="only redraw latest.md and the charts from a latest.json into --out")
     ap.add_argument("--phase", help=argparse.SUPPRESS)  # internal: run one child task
     args = finish(ap, ap.parse_args(argv), DEFAULTS, QUICK,
                   ("repeat", "clips", "batch_clips", "threads"))
