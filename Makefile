@@ -62,7 +62,7 @@ bench: bench-local bench-remote
 bench-local: build $(BENCH_STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
-# Remote-store benchmark (issue 15, ~10 min; --quick ~2 min): fluxon through the agent vs
+# Remote-store benchmark (~10 min; --quick ~2 min): fluxon through the agent vs
 # PyAV/torchcodec/decord over fsspec HTTP at 0, 2 and 10 ms per request and 50 MB/s per
 # connection; writes bench/results/remote.{md,json,png}.
 bench-remote: build $(BENCH_STAMP)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Remote-store benchmark (issue 15): fluxon through FluxonFS vs peers the way their users
+"""Remote-store benchmark: fluxon through FluxonFS vs peers the way their users
 read remote videos, under one model of the remote store.
 
 The store model, the same for every contender: each origin server waits L ms
