@@ -40,6 +40,13 @@ def make_patcher(fx: dict, **client: Any) -> Any:
                               identity=fx["identity"])
 
 
+def settle(patcher: Any, timeout_s: float = 120) -> None:
+    """Wait for the backfill, so that every piece read so far is in the KV (the next
+    reader's hits and misses are then the cache's, not the queue's)."""
+    if not patcher.client.backfill.wait_idle(timeout=timeout_s):
+        raise RuntimeError(f"backfill did not finish within {timeout_s:g} s")
+
+
 def evict(fx: dict, relpath: str) -> None:
     """Drop every KV piece of one file (a cold start for it, others stay warm)."""
     import redis

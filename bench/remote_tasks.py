@@ -30,7 +30,7 @@ import numpy as np
 
 from contenders import (DecordHandle, FluxonLocalHandle, KeyframeIndex, PyAVHandle,
                         TorchcodecHandle)
-from fluxon_access import make_patcher
+from fluxon_access import make_patcher, settle
 from frames import CheckResult, Reference
 from machine import fluxon_versions, peer_versions
 from passes import Pass, error_text
@@ -316,10 +316,6 @@ def fluxon_pass(task: dict) -> list[dict]:
         return []
     pool = patcher.open_video_reader_pool()
 
-    def settle() -> None:  # every piece fetched so far is in the KV
-        if not patcher.client.backfill.wait_idle(timeout=120):
-            raise RuntimeError("backfill did not finish within 120 s")
-
     out = []
     try:
         row = {"family": "fluxon", "cache": task["cache"]}
@@ -327,11 +323,11 @@ def fluxon_pass(task: dict) -> list[dict]:
             out.append(_fluxon_metadata_pass(task, patcher, counters, row))
         else:
             out.append(_fluxon_clips_pass(task, pool, counters, row))
-        settle()
+        settle(patcher)
         if task.get("warm_reader"):
             out.append(_fluxon_clips_pass(task, pool, counters,
                                           {"family": "fluxon", "cache": "warm-reader"}))
-            settle()
+            settle(patcher)
         if task.get("local_pass"):
             out.append(_fluxon_local_pass(task))
     finally:

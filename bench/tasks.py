@@ -23,7 +23,7 @@ from typing import Any
 
 from contenders import FluxonPoolHandle, Handle, index_ms, open_local
 from decode_floor import decode_floor_ms
-from fluxon_access import evict, make_patcher
+from fluxon_access import evict, make_patcher, settle
 from frames import CheckResult, Reference
 from local_records import Record, Repeat
 from machine import peer_versions
@@ -148,8 +148,8 @@ class Pools:
 
     def settle(self) -> None:
         """Wait for the backfill, so that every piece read so far is in the KV."""
-        if self.patcher and not self.patcher.client.backfill.wait_idle(timeout=120):
-            raise RuntimeError("backfill did not finish within 120 s")
+        if self.patcher:
+            settle(self.patcher)
 
     def close(self) -> None:
         if self.pool is not None:
