@@ -60,7 +60,7 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader, default_collate  # noqa: E402
 
 import fluxon_video as fv  # noqa: E402
-from cli import finish, header, scenario_parser  # noqa: E402
+from scenario import finish, header, scenario_parser, write_outputs  # noqa: E402
 from dataset import HEVC, X264, Video, VideoSpec, prepare, sample_clips, vp9  # noqa: E402
 from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
 from fluxon_video.testing import AgentProcess, RedisServer  # noqa: E402
@@ -416,15 +416,12 @@ def main() -> int:
     args = parse_args()
     if args.render:
         results = json.loads(args.render.read_text())
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "dataloader.md").write_text(markdown(results))
+        write_outputs(args.out, "dataloader", None, markdown(results))
         print(markdown(results))
         return 0
     args.data.mkdir(parents=True, exist_ok=True)
     results = LoaderBench(args).run()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "dataloader.json").write_text(json.dumps(results, indent=1))
-    (args.out / "dataloader.md").write_text(markdown(results))
+    write_outputs(args.out, "dataloader", json.dumps(results, indent=1), markdown(results))
     print()
     print(markdown(results))
     print(f"wrote {args.out / 'dataloader.md'}, {args.out / 'dataloader.json'} "

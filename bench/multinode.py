@@ -61,7 +61,7 @@ import numpy as np  # noqa: E402
 import fluxon_video as fv  # noqa: E402
 from dataset import HEVC, X264, Video, VideoSpec, prepare, sample_clips, vp9  # noqa: E402
 from fluxon_video.testing import AgentProcess, RedisCluster  # noqa: E402
-from cli import finish, scenario_parser  # noqa: E402
+from scenario import finish, scenario_parser, write_outputs  # noqa: E402
 from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
 from frames import digest  # noqa: E402
 from frames import references as make_references  # noqa: E402
@@ -429,9 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "cluster_after": cluster_after, "load": [load_start, os.getloadavg()[0]],
     }
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / "multinode.json").write_text(json.dumps(record, indent=1) + "\n")
-    (a.out / "multinode.md").write_text(render(record))
+    write_outputs(a.out, "multinode", json.dumps(record, indent=1) + "\n", render(record))
     print(f"wrote {a.out / 'multinode.md'} and {a.out / 'multinode.json'}")
     return 1 if any(r["frames_wrong"] for run in runs for r in run["rows"]) else 0
 

@@ -22,7 +22,7 @@ from fluxon_video.testing import AgentProcess, RedisServer
 from tqdm import tqdm
 
 import report
-from cli import header
+from scenario import header
 from contenders import PEERS
 from fluxon_access import store, write_agent_config
 from local_plan import WORKLOADS, LocalPlan

@@ -57,7 +57,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 # Keep this module's top level light: every spawned child imports it again.
-from cli import finish, header, parse_size, scenario_parser  # noqa: E402
+from scenario import finish, header, parse_size, scenario_parser  # noqa: E402
 from fluxon_access import store  # noqa: E402
 from machine import machine, versions  # noqa: E402
 from passes import failed_pass  # noqa: E402

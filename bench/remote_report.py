@@ -8,6 +8,7 @@ from pathlib import Path
 
 from remote_summary import summarise
 from remote_targets import Target, targets
+from scenario import write_outputs
 from tables import KiB, MiB, fill, listing, num, table
 
 def _f(x: float | None, digits: int = 2) -> str:
@@ -196,12 +197,8 @@ def chart(summaries: list[dict], out: Path) -> Path:
 
 
 def write(results: dict, out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
     summaries = summarise(results["passes"], results["conditions"]["workload"]["batched_clips"])
     target_rows = targets(results, summaries)
     results = {**results, "summaries": summaries, "targets": [asdict(t) for t in target_rows]}
-    paths = [out / "remote.json", out / "remote.md"]
-    paths[0].write_text(json.dumps(results, indent=1, default=str))
-    paths[1].write_text(markdown(results, summaries, target_rows))
-    paths.append(chart(summaries, out))
-    return paths
+    return [*write_outputs(out, "remote", json.dumps(results, indent=1, default=str),
+                           markdown(results, summaries, target_rows)), chart(summaries, out)]

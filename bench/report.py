@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from contenders import PEERS
+from scenario import write_outputs
 from tables import fill, listing, mib, table, times
 
 STAT_KEYS = ("open_ms", "container_open_ms", "decode_ms", "range_reads", "range_bytes",
@@ -394,10 +395,7 @@ def write(results: dict, out: Path) -> list[Path]:
         record["summary"] = summarize(record)
     results["targets"] = [asdict(t) for t in targets(results)]
     results["sweep"] = sweep_rows(results)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "latest.json", out / "latest.md"]
-    paths[0].write_text(compact_json(results))
-    paths[1].write_text(markdown(results))
+    paths = write_outputs(out, "latest", compact_json(results), markdown(results))
     import charts
 
     paths += charts.draw(results, out)

@@ -33,7 +33,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from cli import finish, parse_size, scenario_parser  # noqa: E402
+from scenario import finish, parse_size, scenario_parser  # noqa: E402
 from fluxon_video.fs.config import FluxonFsExport  # noqa: E402
 
 MiB = 1 << 20

@@ -105,7 +105,7 @@ def test_a_pass_records_each_failure_and_flags_its_video(reference):
 
 
 def test_quick_runs_take_the_quick_defaults(tmp_path):
-    from cli import finish, parse_size, scenario_parser
+    from scenario import finish, parse_size, scenario_parser
 
     ap = scenario_parser("x.py", None, "smoke", "x.md")
     ap.add_argument("--repeat", type=int)

@@ -1,4 +1,5 @@
-"""What the scenarios' command lines share: --quick defaults, sizes, the results header."""
+"""What every scenario shares around its measurements: its command line (--quick
+defaults, sizes), the head of its results, and writing its JSON and markdown."""
 
 from __future__ import annotations
 
@@ -60,3 +61,13 @@ def header(script: str, argv: list[str] | None, seconds: float,
             "duration_s": round(seconds, 1),
             "settings": {k: (str(v) if isinstance(v, Path) else v)
                          for k, v in vars(args).items() if k not in leave_out}}
+
+
+def write_outputs(out: Path, stem: str, json_text: str | None, markdown: str) -> list[Path]:
+    """<out>/<stem>.json (unless None: a redraw keeps the JSON it came from) and .md."""
+    out.mkdir(parents=True, exist_ok=True)
+    texts = {f"{stem}.md": markdown} if json_text is None else {f"{stem}.json": json_text,
+                                                                f"{stem}.md": markdown}
+    for name, text in texts.items():
+        (out / name).write_text(text)
+    return [out / name for name in texts]
