@@ -9,7 +9,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from report import MiB, label, select  # noqa: E402
+from report import label, select  # noqa: E402
+from tables import MiB  # noqa: E402
 
 DPI = 80
 

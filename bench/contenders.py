@@ -1,154 +1,189 @@
-"""Who is timed: the peers on local files, and fluxon_video through FluxonFS.
+"""Who is timed: the peers and fluxon_video, each behind a *handle* on one video.
 
-Each contender opens a *handle* on one video at one output size and reads
-clips through it with ``read(indices) -> (frames, stats or None)``. A handle
-is what a competent user keeps per video while reading several clips of it:
+A handle is what a competent user keeps per video while reading several
+clips of it; ``read(indices)`` returns the frames (N, H, W, 3 uint8), and
+``stats`` what the last read counted (None where the library counts
+nothing). Every scenario opens its peers through these classes, on a local
+path or on a file object of the remote store:
 
-- decord: ``VideoReader(path, width, height)``, ``get_batch(indices)`` (decord
-  seeks to the keyframe and resizes itself).
-- PyAV: an open container plus a frame index -> pts table built once per
-  file by a packet scan (timed separately as ``index_ms``); each clip seeks to
-  the keyframe before its first frame and decodes forward, converting only
+- decord: ``VideoReader(source, width, height)``, ``get_batch(indices)`` (decord
+  seeks to the keyframe and resizes itself; on a file object it reads it whole).
+- PyAV: an open container plus a frame index -> pts table (``KeyframeIndex``:
+  a packet scan, timed apart, or the dataset's ffprobe table); each clip seeks
+  to the keyframe before its first frame and decodes forward, converting only
   the targets (what Daft's LeRobot reader does).
-- torchcodec: ``VideoDecoder(path, dimension_order="NHWC", seek_mode="exact")``
+- torchcodec: ``VideoDecoder(source, dimension_order="NHWC", seek_mode=...)``
   with a decoder-side ``Resize``, ``get_frames_at(indices)``.
 - fluxon: a ``FluxonFsVideoReaderPool`` (readers open lazily on the first
-  read), or ``decode_local_frames`` on the local file.
+  read), or ``LocalVideoReader`` on the local file.
 """
 
 from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 PEERS = ("decord", "pyav", "torchcodec")
+MODULES = {"decord": "decord", "pyav": "av", "torchcodec": "torchcodec.decoders",
+           "fluxon-local": "fluxon_video._decode"}
 
 
 class Handle(Protocol):
-    def read(self, indices: Sequence[int]) -> tuple[np.ndarray, dict[str, Any] | None]: ...
+    stats: dict[str, Any] | None
+
+    def read(self, indices: Sequence[int]) -> np.ndarray: ...
 
     def close(self) -> None: ...
 
 
+def _source(source: Any) -> Any:
+    """The libraries take a path as str, or a file object as it is."""
+    return str(source) if isinstance(source, Path) else source
+
+
 class DecordHandle:
-    def __init__(self, path: Path, height: int, width: int, native: bool, threads: int) -> None:
+    stats = None
+
+    def __init__(self, source: Any, height: int | None, width: int | None,
+                 threads: int) -> None:
         import decord
 
-        size = {} if native else {"width": width, "height": height}
-        self.reader = decord.VideoReader(str(path), ctx=decord.cpu(0), num_threads=threads, **size)
+        size = {} if height is None else {"width": width, "height": height}
+        self.reader = decord.VideoReader(_source(source), ctx=decord.cpu(0),
+                                         num_threads=threads, **size)
 
-    def read(self, indices: Sequence[int]) -> tuple[np.ndarray, None]:
-        return self.reader.get_batch(list(indices)).asnumpy(), None
+    def read(self, indices: Sequence[int]) -> np.ndarray:
+        return self.reader.get_batch(list(indices)).asnumpy()
 
     def close(self) -> None:
         del self.reader
 
 
-def pyav_open(path: Path) -> Any:
+class TorchcodecHandle:
+    stats = None
+
+    def __init__(self, source: Any, height: int | None, width: int | None, threads: int,
+                 seek_mode: str = "exact") -> None:
+        from torchcodec.decoders import VideoDecoder
+        from torchcodec.transforms import Resize
+
+        self.decoder = VideoDecoder(
+            _source(source), dimension_order="NHWC", num_ffmpeg_threads=threads,
+            seek_mode=seek_mode, transforms=None if height is None else [Resize((height, width))])
+
+    def read(self, indices: Sequence[int]) -> np.ndarray:
+        return self.decoder.get_frames_at(list(indices)).data.numpy()
+
+    def close(self) -> None:
+        del self.decoder
+
+
+def pyav_open(source: Any) -> Any:
     """av.open; for AVI, which stores no pts for I/P-frames, with the demuxer
     inferring them (+genpts), as a user matching frames by pts must."""
     import av
 
-    options = {"fflags": "+genpts"} if path.suffix == ".avi" else {}
-    return av.open(str(path), container_options=options)
+    if isinstance(source, Path) and source.suffix == ".avi":
+        return av.open(str(source), container_options={"fflags": "+genpts"})
+    return av.open(_source(source))
 
 
-class PyAVIndex:
-    """Presentation-order pts of every frame and of every keyframe: one packet scan."""
+class KeyframeIndex:
+    """Presentation-order pts of every frame and of every keyframe."""
 
-    def __init__(self, path: Path) -> None:
-        t0 = time.perf_counter()
-        pts, keys = [], []
-        with pyav_open(path) as container:
-            stream = container.streams.video[0]
-            for packet in container.demux(stream):
-                if packet.pts is None:  # the demuxer's final empty packet
-                    continue
-                pts.append(packet.pts)
-                if packet.is_keyframe:
-                    keys.append(packet.pts)
-        self.pts = sorted(pts)
-        self.keyframes = sorted(keys)
-        self.ms = (time.perf_counter() - t0) * 1e3
+    _scanned: dict[Path, KeyframeIndex] = {}
 
-    def seek_target(self, index: int) -> int:
+    def __init__(self, pts: list[int], keyframes: list[int], ms: float = 0.0) -> None:
+        self.pts, self.keyframes, self.ms = pts, keyframes, ms
+
+    @classmethod
+    def scan(cls, path: Path) -> KeyframeIndex:
+        """One packet scan of the file, once per process (its time is kept in ``ms``)."""
+        if path not in cls._scanned:
+            t0 = time.perf_counter()
+            pts, keys = [], []
+            with pyav_open(path) as container:
+                for packet in container.demux(container.streams.video[0]):
+                    if packet.pts is None:  # the demuxer's final empty packet
+                        continue
+                    pts.append(packet.pts)
+                    if packet.is_keyframe:
+                        keys.append(packet.pts)
+            cls._scanned[path] = cls(sorted(pts), sorted(keys),
+                                     (time.perf_counter() - t0) * 1e3)
+        return cls._scanned[path]
+
+    def keyframe_before(self, index: int) -> int:
         """The pts of the last keyframe shown at or before frame ``index``."""
         k = bisect.bisect_right(self.keyframes, self.pts[index]) - 1
         return self.keyframes[max(k, 0)]
 
 
-def pyav_decode_from(container: Any, stream: Any, seek_pts: int, want: dict[int, int],
-                     height: int, width: int) -> dict[int, np.ndarray]:
-    """Seek PyAV to the keyframe at or before seek_pts and decode forward until the
-    last wanted pts: {frame index: RGB frame} for every pts in want (pts -> index)."""
-    container.seek(seek_pts, backward=True, any_frame=False, stream=stream)
-    last = max(want)
-    got: dict[int, np.ndarray] = {}
-    for frame in container.decode(stream):
-        if frame.pts in want:
-            got[want[frame.pts]] = frame.to_ndarray(format="rgb24", width=width, height=height,
-                                                    interpolation="BILINEAR")
-        if frame.pts is not None and frame.pts >= last:
-            break
-    return got
-
-
 class PyAVHandle:
-    _indexes: dict[Path, PyAVIndex] = {}
+    """Seek to the keyframe before a clip and decode forward; a seek that lands past a
+    target (open-GOP leading pictures) is redone from the first keyframe, as a careful
+    user does (``fallbacks`` counts them)."""
 
-    @classmethod
-    def prepare(cls, path: Path) -> float:
-        """Scan the file once (not timed with the clips); returns the scan's ms."""
-        if path not in cls._indexes:
-            cls._indexes[path] = PyAVIndex(path)
-        return cls._indexes[path].ms
-
-    def __init__(self, path: Path, height: int, width: int, native: bool, threads: int) -> None:
-        self.prepare(path)
-        self.index = self._indexes[path]
-        self.container = pyav_open(path)
+    def __init__(self, source: Any, index: KeyframeIndex, height: int, width: int,
+                 threads: int) -> None:
+        self.container = pyav_open(source)
         self.stream = self.container.streams.video[0]
         self.stream.thread_type = "AUTO"
         self.stream.codec_context.thread_count = threads
-        self.height, self.width = height, width
+        self.index, self.height, self.width = index, height, width
         self.fallbacks = 0
 
-    def _decode_from(self, seek_pts: int, want: dict[int, int]) -> dict[int, np.ndarray]:
-        return pyav_decode_from(self.container, self.stream, seek_pts, want, self.height,
-                                self.width)
+    @property
+    def stats(self) -> dict[str, Any]:
+        return {"pyav_fallbacks": self.fallbacks}
 
-    def read(self, indices: Sequence[int]) -> tuple[np.ndarray, dict[str, Any]]:
+    def _decode(self, indices: Sequence[int]) -> dict[int, np.ndarray]:
+        """{frame index: RGB frame} for ``indices``, from the keyframe before the first."""
         want = {self.index.pts[i]: i for i in indices}
-        got = self._decode_from(self.index.seek_target(min(indices)), want)
+        got = self._decode_from(self.index.keyframe_before(min(indices)), want)
         if len(got) < len(want):
-            # A seek that landed past a target: what a careful user does next.
             self.fallbacks += 1
             got = self._decode_from(self.index.keyframes[0], want)
-        return np.stack([got[i] for i in indices]), {"pyav_fallbacks": self.fallbacks}
+        return got
+
+    def _decode_from(self, seek_pts: int, want: dict[int, int]) -> dict[int, np.ndarray]:
+        self.container.seek(seek_pts, backward=True, any_frame=False, stream=self.stream)
+        last = max(want)
+        got: dict[int, np.ndarray] = {}
+        for frame in self.container.decode(self.stream):
+            if frame.pts in want:
+                got[want[frame.pts]] = frame.to_ndarray(format="rgb24", width=self.width,
+                                                        height=self.height,
+                                                        interpolation="BILINEAR")
+            if frame.pts is not None and frame.pts >= last:
+                break
+        return got
+
+    def read(self, indices: Sequence[int]) -> np.ndarray:
+        got = self._decode(indices)
+        return np.stack([got[i] for i in indices])
+
+    def read_union(self, clips: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """Every clip's frames from one forward pass per cluster of the sorted union (a new
+        seek only where the next target's keyframe lies beyond the cluster's last target)."""
+        clusters: list[list[int]] = []
+        for i in sorted({i for clip in clips for i in clip}):
+            if clusters and self.index.keyframe_before(i) <= self.index.pts[clusters[-1][-1]]:
+                clusters[-1].append(i)
+            else:
+                clusters.append([i])
+        got: dict[int, np.ndarray] = {}
+        for cluster in clusters:
+            got.update(self._decode(cluster))
+        return [np.stack([got[i] for i in clip]) for clip in clips]
 
     def close(self) -> None:
         self.container.close()
-
-
-class TorchcodecHandle:
-    def __init__(self, path: Path, height: int, width: int, native: bool, threads: int) -> None:
-        from torchcodec.decoders import VideoDecoder
-        from torchcodec.transforms import Resize
-
-        self.decoder = VideoDecoder(str(path), dimension_order="NHWC", num_ffmpeg_threads=threads,
-                                    seek_mode="exact",
-                                    transforms=None if native else [Resize((height, width))])
-
-    def read(self, indices: Sequence[int]) -> tuple[np.ndarray, None]:
-        return self.decoder.get_frames_at(list(indices)).data.numpy(), None
-
-    def close(self) -> None:
-        del self.decoder
 
 
 class FluxonLocalHandle:
@@ -156,8 +191,8 @@ class FluxonLocalHandle:
     for PyAV, the file's index is built once, untimed, and one reader (one
     decoder) serves the clips of a pass."""
 
-    _indexes: dict[Path, Any] = {}
-    _index_ms: dict[Path, float] = {}
+    _indexes: dict[Path, tuple[Any, float]] = {}
+    stats: dict[str, Any] | None = None
 
     @classmethod
     def prepare(cls, path: Path) -> float:
@@ -167,20 +202,20 @@ class FluxonLocalHandle:
         if path not in cls._indexes:
             t0 = time.perf_counter()
             with fv.LocalVideoReader(path) as reader:
-                cls._indexes[path] = reader.index
-            cls._index_ms[path] = (time.perf_counter() - t0) * 1e3
-        return cls._index_ms[path]
+                cls._indexes[path] = (reader.index, (time.perf_counter() - t0) * 1e3)
+        return cls._indexes[path][1]
 
-    def __init__(self, path: Path, height: int, width: int, native: bool, threads: int) -> None:
+    def __init__(self, path: Path, height: int, width: int, threads: int) -> None:
         import fluxon_video as fv
 
         self.prepare(path)
         self.height, self.width = height, width
-        self.reader = fv.LocalVideoReader(path, threads, index=self._indexes[path])
+        self.reader = fv.LocalVideoReader(path, threads, index=self._indexes[path][0])
 
-    def read(self, indices: Sequence[int]) -> tuple[np.ndarray, dict[str, Any]]:
+    def read(self, indices: Sequence[int]) -> np.ndarray:
         frames, stats = self.reader.read_frames_numpy(indices, self.height, self.width)
-        return frames, stats.as_dict()
+        self.stats = stats.as_dict()
+        return frames
 
     def close(self) -> None:
         self.reader.close()
@@ -189,32 +224,47 @@ class FluxonLocalHandle:
 class FluxonPoolHandle:
     """One video through a FluxonFsVideoReaderPool (the pool outlives the handle)."""
 
+    stats: dict[str, Any] | None = None
+
     def __init__(self, pool: Any, export: str, relpath: str, height: int, width: int,
                  threads: int) -> None:
         self.pool = pool
         self.args = {"export_name": export, "relpath": relpath, "height": height,
                      "width": width, "num_threads": threads}
 
-    def read(self, indices: Sequence[int]) -> tuple[np.ndarray, dict[str, Any]]:
+    def read(self, indices: Sequence[int]) -> np.ndarray:
         result = self.pool.read_frames_numpy_with_stats(indices=indices, **self.args)
-        return result.frames, result.stats.as_dict()
+        self.stats = result.stats.as_dict()
+        return result.frames
 
     def close(self) -> None:
         pass
 
 
-LOCAL_HANDLES: dict[str, Callable[..., Handle]] = {
-    "decord": DecordHandle,
-    "pyav": PyAVHandle,
-    "torchcodec": TorchcodecHandle,
-    "fluxon-local": FluxonLocalHandle,
-}
+def open_local(contender: str, path: Path, height: int, width: int, native: bool,
+               threads: int) -> Handle:
+    """A handle on a local file; native: decord and torchcodec are not asked to resize."""
+    if contender == "pyav":
+        return PyAVHandle(path, KeyframeIndex.scan(path), height, width, threads)
+    if contender == "fluxon-local":
+        return FluxonLocalHandle(path, height, width, threads)
+    size = (None, None) if native else (height, width)
+    return {"decord": DecordHandle, "torchcodec": TorchcodecHandle}[contender](
+        path, *size, threads)
+
+
+def index_ms(contender: str, path: Path) -> float | None:
+    """The one-time scan a contender makes of a file before its clips, ms (None: none)."""
+    if contender == "pyav":
+        return KeyframeIndex.scan(path).ms
+    if contender == "fluxon-local":
+        return FluxonLocalHandle.prepare(path)
+    return None
 
 
 def unavailable(contender: str) -> str | None:
     """Why a contender cannot run here, or None when it imports."""
-    module = {"decord": "decord", "pyav": "av", "torchcodec": "torchcodec.decoders",
-              "fluxon-local": "fluxon_video._decode"}[contender]
+    module = MODULES[contender]
     try:
         __import__(module)
     except Exception as exc:  # noqa: BLE001 - any import failure means "skip, with a note"

@@ -43,13 +43,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -59,26 +57,24 @@ sys.path.insert(0, str(BENCH))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from torch.utils.data import DataLoader, Dataset, default_collate  # noqa: E402
+from torch.utils.data import DataLoader, default_collate  # noqa: E402
 
 import fluxon_video as fv  # noqa: E402
-from dataset import X264, Video, VideoSpec, prepare  # noqa: E402
+from scenario import finish, header, scenario_parser, write_outputs  # noqa: E402
+from dataset import HEVC, X264, Video, VideoSpec, prepare, sample_clips, vp9  # noqa: E402
+from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
 from fluxon_video.testing import AgentProcess, RedisServer  # noqa: E402
-from fluxon_video.torch import (  # noqa: E402
-    LoaderStats,
-    SameVideoBatchSampler,
-    StatsCollate,
-    VideoClipDataset,
-)
-from frames import CheckResult, Reference, cli_reference, needed  # noqa: E402
+from fluxon_video.torch import LoaderStats, SameVideoBatchSampler, StatsCollate  # noqa: E402
+from frames import CheckResult, Reference, count_note, needed, references  # noqa: E402
+from loader_datasets import (CpuMeter, PeerClips, PlannedClips,  # noqa: E402
+                             TimedCollate, note_worker_up)
+from loader_records import Epoch, LoaderRow  # noqa: E402
+from loader_report import markdown  # noqa: E402
 from machine import machine, versions  # noqa: E402
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
-EXPORT, IDENTITY, TOKEN = "loader", "bench", "bench-token"
-HEVC = ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
-        "-x265-params", "keyint=60:min-keyint=60:bframes=3:log-level=error")
-VP9 = ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "60",
-       "-b:v", "600k")
+EXPORT = "loader"
+VP9 = vp9("600k")
 
 
 def loader_specs() -> list[VideoSpec]:
@@ -102,147 +98,12 @@ def make_plan(videos: list[Video], items: int, per_video: int, seed: int) -> lis
     """items // per_video groups of per_video clips of one video (videos in a seeded random
     order, each once before any repeats): [[relpath, [indices...]], ...], group after group."""
     rng = np.random.default_rng([seed, 11])
-    span = (CLIP_LEN - 1) * STRIDE + 1
     groups = items // per_video
     order: list[int] = []
     while len(order) < groups:
         order += rng.permutation(len(videos)).tolist()
-    plan = []
-    for v in order[:groups]:
-        video = videos[v]
-        for start in rng.integers(0, video.frames - span + 1, size=per_video):
-            plan.append([video.name, [int(start) + k * STRIDE for k in range(CLIP_LEN)]])
-    return plan
-
-
-class PlannedClips(VideoClipDataset):
-    """VideoClipDataset whose item i is the plan's clip i (instead of a seeded draw)."""
-
-    def __init__(self, *args: Any, plan: list[list[Any]], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.plan = plan
-
-    def clip_with_times(self, i: int) -> tuple[str, list[int], None]:
-        relpath, indices = self.plan[i]
-        return relpath, list(indices), None
-
-
-class PeerClips(Dataset):
-    """A peer on the local files: a new reader per item, or (share_open) per video per batch.
-
-    A failing read does not stop the epoch: the item carries zero frames and
-    the error, and the row is flagged.
-    """
-
-    def __init__(self, peer: str, root: Path, plan: list[list[Any]], threads: int,
-                 share_open: bool) -> None:
-        self.peer, self.root, self.plan = peer, root, plan
-        self.threads, self.share_open = threads, share_open
-
-    def __len__(self) -> int:
-        return len(self.plan)
-
-    def open(self, relpath: str) -> Any:
-        path = str(self.root / relpath)
-        if self.peer == "decord":
-            import decord
-
-            return decord.VideoReader(path, ctx=decord.cpu(0), width=SIZE, height=SIZE,
-                                      num_threads=self.threads)
-        from torchcodec.decoders import VideoDecoder
-        from torchcodec.transforms import Resize
-
-        return VideoDecoder(path, dimension_order="NHWC", num_ffmpeg_threads=self.threads,
-                            seek_mode="exact", transforms=[Resize((SIZE, SIZE))])
-
-    def read(self, reader: Any, indices: list[int]) -> torch.Tensor:
-        if self.peer == "decord":
-            return torch.from_numpy(reader.get_batch(indices).asnumpy())
-        return reader.get_frames_at(indices).data
-
-    def items(self, items: Sequence[int]) -> list[dict[str, Any]]:
-        """share_open: one reader and one read (the sorted union of the clips' indices) per
-        video of the batch, split back into clips; else one reader and one read per item."""
-        groups: dict[Any, list[int]] = {}
-        for i in items:
-            groups.setdefault(self.plan[i][0] if self.share_open else i, []).append(i)
-        out: dict[int, dict[str, Any]] = {}
-        for members in groups.values():
-            relpath = self.plan[members[0]][0]
-            union = sorted({f for i in members for f in self.plan[i][1]})
-            error = ""
-            try:
-                frames = self.read(self.open(relpath), union)
-                if tuple(frames.shape) != (len(union), SIZE, SIZE, 3):
-                    raise ValueError(f"frames of shape {tuple(frames.shape)}")
-            except Exception as exc:  # noqa: BLE001 - a failing peer is a finding
-                error = f"{relpath}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-                frames = torch.zeros((len(union), SIZE, SIZE, 3), dtype=torch.uint8)
-            at = {f: k for k, f in enumerate(union)}
-            for i in members:
-                indices = self.plan[i][1]
-                out[i] = {"frames": frames[[at[f] for f in indices]], "relpath": relpath,
-                          "indices": torch.as_tensor(indices, dtype=torch.int64),
-                          "error": error}
-        return [out[i] for i in items]
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.items([int(i)])[0]
-
-    def __getitems__(self, items: Sequence[int]) -> list[dict[str, Any]]:
-        return self.items([int(i) for i in items])
-
-
-# ---- worker bookkeeping ----
-
-_WORKER_UP: float | None = None
-
-
-def note_worker_up(worker_id: int) -> None:
-    global _WORKER_UP
-    _WORKER_UP = time.monotonic()
-
-
-class TimedCollate:
-    """The inner collate, plus when this worker came up (time.monotonic, system-wide)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
-        batch = self.inner(items)
-        batch["worker"] = {"pid": os.getpid(), "up": _WORKER_UP}
-        return batch
-
-
-class CpuMeter:
-    """How busy the machine was with work that is not this benchmark's, during an epoch:
-    system-wide busy CPU time minus this process, its reaped children (the epoch's
-    workers are joined when it ends) and the agent and redis-server."""
-
-    def __init__(self, pids: list[int]) -> None:
-        import psutil
-
-        self.servers = [psutil.Process(pid) for pid in pids]
-        self.psutil = psutil
-
-    def sample(self) -> tuple[float, float]:
-        t = self.psutil.cpu_times()
-        busy = sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "steal", 0.0) \
-            - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
-        own = os.times()
-        ours = own.user + own.system + own.children_user + own.children_system
-        for proc in self.servers:
-            try:
-                c = proc.cpu_times()
-                ours += c.user + c.system
-            except self.psutil.Error:
-                pass
-        return busy, ours
-
-    def other_cores(self, before: tuple[float, float], seconds: float) -> float:
-        busy, ours = self.sample()
-        return max(0.0, (busy - before[0]) - (ours - before[1])) / seconds
+    return [[videos[v].name, clip] for v in order[:groups]
+            for clip in sample_clips(videos[v].frames, per_video, CLIP_LEN, STRIDE, rng)]
 
 
 # ---- the benchmark ----
@@ -277,26 +138,16 @@ class LoaderBench:
         for relpath, indices in self.plan:
             wanted.setdefault(relpath, []).append(indices)
         by_name = {v.name: v for v in self.videos}
-
-        def one(name: str) -> tuple[str, Reference]:
-            return name, cli_reference(by_name[name].path, SIZE, SIZE, needed(wanted[name]))
-
-        with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as ex:
-            self.refs = dict(ex.map(one, wanted))
-        for name, ref in self.refs.items():
-            if ref.frames_decoded != by_name[name].frames:
-                self.notes.append(f"{name}: ffprobe counts {by_name[name].frames} packets, the "
-                                  f"ffmpeg CLI decodes {ref.frames_decoded} frames")
+        self.refs = references({name: (by_name[name].path, SIZE, SIZE, needed(clips))
+                                for name, clips in wanted.items()})
+        self.notes += filter(None, (count_note(name, by_name[name].frames, ref)
+                                    for name, ref in self.refs.items()))
         print(f"references: {len(self.refs)} videos ({time.perf_counter() - t0:.1f} s)",
               flush=True)
 
     def patcher(self) -> fv.FluxonFsPatcher:
         assert self.agent is not None and self.redis is not None
-        return fv.FluxonFsPatcher(
-            exports=[fv.FluxonFsExport(EXPORT, str(self.video_dir), agent_url=self.agent.url,
-                                       allow=[IDENTITY])],
-            identities={IDENTITY: TOKEN}, identity=IDENTITY,
-            client=fv.ClientSettings(redis_url=self.redis.url))
+        return make_patcher(store(EXPORT, self.video_dir, self.agent.url, self.redis.url))
 
     def check_peers(self) -> list[str]:
         peers = []
@@ -351,7 +202,7 @@ class LoaderBench:
         return SameVideoBatchSampler(self.fluxon_dataset(batched=True), self.args.batch_size,
                                      seed=self.args.seed)
 
-    def epoch(self, row: str, check: bool) -> dict[str, Any]:
+    def epoch(self, row: str, check: bool) -> Epoch:
         """One epoch with fresh workers: wall time, start-up, fluxon stats, frame check."""
         loader = self.loader(row)
         stats = LoaderStats()
@@ -373,16 +224,12 @@ class LoaderBench:
                 kept.append({k: batch[k] for k in ("frames", "relpath", "indices")})
         seconds = time.monotonic() - t0
         del loader
-        other_cores = self.cpu.other_cores(cpu0, seconds)
-        out: dict[str, Any] = {"items": items, "seconds": seconds, "clips_per_s": items / seconds,
-                               "first_batch_s": first, "workers_up_s": max(ups.values(),
-                                                                           default=None),
-                               "errors": len(errors), "first_error": errors[0] if errors else None,
-                               "other_cpu_cores": other_cores}
+        out = Epoch(items, seconds, first, max(ups.values(), default=None), len(errors),
+                    errors[0] if errors else None, self.cpu.other_cores(cpu0, seconds))
         if row.startswith("fluxon"):
-            out["fluxon_stats"] = stats.total().as_dict()
+            out.fluxon_stats = stats.total().as_dict()
         if check:
-            out["check"] = self.check(row, kept)
+            out.check = self.check(row, kept)
             self.orders[row] = [(r, int(ix[0])) for b in kept
                                 for r, ix in zip(b["relpath"], b["indices"])]
         return out
@@ -429,10 +276,7 @@ class LoaderBench:
         self.plan = make_plan(self.videos, a.items, a.per_video, a.seed)
         self.make_references()
         work = Path(tempfile.mkdtemp(prefix="fluxon-loader-", dir=a.data))
-        config = work / "agent.toml"
-        config.write_text(f'[identities]\n{IDENTITY} = "{TOKEN}"\n\n[[exports]]\n'
-                          f'name = "{EXPORT}"\nroot = "{self.video_dir}"\n'
-                          f'allow = ["{IDENTITY}"]\n')
+        config = write_agent_config(work / "agent.toml", EXPORT, self.video_dir)
         peers = self.check_peers()
         per_clip = ["fluxon per-clip", *(f"{p} per-clip" for p in peers)]
         batched = ["fluxon batched", *(f"{p} batched" for p in peers)]
@@ -444,13 +288,13 @@ class LoaderBench:
             # builds its own client and readers on first use).
             self.fluxon_patcher = self.patcher()
             self.cpu = CpuMeter([redis_server.proc.pid, agent.proc.pid])
-            runs: dict[str, list[dict[str, Any]]] = {}
+            runs: dict[str, list[Epoch]] = {}
             redis_server.client().flushall()
             for row in rows:  # untimed: Redis warm for fluxon, page cache and imports for peers
                 self.progress(f"{row} warm-up", 0)
                 warm = self.epoch(row, check=False)
                 if row == "fluxon per-clip":
-                    self.warmup_stats = warm.get("fluxon_stats")
+                    self.warmup_stats = warm.fluxon_stats
                     self.topup_stats = self.top_up()
             # Rounds: cold epochs (Redis flushed before each), a top-up that makes Redis
             # warm again, then every row warm; the row order rotates from round to round,
@@ -470,44 +314,26 @@ class LoaderBench:
         self.summarise(runs)
         return self.results(time.monotonic() - started)
 
-    def timed(self, row: str, check: bool, before: Any = None) -> dict[str, Any]:
+    def timed(self, row: str, check: bool, before: Any = None) -> Epoch:
         """A timed epoch, redone (at most --retries times) while other work on the machine
         used more than --max-other-cpu cores during it."""
         for attempt in range(self.args.retries + 1):
             if before is not None:
                 before()
             result = self.epoch(row, check)
-            result["redone"] = attempt
-            if result["other_cpu_cores"] <= self.args.max_other_cpu:
+            result.redone = attempt
+            if result.other_cpu_cores <= self.args.max_other_cpu:
                 break
-            print(f"    other work used {result['other_cpu_cores']:.2f} cores during the epoch"
+            print(f"    other work used {result.other_cpu_cores:.2f} cores during the epoch"
                   + ("; again" if attempt < self.args.retries else "; kept"), flush=True)
         return result
 
     def progress(self, what: str, r: int) -> None:
         print(f"  {what} (run {r + 1})", flush=True)
 
-    def summarise(self, runs: dict[str, list[dict[str, Any]]]) -> None:
+    def summarise(self, runs: dict[str, list[Epoch]]) -> None:
         for key, epochs in runs.items():
-            row, cache = key.split("|")
-            rates = [e["clips_per_s"] for e in epochs]
-            first = epochs[0]
-            self.rows[key] = {
-                "row": row, "contender": row.split(" ")[0], "order": row.split(" ", 1)[1],
-                "cache": cache, "items": first["items"],
-                "clips_per_s": statistics.median(rates), "clips_per_s_min": min(rates),
-                "clips_per_s_max": max(rates),
-                "epoch_s": statistics.median(e["seconds"] for e in epochs),
-                "first_batch_s": statistics.median(e["first_batch_s"] for e in epochs),
-                "workers_up_s": statistics.median(e["workers_up_s"] for e in epochs
-                                                  if e["workers_up_s"] is not None)
-                if any(e["workers_up_s"] is not None for e in epochs) else None,
-                "errors": sum(e["errors"] for e in epochs),
-                "other_cpu_cores": statistics.median(e["other_cpu_cores"] for e in epochs),
-                "redone": sum(e["redone"] for e in epochs),
-                "first_error": next((e["first_error"] for e in epochs if e["first_error"]), None),
-                "fluxon_stats": first.get("fluxon_stats"),
-                "check": first["check"], "epochs": epochs}
+            self.rows[key] = asdict(LoaderRow.of(*key.split("|"), epochs))
         for group in ("per-clip", "batched"):
             orders = {row: o for row, o in self.orders.items() if row.endswith(group)}
             if len({tuple(o) for o in orders.values()}) > 1:
@@ -518,10 +344,7 @@ class LoaderBench:
     def results(self, seconds: float) -> dict[str, Any]:
         a = self.args
         return {
-            "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": "python bench/dataloader.py" + "".join(f" {x}" for x in sys.argv[1:]),
-            "duration_s": round(seconds, 1),
-            "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+            **header("dataloader.py", None, seconds, a),
             "conditions": conditions(a, self.video_dir),
             "videos": [v.facts() for v in self.videos],
             "plan": self.plan,
@@ -556,172 +379,9 @@ def conditions(a: argparse.Namespace, video_dir: Path) -> dict[str, Any]:
     }
 
 
-# ---- report ----
-
-READS = {
-    "per-clip": "plan clips in DataLoader-shuffled order (a random video per item); "
-                "peers open the file for every item",
-    "batched": "plan clips 4 per video, 2 videos per batch (SameVideoBatchSampler's batches); "
-               "peers open each video once per batch and read its clips in one call",
-}
-
-
-def fmt(x: float | None, digits: int = 2) -> str:
-    return "–" if x is None else f"{x:.{digits}f}"
-
-
-def short(check: dict[str, Any]) -> str:
-    """A codec's frame verdict for the table (the full one is in the JSON)."""
-    if check["verdict"].startswith("OFF"):
-        return f"OFF (right frames, mad up to {check['worst_mean_abs_diff']:.1f} > 3)"
-    if check["verdict"].startswith("WRONG"):
-        return f"WRONG ({check['verdict'].split(': ', 1)[1]})"
-    return check["verdict"]
-
-
-def table(results: dict[str, Any]) -> str:
-    lines = ["| contender | reads | cache | clips/s (min–max) | epoch s | workers up s | "
-             "first batch s | other CPU | fluxon reads | KV hit/miss | agent MiB | index scan/KV "
-             "| frames |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in results["rows"]:
-        s = r["fluxon_stats"]
-        check = r["check"]["verdict"] if r["check"] else "–"
-        redone = f" ({r['redone']} redone)" if r["redone"] else ""
-        if r["errors"]:
-            check = f"⚠ {r['errors']} failed reads: {r['first_error']}"
-        elif r["check"] and not r["check"]["ok"]:
-            check = "⚠ " + " · ".join(f"{c} {short(v)}"
-                                      for c, v in r["check"]["by_codec"].items())
-        lines.append(
-            f"| {r['contender']} | {r['order']} | {r['cache']} | {r['clips_per_s']:.1f} "
-            f"({r['clips_per_s_min']:.1f}–{r['clips_per_s_max']:.1f}) | {fmt(r['epoch_s'])} | "
-            f"{fmt(r['workers_up_s'])} | {fmt(r['first_batch_s'])} | "
-            f"{r['other_cpu_cores']:.2f}{redone} | "
-            + (f"{s['reads']} | {s['kv_hits']}/{s['kv_misses']} | "
-               f"{s['remote_bytes'] / 2**20:.2f} | {s['index_scans']}/{s['index_from_kv']} | "
-               if s else "– | – | – | – | ")
-            + f"{check} |")
-    return "\n".join(lines)
-
-
-def summary(results: dict[str, Any]) -> list[str]:
-    """fluxon warm KV against each peer, per order (> 1: fluxon faster)."""
-    rows = {(r["contender"], r["order"], r["cache"]): r for r in results["rows"]}
-    out = []
-    for order in ("per-clip", "batched"):
-        fluxon = rows.get(("fluxon", order, "warm KV"))
-        if fluxon is None:
-            continue
-        parts = []
-        for (contender, o, _), r in rows.items():
-            if contender == "fluxon" or o != order:
-                continue
-            ok = r["check"]["ok"] and not r["errors"]
-            parts.append(f"{fluxon['clips_per_s'] / r['clips_per_s']:.2f}× {contender}"
-                         + ("" if ok else " (⚠ frames)"))
-        if parts:
-            out.append(f"- {order}: fluxon warm KV {fluxon['clips_per_s']:.1f} clips/s = "
-                       + ", ".join(parts))
-    if out:
-        out = ["fluxon warm KV ÷ peer, clips/s (> 1: fluxon faster; ⚠: the peer's frames did "
-               "not pass the check, see the frames column):", "", *out, ""]
-    return out
-
-
-def markdown(results: dict[str, Any]) -> str:
-    c, s = results["conditions"], results["settings"]
-    m, loader, export = c["machine"], c["loader"], c["export"]
-    codecs: dict[str, int] = {}
-    for v in results["videos"]:
-        key = f"{v['codec']} {v['width']}x{v['height']} {v['layout']}"
-        codecs[key] = codecs.get(key, 0) + 1
-    frames = [v["frames"] for v in results["videos"]]
-    out = [
-        "# DataLoader benchmark",
-        "",
-        f"`{results['command']}` — {results['generated']}, {results['duration_s']:.0f} s in all.",
-        "",
-        table(results),
-        "",
-        *summary(results),
-        "Rows:",
-        "",
-        f"- **per-clip**: {READS['per-clip']}. fluxon: `VideoClipDataset` (its items forced to "
-        "the plan's clips by overriding `clip_with_times`), one `read_many_numpy_with_stats` "
-        "per batch of 8 (clips of the same video in a batch share one decode: *fluxon reads* "
-        "counts the decodes). decord: `VideoReader(path, width=224, height=224)` + "
-        "`get_batch`. torchcodec: `VideoDecoder(path, dimension_order=\"NHWC\", "
-        "seek_mode=\"exact\", transforms=[Resize((224, 224))])` + `get_frames_at` (torchcodec's "
-        "decoder-side Resize transform: bilinear with antialiasing; no interpolate).",
-        f"- **batched**: {READS['batched']}. fluxon: `VideoClipDataset(clips_per_video=4)` + "
-        "`SameVideoBatchSampler(dataset, batch_size=8)`: one native decode per video per "
-        "batch. decord/torchcodec: the same batches; the dataset's `__getitems__` opens "
-        "each video of the batch once, reads the sorted union of its 4 clips' frames in one "
-        "`get_batch` / `get_frames_at` call and splits it back into the clips.",
-        "- Every row reads the same "
-        f"{loader['items']} clips ({loader['clip']}) of {len(results['videos'])} videos: "
-        f"{loader['items'] // loader['clips_per_video_batched']} videos x "
-        f"{loader['clips_per_video_batched']} random clips (seed {s['seed']}); per-clip rows "
-        "share one shuffled order (DataLoader shuffle=True, the same seeded generator).",
-        "- **cache**: fluxon *warm KV*: Redis holds every piece and frame index (an untimed "
-        "warm-up epoch, then a top-up pass); *cold*: Redis flushed before the epoch, bytes "
-        "and index scans come from the agent. Peers read local files, page cache warm "
-        "(after an untimed warm-up epoch of their own).",
-        f"- **clips/s**: items ÷ wall time from `iter(loader)` to the last batch, worker "
-        f"start-up included, median of {s['repeat']} epochs (min–max); every epoch has fresh "
-        "worker processes (persistent_workers=False). *workers up*: when the last worker ran "
-        "its worker_init_fn; *first batch*: when the first batch arrived (both from "
-        "`iter(loader)`).",
-        "- **other CPU**: cores' worth of CPU time the machine spent on work that is not "
-        "this benchmark's (not this process, its workers, the agent or redis) during the "
-        f"epoch, median; of {results['conditions']['machine']['cores']} cores. An epoch during "
-        f"which it exceeded {results['settings']['max_other_cpu']} cores was redone (at most "
-        f"{results['settings']['retries']} times; *redone* counts them); well above 0, the "
-        "row's figure is depressed by other load.",
-        "- **fluxon reads … index scan/KV**: the workers' cumulative FluxonFS stats "
-        "(StatsCollate + LoaderStats) over the first epoch: native reads (a batched group is "
-        "one), KV piece hits/misses, bytes from the agent, frame indexes built by a scan / "
-        "taken from the KV (each fresh worker loads the index of each video it reads).",
-        "- **frames**: every item of the first epoch checked against the ffmpeg CLI "
-        "(`scale=224:224:flags=bilinear,format=rgb24`, sequential decode): fluxon must be "
-        "bit-exact; peers must be the right frame (closer to it than to its neighbours) and "
-        "within a mean abs diff of 3 (bench/frames.py).",
-        "",
-        "Conditions:",
-        "",
-        f"- videos: {len(results['videos'])} testsrc2, "
-        + ", ".join(f"{n} × {k}" for k, n in codecs.items())
-        + f"; GOP 60, 30 fps, {min(frames)}–{max(frames)} frames (4–6 s), "
-        f"{sum(v['file_bytes'] for v in results['videos']) / 2**20:.1f} MiB in all",
-        f"- loader: {loader['workers']} workers ({loader['start_method']}), batch size "
-        f"{loader['batch_size']}, non-persistent workers, {loader['decoder_threads']} decoder "
-        "thread per read for every contender",
-        f"- export: {export['where']}, agent latency {export['agent_latency_ms']:g} ms per "
-        f"request; {export['kv']}",
-        f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, "
-        f"git {m['git']}",
-        "- versions: " + ", ".join(f"{k} {v}" for k, v in c["versions"].items()),
-    ]
-    topup, warmup = results.get("topup_fluxon_stats"), results.get("warmup_fluxon_stats")
-    if topup and warmup:
-        out.append(f"- warm-up: the per-clip warm-up epoch's workers missed "
-                   f"{warmup['kv_misses']} pieces and queued {warmup['backfills_queued']} "
-                   "backfills; the top-up pass afterwards (every planned clip read in this "
-                   f"process) missed {topup['kv_misses']} pieces (> 0: backfills still queued "
-                   "when a warm-up worker exited were lost)")
-    for peer, why in results["skipped"].items():
-        out.append(f"- {peer} skipped: {why}")
-    out += [f"- note: {n}" for n in results["notes"]]
-    return "\n".join(out) + "\n"
-
-
 def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python bench/dataloader.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true",
-                    help="a smoke run: 32 items, 1 epoch per row, results to "
-                         "<data>/quick-results unless --out is given")
+    ap = scenario_parser("dataloader.py", __doc__, "a smoke run: 32 items, 1 epoch per row",
+                         "dataloader.md and dataloader.json")
     ap.add_argument("--items", type=int, help="clips per epoch (default: 96, quick: 32)")
     ap.add_argument("--repeat", type=int,
                     help="timed epochs per row; figures are medians (default: 3, quick: 1)")
@@ -743,21 +403,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=7, help="clip plan and shuffle seed (default: 7)")
     ap.add_argument("--agent-latency-ms", type=float, default=0.0,
                     help="latency the agent adds to every stat and read (default: 0)")
-    ap.add_argument("--data", type=Path, default=BENCH / ".data",
-                    help="generated videos and scratch files (default: bench/.data)")
-    ap.add_argument("--render", type=Path, metavar="JSON",
-                    help="only rewrite dataloader.md in --out from a dataloader.json")
-    ap.add_argument("--out", type=Path,
-                    help="where dataloader.md and dataloader.json go (default: bench/results)")
-    args = ap.parse_args()
-    for name, full, quick in (("items", 96, 32), ("repeat", 3, 1)):
-        if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else full)
-    if args.out is None:
-        args.out = args.data / "quick-results" if args.quick else BENCH / "results"
-    for name in ("items", "repeat", "workers", "batch_size", "per_video", "threads"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    args = finish(ap, ap.parse_args(), {"items": 96, "repeat": 3}, {"items": 32, "repeat": 1},
+                  ("items", "repeat", "workers", "batch_size", "per_video", "threads"))
     if args.retries < 0:
         ap.error("--retries must be at least 0")
     if args.batch_size % args.per_video or args.items % args.batch_size:
@@ -769,14 +416,12 @@ def main() -> int:
     args = parse_args()
     if args.render:
         results = json.loads(args.render.read_text())
-        (args.out / "dataloader.md").write_text(markdown(results))
+        write_outputs(args.out, "dataloader", None, markdown(results))
         print(markdown(results))
         return 0
     args.data.mkdir(parents=True, exist_ok=True)
     results = LoaderBench(args).run()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "dataloader.json").write_text(json.dumps(results, indent=1))
-    (args.out / "dataloader.md").write_text(markdown(results))
+    write_outputs(args.out, "dataloader", json.dumps(results, indent=1), markdown(results))
     print()
     print(markdown(results))
     print(f"wrote {args.out / 'dataloader.md'}, {args.out / 'dataloader.json'} "

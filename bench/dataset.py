@@ -19,6 +19,14 @@ from pathlib import Path
 import numpy as np
 
 X264 = ("-c:v", "libx264", "-preset", "veryfast", "-bf", "3", "-sc_threshold", "0")
+HEVC = ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
+        "-x265-params", "keyint=60:min-keyint=60:bframes=3:log-level=error")
+
+
+def vp9(bitrate: str) -> tuple[str, ...]:
+    return ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "60",
+            "-b:v", bitrate)
+
 
 
 @dataclass(frozen=True)
@@ -51,13 +59,8 @@ class VideoSpec:
 DATASET = [
     VideoSpec("h264_720p_gop250_faststart.mp4", 1280, 720, 20, 250, X264, faststart=True),
     VideoSpec("h264_720p_gop30_moov_end.mp4", 1280, 720, 10, 30, X264),
-    VideoSpec("hevc_480p_gop60.mp4", 854, 480, 10, 60,
-              ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
-               "-x265-params", "keyint=60:min-keyint=60:bframes=3:log-level=error"),
-              faststart=True),
-    VideoSpec("vp9_360p_gop60.webm", 640, 360, 10, 60,
-              ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "60",
-               "-b:v", "800k")),
+    VideoSpec("hevc_480p_gop60.mp4", 854, 480, 10, 60, HEVC, faststart=True),
+    VideoSpec("vp9_360p_gop60.webm", 640, 360, 10, 60, vp9("800k")),
     VideoSpec("av1_144p_gop60.mkv", 256, 144, 5, 60,
               ("-c:v", "libsvtav1", "-preset", "12", "-g", "60")),
     # MPEG-4 part 2 (DivX/Xvid era) with B-frames: AVI stores no pts for I/P-frames.

@@ -15,12 +15,17 @@ moves, so neighbours differ), and its mean absolute difference to reference
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
+
+K = TypeVar("K")
 
 MAX_MEAN_ABS_DIFF = 3.0
 # Identity is decided on a subsampled frame of at most about this many pixels
@@ -100,6 +105,25 @@ def cli_reference(path: Path, height: int, width: int, indices: Sequence[int]) -
     return Reference(np.asarray(kept, dtype=np.int64), digests, np.stack(small), n)
 
 
+def references(jobs: dict[K, tuple[Path, int, int, Iterable[int]]],
+               workers: int | None = None) -> dict[K, Reference]:
+    """``cli_reference`` of every job (path, height, width, indices), decoded side by side."""
+    def one(key: K) -> Reference:
+        path, height, width, indices = jobs[key]
+        return cli_reference(path, height, width, sorted(set(indices)))
+
+    with ThreadPoolExecutor(workers or os.cpu_count() or 2) as pool:
+        return dict(zip(jobs, pool.map(one, jobs)))
+
+
+def count_note(name: str, packets: int, ref: Reference) -> str | None:
+    """A note when ffprobe's packet count and the frames the CLI decodes disagree."""
+    if ref.frames_decoded == packets:
+        return None
+    return (f"{name}: ffprobe counts {packets} packets, the ffmpeg CLI decodes "
+            f"{ref.frames_decoded} frames")
+
+
 @dataclass
 class CheckResult:
     """What the frame check found for one contender (over every clip it was given).
@@ -131,6 +155,15 @@ class CheckResult:
 
     def as_dict(self) -> dict:
         return {**asdict(self), "ok": self.ok, "verdict": self.verdict()}
+
+    def absorb(self, other: CheckResult, prefix: str = "") -> None:
+        """Add another check's counts and findings (named with ``prefix``) to this one."""
+        self.frames += other.frames
+        self.bit_exact += other.bit_exact
+        self.worst_mean_abs_diff = max(self.worst_mean_abs_diff, other.worst_mean_abs_diff)
+        self.wrong += [prefix + w for w in other.wrong]
+        self.off += [prefix + o for o in other.off]
+        del self.wrong[5:], self.off[5:]
 
     def add(self, frames: np.ndarray, indices: Sequence[int], ref: Reference) -> None:
         """Check ``frames[k]`` against reference frame ``indices[k]`` (and its neighbours)."""

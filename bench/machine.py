@@ -38,15 +38,36 @@ def versions() -> dict[str, str]:
 
     found = {"python": platform.python_version(), "numpy": np.__version__}
     try:
-        import fluxon_video
-        from fluxon_video.native import require_native
-
-        found["fluxon_video"] = fluxon_video.__version__
-        found.update({f"fluxon's {k}": v
-                      for k, v in require_native()[1].library_versions().items()})
+        found.update(fluxon_versions())
     except Exception:  # noqa: BLE001 - a build without FFmpeg still benchmarks its peers
         pass
     found["ffmpeg CLI"] = (run("ffmpeg", "-version").splitlines() or ["? ? ?"])[0].split()[2]
     redis_line = run("redis-server", "--version").split()
     found["redis-server"] = redis_line[2].removeprefix("v=") if len(redis_line) > 2 else "?"
     return found
+
+
+def fluxon_versions() -> dict[str, str]:
+    import fluxon_video
+    from fluxon_video.native import require_native
+
+    return {"fluxon_video": fluxon_video.__version__,
+            **{f"fluxon's {k}": v for k, v in require_native()[1].library_versions().items()}}
+
+
+def peer_versions(family: str, av_libs: tuple[str, ...] = ("libavcodec", "libswscale")
+                  ) -> dict[str, str]:
+    """A peer library's version (PyAV: and the ``av_libs`` it was built with)."""
+    if family == "decord":
+        import decord
+
+        return {"decord": decord.__version__}
+    if family == "torchcodec":
+        import torch
+        import torchcodec
+
+        return {"torchcodec": torchcodec.__version__, "torch": torch.__version__}
+    import av
+
+    return {"av": av.__version__, **{f"av's {lib}": ".".join(map(str, v))
+                                     for lib, v in av.library_versions.items() if lib in av_libs}}

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from dataset import DATASET, prepare  # noqa: E402
+from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
 
 import fluxon_video as fv  # noqa: E402
 from fluxon_video.testing import AgentProcess, RedisServer  # noqa: E402
@@ -50,17 +51,11 @@ def main() -> None:
     args = parser.parse_args()
     videos = {v.path.name: v for v in prepare([s for s in DATASET if s.name in FILES], args.data)}
     work = Path(tempfile.mkdtemp(prefix="fluxon-meta-"))
-    config = work / "agent.toml"
-    config.write_text(f'[identities]\nbench = "token"\n\n[[exports]]\nname = "data"\n'
-                      f'root = "{args.data}"\nallow = ["bench"]\n')
+    config = write_agent_config(work / "agent.toml", "data", args.data)
     with RedisServer(work) as redis_server, AgentProcess(
             config, ["--inject-latency-ms", str(args.agent_latency_ms)]) as agent:
         def patcher() -> fv.FluxonFsPatcher:
-            return fv.FluxonFsPatcher(
-                exports=[fv.FluxonFsExport("data", str(args.data), agent_url=agent.url,
-                                           allow=["bench"])],
-                identities={"bench": "token"}, identity="bench",
-                client=fv.ClientSettings(redis_url=redis_server.url))
+            return make_patcher(store("data", args.data, agent.url, redis_server.url))
 
         print(f"agent latency {args.agent_latency_ms} ms, median of {args.repeat}")
         print("| file | size MiB | case | ms | agent requests | agent KiB | KV reads | "

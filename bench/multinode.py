@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -59,20 +59,19 @@ sys.path.insert(0, str(BENCH))
 import numpy as np  # noqa: E402
 
 import fluxon_video as fv  # noqa: E402
-from dataset import X264, Video, VideoSpec, prepare  # noqa: E402
-from fluxon_video.fs.config import ClientSettings, FluxonFsExport  # noqa: E402
+from dataset import HEVC, X264, Video, VideoSpec, prepare, sample_clips, vp9  # noqa: E402
 from fluxon_video.testing import AgentProcess, RedisCluster  # noqa: E402
-from frames import cli_reference, digest  # noqa: E402
+from scenario import finish, scenario_parser, write_outputs  # noqa: E402
+from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
+from frames import digest  # noqa: E402
+from frames import references as make_references  # noqa: E402
 from machine import machine, versions  # noqa: E402
+from tables import fill, listing, machine_line, mib, table  # noqa: E402
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
-EXPORT, IDENTITY, TOKEN = "multinode", "bench", "bench-token"
+EXPORT = "multinode"
 NODES = 3
-HEVC = ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
-        "-x265-params", "keyint=60:min-keyint=60:bframes=3:log-level=error")
-VP9 = ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "60",
-       "-b:v", "600k")
-MiB = 1 << 20
+VP9 = vp9("600k")
 
 
 def specs(count: int, seconds: float) -> list[VideoSpec]:
@@ -95,11 +94,8 @@ def draw_epoch(videos: list[Video], clips: int, seed: int, epoch: int) -> list[l
     """clips // len(videos) random clips of each video, in a shuffled order:
     [[relpath, [indices...]], ...]."""
     rng = np.random.default_rng([seed, epoch])
-    span = (CLIP_LEN - 1) * STRIDE + 1
-    plan = []
-    for video in videos:
-        for start in rng.integers(0, video.frames - span + 1, size=clips // len(videos)):
-            plan.append([video.name, [int(start) + k * STRIDE for k in range(CLIP_LEN)]])
+    plan = [[video.name, clip] for video in videos
+            for clip in sample_clips(video.frames, clips // len(videos), CLIP_LEN, STRIDE, rng)]
     return [plan[i] for i in rng.permutation(len(plan))]
 
 
@@ -304,181 +300,126 @@ def aggregate(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # ---- report ----
 
-def mib(n: float) -> str:
-    return f"{n / MiB:.2f}"
+def _node_row(r: dict[str, Any]) -> list[str]:
+    frames = ("bit-exact" if r["frames_wrong"] == 0
+              else f"WRONG: {r['frames_wrong']} of {r['frames_checked']}")
+    low, high = r["clips_per_s_range"]
+    return [str(r["epoch"]), str(r["node"]), r["cache"], "together" if r["together"] else "alone",
+            f"{r['clips_per_s']:.2f} ({low:.2f}–{high:.2f})", f"{r['clip_ms_p50']:.1f}",
+            f"{r['cpu_s']:.2f}", mib(r["agent_bytes"]),
+            *(str(r[k]) for k in ("agent_reads", "kv_hits", "kv_misses", "kv_round_trips",
+                                  "kv_errors")),
+            f"{r['index_scans']}/{r['index_from_kv']}", frames]
+
+
+def _tables(record: dict[str, Any]) -> dict[str, str]:
+    dataset = mib(record["conditions"]["dataset"]["bytes"])
+    differ = sorted({f"epoch {r['epoch']} node {r['node']}: "
+                     + ", ".join(r["counts_differ_between_runs"])
+                     for r in record["rows"] if r["counts_differ_between_runs"]})
+    return {
+        "node_table": "\n".join(table(
+            ["epoch", "node", "KV at start", "ran", "clips/s", "clip ms p50", "CPU s",
+             "agent MiB", "agent reads", "KV hits", "KV misses", "KV round trips", "KV errors",
+             "index scan/KV", "frames"], map(_node_row, record["rows"]))),
+        "epoch_table": "\n".join(table(
+            ["epoch", "agent MiB, nodes' sum", "agent MiB, agent's /metrics",
+             "touched for the first time, MiB", "pieces in the cluster after it, MiB",
+             "dataset MiB"],
+            [[str(e["epoch"]), *(mib(e[k]) for k in ("agent_bytes_nodes", "agent_bytes_served",
+                                                     "new_piece_bytes", "cluster_piece_bytes")),
+              dataset] for e in record["epochs"]])),
+        "differ": ("\nCounts that were not the same in every run (the table shows the first "
+                   "run's): " + "; ".join(differ) + ".\n") if differ else ""}
 
 
 def render(record: dict[str, Any]) -> str:
     c = record["conditions"]
-    lines = [
-        "# Multi-node benchmark",
-        "",
-        f"`python bench/multinode.py{' ' + ' '.join(record['argv']) if record['argv'] else ''}` — "
-        f"{record['when']}, {record['total_s']:.0f} s in all.",
-        "",
-        "Three nodes (separate processes, separate patchers) read the same epoch through one "
-        "3-master Redis Cluster and one agent.",
-        "",
-        "| epoch | node | KV at start | ran | clips/s | clip ms p50 | CPU s | agent MiB "
-        "| agent reads | KV hits | KV misses | KV round trips | KV errors | index scan/KV "
-        "| frames |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in record["rows"]:
-        frames = ("bit-exact" if r["frames_wrong"] == 0
-                  else f"WRONG: {r['frames_wrong']} of {r['frames_checked']}")
-        lines.append(
-            f"| {r['epoch']} | {r['node']} | {r['cache']} | "
-            f"{'together' if r['together'] else 'alone'} | {r['clips_per_s']:.2f} "
-            f"({r['clips_per_s_range'][0]:.2f}–{r['clips_per_s_range'][1]:.2f}) | "
-            f"{r['clip_ms_p50']:.1f} | {r['cpu_s']:.2f} | {mib(r['agent_bytes'])} | "
-            f"{r['agent_reads']} | "
-            f"{r['kv_hits']} | {r['kv_misses']} | {r['kv_round_trips']} | {r['kv_errors']} | "
-            f"{r['index_scans']}/{r['index_from_kv']} | {frames} |")
-    lines += ["", "Per epoch, all nodes (first run):", "",
-              "| epoch | agent MiB, nodes' sum | agent MiB, agent's /metrics | touched for the "
-              "first time, MiB | pieces in the cluster after it, MiB | dataset MiB |",
-              "|---|---|---|---|---|---|"]
-    for e in record["epochs"]:
-        lines.append(f"| {e['epoch']} | {mib(e['agent_bytes_nodes'])} | "
-                     f"{mib(e['agent_bytes_served'])} | {mib(e['new_piece_bytes'])} | "
-                     f"{mib(e['cluster_piece_bytes'])} | {mib(c['dataset']['bytes'])} |")
-    differ = sorted({f"epoch {r['epoch']} node {r['node']}: {', '.join(r['counts_differ_between_runs'])}"
-                     for r in record["rows"] if r["counts_differ_between_runs"]})
-    if differ:
-        lines += ["", "Counts that were not the same in every run (the table shows the first "
-                      "run's): " + "; ".join(differ) + "."]
-    kv = record["cluster_after"]
-    per_node = ", ".join(f"{n['keys']} keys / {mib(n['piece_bytes'])} MiB of pieces / "
-                         f"{mib(n['used_memory_dataset'])} MiB used_memory_dataset"
-                         for n in kv["nodes"])
     d, w, f = c["dataset"], c["workload"], c["fluxonfs"]
-    lines += [
-        "",
-        "Rows:",
-        "",
-        "- **KV at start**: *cold*: the cluster flushed before node 1's epoch 1; *warm*: it holds "
-        "what earlier reads stored (every piece epoch 1 touched). Epoch 2 is a new draw of "
-        "clips, so a piece no earlier clip touched is still read from the agent (by whichever "
-        "node asks first; nodes running together can each fetch it).",
-        "- **ran**: *alone*: no other node was reading; *together*: the three nodes' processes "
-        f"started their reads at the same moment on the same {c['machine']['cores']} cores.",
-        f"- **clips/s**: median over {record['repeat']} runs (min–max), each run from a "
-        "flushed cluster through every phase; the epoch's clips ÷ wall time from the node's "
-        "first read to its last "
-        "(reader opens included; process start-up, and draining the node's KV backfills "
-        "afterwards, not included). **clip ms p50**: median time of one clip's read. **CPU s**: "
-        "the node process's CPU time over those reads (all its threads): unlike wall time, it "
-        "does not grow when other work shares the cores.",
-        "- Counts (agent, KV, index, frames) are the first run's; later runs are in the JSON. "
-        "**agent MiB / reads**: bytes and range reads the node got from the agent "
-        "(`remote_bytes`, `remote_reads`). **KV hits / misses / errors**: pieces; **KV round "
-        "trips**: KV reads: one per range read (its pieces in one pipeline per cluster node "
-        "holding some) and one per frame-index load. "
-        "**index scan/KV**: reads whose reader got its frame index by a scan / from the KV "
-        "(counted per read, not per reader).",
-        "- **frames**: every frame of every clip compared (digest) with the ffmpeg CLI's "
-        "(`scale=224:224:flags=bilinear,format=rgb24`, sequential decode).",
-        "- **agent MiB, agent's /metrics**: the agent's own count of file bytes it served "
-        "(`fluxon_agent_served_bytes_total`). **touched for the first time**: the bytes of the "
-        "pieces the epoch added to the cluster, i.e. what its clips touched that no earlier "
-        "read had, once; the pieces, counts and hits of the other columns are whole pieces.",
-        "",
-        "Conditions:",
-        "",
-        f"- videos: {d['videos']} testsrc2, "
-        + ", ".join(f"{n} × {k}" for k, n in d["kinds"].items())
-        + f"; GOP {d['gop']}, {d['fps']} fps, {d['frames'][0]}–{d['frames'][1]} frames, "
-          f"{mib(d['bytes'])} MiB in all",
-        f"- workload: {w['clips_per_epoch']} clips per epoch ({w['clip']}), the same number of "
-        f"each video, shuffled, seed {w['seed']}; {w['decoder_threads']} decoder thread(s) per "
-        f"read; {w['reads']}",
-        f"- FluxonFS: piece size {f['piece_size'] // 1024} KiB, {f['kv_miss_policy']} with "
-        f"asynchronous backfill; KV: {f['kv']}; {f['agent']}, agent latency "
-        f"{f['agent_latency_ms']} ms per request",
-        f"- cluster after the run (pieces of every epoch; Redis holds more than their bytes: "
-        f"see the README's sizing): {per_node}",
-        f"- load average (1 min) at start / end: {record['load'][0]:.2f} / {record['load'][1]:.2f} "
-        f"on {c['machine']['cores']} cores (other work on the machine slows wall times)",
-        f"- machine: {c['machine']['cpu']}, {c['machine']['cores']} cores, "
-        f"{c['machine']['memory_gib']} GiB, {c['machine']['os']}, git {c['machine']['git']}",
-        "- versions: " + ", ".join(f"{k} {v}" for k, v in c["versions"].items()),
-        "",
-    ]
-    return "\n".join(lines)
+    return fill(
+        "multinode", **_tables(record),
+        command="python bench/multinode.py" + "".join(f" {a}" for a in record["argv"]),
+        when=record["when"], total_s=f"{record['total_s']:.0f}", cores=c["machine"]["cores"],
+        repeat=record["repeat"], videos=d["videos"],
+        kinds=", ".join(f"{n} × {k}" for k, n in d["kinds"].items()), gop=d["gop"],
+        fps=d["fps"], frames=f"{d['frames'][0]}–{d['frames'][1]}", dataset_mib=mib(d["bytes"]),
+        clips=w["clips_per_epoch"], clip=w["clip"], seed=w["seed"], threads=w["decoder_threads"],
+        reads=w["reads"], piece_kib=f["piece_size"] // 1024, miss_policy=f["kv_miss_policy"],
+        kv=f["kv"], agent=f["agent"], latency=f["agent_latency_ms"],
+        per_node=", ".join(f"{n['keys']} keys / {mib(n['piece_bytes'])} MiB of pieces / "
+                           f"{mib(n['used_memory_dataset'])} MiB used_memory_dataset"
+                           for n in record["cluster_after"]["nodes"]),
+        load=f"{record['load'][0]:.2f} / {record['load'][1]:.2f}",
+        machine=machine_line(c["machine"]), versions=listing(c["versions"].items()))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="Three nodes (processes) sharing a 3-master Redis Cluster and one agent: "
-                    "agent bytes, KV hits/misses/round trips and clips/s per node per epoch.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 6 videos of 6 s, 12 clips per epoch, 1 run, results to "
-                             "<data>/quick-results")
-    parser.add_argument("--videos", type=int, default=6, help="videos in the dataset (>= 3)")
-    parser.add_argument("--seconds", type=float, default=30.0, help="length of each video")
-    parser.add_argument("--clips", type=int, default=24, help="clips per epoch")
-    parser.add_argument("--threads", type=int, default=1, help="decoder threads per read")
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="runs of every phase, each from a flushed cluster (clips/s: median)")
-    parser.add_argument("--piece-size", type=int, default=262144, help="KV piece size, bytes")
-    parser.add_argument("--agent-latency-ms", type=float, default=0.0,
-                        help="the agent waits this long per stat/read (a remote store)")
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--data", type=Path, default=BENCH / ".data",
-                        help="where the videos are cached")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="results directory (default: bench/results, or <data>/quick-results "
-                             "with --quick)")
-    a = parser.parse_args(argv)
-    if a.quick:
-        a.seconds, a.clips, a.repeat = 6.0, 12, 1
-    if a.videos < 3 or a.clips < a.videos or a.repeat < 1:
-        parser.error("need --videos >= 3, --clips >= --videos and --repeat >= 1")
-    out = a.out or (a.data / "quick-results" if a.quick else BENCH / "results")
-    began = time.monotonic()
-    load_start = os.getloadavg()[0]
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = scenario_parser(
+        "multinode.py", "Three nodes (processes) sharing a 3-master Redis Cluster and one agent: "
+        "agent bytes, KV hits/misses/round trips and clips/s per node per epoch.",
+        "smoke run: 6 videos of 6 s, 12 clips per epoch, 1 run", "multinode.md and multinode.json",
+        render=False)
+    add = parser.add_argument
+    add("--videos", type=int, default=6, help="videos in the dataset, >= 3 (default: 6)")
+    add("--seconds", type=float, help="length of each video, s (default: 30; quick: 6)")
+    add("--clips", type=int, help="clips per epoch (default: 24; quick: 12)")
+    add("--threads", type=int, default=1, help="decoder threads per read (default: 1)")
+    add("--repeat", type=int, help="runs of every phase, each from a flushed cluster; "
+                                   "clips/s: their median (default: 3; quick: 1)")
+    add("--piece-size", type=int, default=262144, help="KV piece size, bytes (default: 262144)")
+    add("--agent-latency-ms", type=float, default=0.0,
+        help="the agent waits this long per stat/read, a remote store (default: 0)")
+    add("--seed", type=int, default=7, help="clip seed (default: 7)")
+    a = finish(parser, parser.parse_args(argv), {"seconds": 30.0, "clips": 24, "repeat": 3},
+               {"seconds": 6.0, "clips": 12, "repeat": 1}, ("repeat",))
+    if a.videos < 3 or a.clips < a.videos:
+        parser.error("need --videos >= 3 and --clips >= --videos")
+    return a
 
-    video_dir = a.data / "multinode-videos"
-    print(f"dataset: {a.videos} videos of {a.seconds:g} s in {video_dir}", flush=True)
-    videos = prepare(specs(a.videos, a.seconds), video_dir)
-    epochs = [draw_epoch(videos, a.clips, a.seed, e) for e in (1, 2)]
-    wanted: dict[str, set[int]] = {v.name: set() for v in videos}
+
+def references(video_dir: Path, epochs: list[list[list[Any]]]) -> dict[str, dict[int, str]]:
+    """{video: {frame index: digest hex}} of every frame the epochs read, from the ffmpeg CLI."""
+    wanted: dict[str, set[int]] = {}
     for plan in epochs:
         for relpath, indices in plan:
-            wanted[relpath].update(indices)
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-        references = dict(zip(wanted, pool.map(
-            lambda name: cli_reference(video_dir / name, SIZE, SIZE, sorted(wanted[name])),
-            wanted)))
-    refs = {name: {int(i): d.hex() for i, d in zip(ref.indices, ref.digests)}
-            for name, ref in references.items()}
+            wanted.setdefault(relpath, set()).update(indices)
+    made = make_references({name: (video_dir / name, SIZE, SIZE, indices)
+                            for name, indices in wanted.items()})
+    return {name: {int(i): d.hex() for i, d in zip(ref.indices, ref.digests)}
+            for name, ref in made.items()}
 
+
+def measure(a: argparse.Namespace, video_dir: Path, epochs: list[list[list[Any]]],
+            refs: dict[str, dict[int, str]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every run (from a flushed cluster), and what the cluster holds after the last."""
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="fluxon-multinode-") as tmp:
         work = Path(tmp)
-        config = work / "agent.toml"
-        config.write_text(f'[identities]\n{IDENTITY} = "{TOKEN}"\n\n[[exports]]\n'
-                          f'name = "{EXPORT}"\nroot = "{video_dir.resolve()}"\n'
-                          f'allow = ["{IDENTITY}"]\n')
+        config = write_agent_config(work / "agent.toml", EXPORT, video_dir.resolve())
         agent_args = (["--inject-latency-ms", f"{a.agent_latency_ms:g}"]
                       if a.agent_latency_ms else [])
         print("starting a 3-master Redis Cluster and the agent", flush=True)
         with RedisCluster(work / "cluster", masters=3) as cluster, \
                 AgentProcess(config, agent_args) as agent:
-            patcher = fv.FluxonFsPatcher(
-                exports=[FluxonFsExport(EXPORT, str(video_dir.resolve()), agent_url=agent.url,
-                                        allow=[IDENTITY], piece_size=a.piece_size)],
-                identities={IDENTITY: TOKEN},
-                client=ClientSettings(redis_url=tuple(cluster.urls), redis_cluster=True),
-                identity=IDENTITY)
+            patcher = make_patcher(store(EXPORT, video_dir.resolve(), agent.url,
+                                         tuple(cluster.urls), piece_size=a.piece_size),
+                                   redis_cluster=True)
             for repetition in range(1, a.repeat + 1):
                 print(f"run {repetition} of {a.repeat}: the cluster flushed", flush=True)
                 cluster.flushall()
                 runs.append(one_run(patcher, cluster, agent, epochs, refs, a.threads))
-            cluster_after = cluster_contents(cluster)
+            return runs, cluster_contents(cluster)
 
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    began = time.monotonic()
+    load_start = os.getloadavg()[0]
+    video_dir = a.data / "multinode-videos"
+    print(f"dataset: {a.videos} videos of {a.seconds:g} s in {video_dir}", flush=True)
+    videos = prepare(specs(a.videos, a.seconds), video_dir)
+    epochs = [draw_epoch(videos, a.clips, a.seed, e) for e in (1, 2)]
+    runs, cluster_after = measure(a, video_dir, epochs, references(video_dir, epochs))
     record = {
         "benchmark": "multinode", "argv": list(argv if argv is not None else sys.argv[1:]),
         "when": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
@@ -488,10 +429,8 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "cluster_after": cluster_after, "load": [load_start, os.getloadavg()[0]],
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "multinode.json").write_text(json.dumps(record, indent=1) + "\n")
-    (out / "multinode.md").write_text(render(record))
-    print(f"wrote {out / 'multinode.md'} and {out / 'multinode.json'}")
+    write_outputs(a.out, "multinode", json.dumps(record, indent=1) + "\n", render(record))
+    print(f"wrote {a.out / 'multinode.md'} and {a.out / 'multinode.json'}")
     return 1 if any(r["frames_wrong"] for run in runs for r in run["rows"]) else 0
 
 

@@ -14,51 +14,36 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from fluxon_video.testing import AgentProcess, RedisServer
 from tqdm import tqdm
 
 import report
+from scenario import header
 from contenders import PEERS
-from dataset import DATASET, Video, prepare, sample_clips
-from frames import cli_reference, needed
+from fluxon_access import store, write_agent_config
+from local_plan import WORKLOADS, LocalPlan
+from local_records import Record
 from machine import machine, run, versions
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-CLIP_LENGTH, CLIP_STRIDE = 16, 4
-TRAIN_SIZE = 224
-EXPORT, IDENTITY, TOKEN = "bench", "bench", "bench-token"
+EXPORT = "bench"
 LOCAL_CONTENDERS = (*PEERS, "fluxon-local")
-QUICK_SCALE = 0.25  # --quick: videos this much shorter
-
-WORKLOADS = {
-    "clips224": f"random {CLIP_LENGTH}-frame clips, stride {CLIP_STRIDE}, "
-                f"{TRAIN_SIZE}x{TRAIN_SIZE}",
-    "clips-native": f"random {CLIP_LENGTH}-frame clips, stride {CLIP_STRIDE}, native size",
-    "sequential224": f"full sequential decode, {TRAIN_SIZE}x{TRAIN_SIZE}",
-    "batched": f"clips of the long video, {TRAIN_SIZE}x{TRAIN_SIZE}: "
-               "read_many_numpy_with_stats vs one by one",
-}
-
 
 class Bench:
     def __init__(self, args: Any, argv: list[str]) -> None:
         self.args = args
         self.argv = argv
-        self.specs = [s.scaled(QUICK_SCALE) for s in DATASET] if args.quick else list(DATASET)
-        self.video_dir = args.data / ("quick-videos" if args.quick else "videos")
         self.work = args.data / "work"
-        self.videos: dict[str, Video] = {}
-        self.clips: dict[str, list[list[int]]] = {}
         self.records: list[dict] = []
         self.floors: list[dict] = []
         self.versions: dict[str, str] = {}
         self.notes: list[str] = []
+        self.plan = LocalPlan(args, self.notes)
         self.skipped: dict[str, str] = {}
         self.servers: list[Any] = []
         self.redis: RedisServer | None = None
@@ -70,8 +55,8 @@ class Bench:
 
     def steps(self) -> list[tuple[str, Callable[[], None]]]:
         steps: list[tuple[str, Callable[[], None]]] = [
-            (f"dataset {s.name}", lambda s=s: self.make_video(s)) for s in self.specs]
-        steps += [("references", self.make_references),
+            (f"dataset {s.name}", lambda s=s: self.plan.make_video(s)) for s in self.plan.specs]
+        steps += [("references", self.plan.make_references),
                   ("servers", self.start_servers),
                   ("which peers import", self.check_peers)]
         for workload in ("clips224", "clips-native", "sequential224"):
@@ -116,64 +101,6 @@ class Bench:
               + ", ".join(str(p) for p in written))
         return 0
 
-    # ---- dataset and references ----
-
-    def make_video(self, spec: Any) -> None:
-        video = prepare([spec], self.video_dir)[0]
-        self.videos[video.name] = video
-        if spec.role == "clips":
-            rng = np.random.default_rng([self.args.seed, len(self.clips)])
-            self.clips[video.name] = sample_clips(video.frames, self.args.clips, CLIP_LENGTH,
-                                                  CLIP_STRIDE, rng)
-        else:
-            rng = np.random.default_rng([self.args.seed, 1000])
-            self.clips[video.name] = sample_clips(video.frames, self.args.batch_clips,
-                                                  CLIP_LENGTH, CLIP_STRIDE, rng)
-
-    def clip_videos(self) -> list[Video]:
-        return [v for v in self.videos.values() if v.spec.role == "clips"]
-
-    def long_video(self) -> Video:
-        return next(v for v in self.videos.values() if v.spec.role == "batched")
-
-    def items(self, workload: str) -> list[dict]:
-        """What a child reads for ``workload``: videos, output size, clips, reference file."""
-        if workload == "batched":
-            videos = [self.long_video()]
-        elif workload == "sweep":
-            videos = self.clip_videos()[:2]
-        else:
-            videos = self.clip_videos()
-        out = []
-        for video in videos:
-            native = workload == "clips-native"
-            height, width = ((video.spec.height, video.spec.width) if native
-                             else (TRAIN_SIZE, TRAIN_SIZE))
-            clips = ([list(range(video.frames))] if workload == "sequential224"
-                     else self.clips[video.name])
-            out.append({"workload": "clips224" if workload == "sweep" else workload,
-                        "video": video.name, "path": str(video.path), "relpath": video.name,
-                        "height": height, "width": width, "native": native, "clips": clips,
-                        "ref": str(self.ref_path(video, height, width))})
-        return out
-
-    def ref_path(self, video: Video, height: int, width: int) -> Path:
-        return self.work / f"ref-{video.name}-{height}x{width}.npz"
-
-    def make_references(self) -> None:
-        wanted: dict[tuple[str, int, int], set[int]] = {}
-        for workload in ("clips224", "clips-native", "sequential224", "batched"):
-            for item in self.items(workload):
-                key = (item["video"], item["height"], item["width"])
-                wanted.setdefault(key, set()).update(needed(item["clips"]))
-        for (name, height, width), indices in wanted.items():
-            video = self.videos[name]
-            ref = cli_reference(video.path, height, width, sorted(indices))
-            if ref.frames_decoded != video.frames:
-                self.notes.append(f"{name}: ffprobe counts {video.frames} packets, the ffmpeg "
-                                  f"CLI decodes {ref.frames_decoded} frames")
-            ref.save(self.ref_path(video, height, width))
-
     # ---- servers ----
 
     def start_servers(self) -> None:
@@ -185,10 +112,8 @@ class Bench:
         self.sweep_agent = self.start_agent(self.args.sweep_latency_ms)
 
     def start_agent(self, latency_ms: float) -> AgentProcess:
-        config = self.work / f"agent-{len(self.servers)}.toml"
-        config.write_text(f'[identities]\n{IDENTITY} = "{TOKEN}"\n\n[[exports]]\n'
-                          f'name = "{EXPORT}"\nroot = "{self.video_dir.resolve()}"\n'
-                          f'allow = ["{IDENTITY}"]\n')
+        config = write_agent_config(self.work / f"agent-{len(self.servers)}.toml", EXPORT,
+                                    self.plan.video_dir.resolve())
         agent = AgentProcess(config, ["--inject-latency-ms", str(latency_ms)]).start()
         self.servers.append(agent)
         return agent
@@ -206,12 +131,11 @@ class Bench:
 
     def fluxon(self, agent: AgentProcess | None = None, piece_size: int | None = None) -> dict:
         assert self.redis is not None and self.agent is not None
-        return {"export": EXPORT, "root": str(self.video_dir.resolve()),
-                "agent_url": (agent or self.agent).url, "redis_url": self.redis.url,
-                "identity": IDENTITY, "token": TOKEN,
-                "piece_size": piece_size or self.args.piece_size,
-                "agent_latency_ms": (self.args.sweep_latency_ms if agent is not None
-                                     else self.args.agent_latency_ms)}
+        return store(EXPORT, self.plan.video_dir.resolve(), (agent or self.agent).url,
+                     self.redis.url,
+                     piece_size=piece_size or self.args.piece_size,
+                     agent_latency_ms=(self.args.sweep_latency_ms if agent is not None
+                                       else self.args.agent_latency_ms))
 
     def child(self, task: dict) -> None:
         """Run one task in a new process and keep its records (or why it failed)."""
@@ -226,7 +150,8 @@ class Bench:
         if proc.returncode != 0 or not out.exists():
             lines = (proc.stderr or "").strip().splitlines()
             error = f"the process exited with {proc.returncode}: {lines[-1] if lines else ''}"
-            self.records += [report.failed_record(task, item, error) for item in task["items"]]
+            self.records += [{**asdict(Record.failed(task, item, error)),
+                              "sweep": task.get("sweep", False)} for item in task["items"]]
             return
         result = json.loads(out.read_text())
         self.versions.update(result["versions"])
@@ -241,59 +166,51 @@ class Bench:
     def run_local(self, workload: str, contender: str) -> None:
         if contender in self.skipped:
             return
-        self.child({"kind": "local", "contender": contender, "items": self.items(workload)})
+        self.child({"kind": "local", "contender": contender, "items": self.plan.items(workload)})
 
     def run_fluxon_cold(self, workload: str, warm_reader: bool = True,
                         piece_size: int | None = None) -> None:
         sweep = workload == "sweep"
-        self.child({"kind": "fluxon-cold", "items": self.items(workload),
+        self.child({"kind": "fluxon-cold", "items": self.plan.items(workload),
                     "warm_reader": warm_reader, "sweep": sweep,
                     "fluxon": self.fluxon(self.sweep_agent if sweep else None, piece_size)})
 
     def run_fluxon_warm(self, workload: str, piece_size: int | None = None) -> None:
         sweep = workload == "sweep"
-        self.child({"kind": "fluxon-warm-kv", "items": self.items(workload), "sweep": sweep,
+        self.child({"kind": "fluxon-warm-kv", "items": self.plan.items(workload), "sweep": sweep,
                     "fluxon": self.fluxon(self.sweep_agent if sweep else None, piece_size)})
 
     def run_batched(self) -> None:
-        self.child({"kind": "batched", "items": self.items("batched"), "fluxon": self.fluxon()})
+        self.child({"kind": "batched", "items": self.plan.items("batched"),
+                    "fluxon": self.fluxon()})
 
     def run_floor(self) -> None:
-        self.child({"kind": "floor", "items": self.items("clips224") + self.items("clips-native")})
+        self.child({"kind": "floor",
+                    "items": self.plan.items("clips224") + self.plan.items("clips-native")})
 
     # ---- results ----
 
     def results(self, seconds: float) -> dict:
         return {
-            "generated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": "python bench/run.py" + "".join(f" {a}" for a in self.argv),
-            "duration_s": round(seconds, 1),
-            "settings": {k: (str(v) if isinstance(v, Path) else v)
-                         for k, v in vars(self.args).items() if k != "phase"},
+            **header("run.py", self.argv, seconds, self.args, leave_out=("phase",)),
             "workloads": WORKLOADS,
             "conditions": self.conditions(),
-            "videos": [v.facts() for v in self.videos.values()],
-            "clips": self.clips,
-            "ideal_bytes": self.ideal_bytes(),
+            "videos": [v.facts() for v in self.plan.videos.values()],
+            "clips": self.plan.clips,
+            "ideal_bytes": self.plan.ideal_bytes(),
             "records": self.records,
             "floors": self.floors,
             "skipped": self.skipped,
             "notes": self.notes,
         }
 
-    def ideal_bytes(self) -> dict[str, dict[str, int]]:
-        """Per clip video: bytes of the GOP spans the clips touch, and of the container."""
-        return {v.name: {"gop_span_bytes": v.span_bytes(self.clips[v.name]),
-                         "container_bytes": v.container_bytes()}
-                for v in self.videos.values()}
-
     def conditions(self) -> dict:
         return {
             "machine": machine(),
             "versions": {**versions(), **self.versions},
             "export": {"where": "agent process on loopback (127.0.0.1), HTTP/1.1",
-                       "root": str(self.video_dir),
-                       "filesystem": run("stat", "-f", "-c", "%T", str(self.video_dir)),
+                       "root": str(self.plan.video_dir),
+                       "filesystem": run("stat", "-f", "-c", "%T", str(self.plan.video_dir)),
                        "agent_latency_ms": self.args.agent_latency_ms,
                        "sweep_agent_latency_ms": self.args.sweep_latency_ms,
                        "kv": "redis-server on loopback, no persistence",

@@ -8,33 +8,21 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from contenders import PEERS
+from scenario import write_outputs
+from tables import fill, listing, mib, table, times
 
-MiB = 1 << 20
 STAT_KEYS = ("open_ms", "container_open_ms", "decode_ms", "range_reads", "range_bytes",
              "seeks", "page_hits", "page_misses", "kv_hits", "kv_misses", "kv_errors",
              "remote_reads", "remote_bytes", "backfills_queued", "backfills_dropped",
              "frames_decoded", "pyav_fallbacks")
 CACHE_ORDER = ("local", "cold", "warm-kv", "warm-reader")
 CONTENDER_ORDER = (*PEERS, "fluxon-local", "fluxon", "fluxon read_many")
-
-
-def failed_record(task: dict, item: dict, error: str) -> dict:
-    """A record standing for a child process that died (it shows as FAILED)."""
-    contender = task.get("contender") or ("fluxon read_many" if task["kind"] == "batched"
-                                          else "fluxon")
-    cache = {"local": "local", "fluxon-cold": "cold", "fluxon-warm-kv": "warm-kv",
-             "batched": "warm-kv"}.get(task["kind"], "?")
-    return {"contender": contender, "cache": cache, "workload": item["workload"],
-            "video": item["video"], "height": item["height"], "width": item["width"],
-            "clips": len(item["clips"]), "frames_per_clip": len(item["clips"][0]),
-            "repeats": [], "check": None, "error": error, "peak_rss_mib": None,
-            "sweep": task.get("sweep", False),
-            "piece_size": task.get("fluxon", {}).get("piece_size")}
 
 
 def _median(values: Iterable[float]) -> float | None:
@@ -97,18 +85,8 @@ def fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
-def mib(value: float | None) -> str:
-    return "–" if value is None else f"{value / MiB:.2f}"
-
-
 def ratio(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}×"
-
-
-def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return lines
+    return times(value, missing="n/a")
 
 
 def fluxon_only(record: dict, text: str) -> str:
@@ -206,167 +184,167 @@ def find(records: Sequence[dict], workload: str, video: str, contender: str,
                  if r["contender"] == contender and r["cache"] == cache), None)
 
 
-def targets(results: dict) -> list[dict]:
-    """The figures the next issue aims at, each as fluxon vs the best peer."""
+@dataclass(kw_only=True)
+class Target:
+    """One figure the bench aims at, as fluxon against the best peer or a bound."""
+
+    target: str
+    condition: str
+    fluxon: str
+    peer: str
+    ratio: float | None
+    meaning: str = "fluxon ÷ peer; > 1 is fluxon faster"
+
+
+def _rate(record: dict | None, key: str = "clips_per_s") -> float | None:
+    """A record's figure, or None when it is missing or its frames were flagged."""
+    return record["summary"][key] if record and record["summary"]["ok"] else None
+
+
+def _peer_cell(peer: dict | None, value: float | None, unit: str, digits: int) -> str:
+    return f"{peer['contender']} {fmt(value, digits)} {unit}" if peer else "–"
+
+
+def headline_targets(results: dict, video: str) -> list[Target]:
+    """(a) warm-KV clips/s against the best peer, (c) clip time against the decode floor."""
     records = results["records"]
-    clip_videos = [v for v in results["videos"] if v["video"] in results["ideal_bytes"]
-                   and v["video"] in {r["video"] for r in records if r["workload"] == "clips224"}]
-    out = []
-    if clip_videos:
-        headline = clip_videos[0]["video"]
-        warm = find(records, "clips224", headline, "fluxon", "warm-kv")
-        peer = best_peer(records, "clips224", headline, "clips_per_s")
-        mine = warm["summary"]["clips_per_s"] if warm and warm["summary"]["ok"] else None
-        theirs = peer["summary"]["clips_per_s"] if peer else None
-        out.append({"target": "(a) clips/s, warm KV vs best peer on local files",
-                    "condition": f"{headline}, {results['workloads']['clips224']}",
-                    "fluxon": f"{fmt(mine, 2)} clips/s",
-                    "peer": f"{peer['contender']} {fmt(theirs, 2)} clips/s" if peer else "–",
-                    "ratio": mine / theirs if mine and theirs else None,
-                    "meaning": "fluxon ÷ peer; > 1 is fluxon faster"})
-        floor = floor_of(results, warm) if warm else None
-        out.append({"target": "(c) per-clip time ÷ decode floor",
-                    "condition": f"{headline}, clips224, fluxon warm KV",
-                    "fluxon": f"{fmt(warm['summary']['clip_ms'])} ms/clip" if warm else "–",
-                    "peer": f"floor {fmt(floor)} ms" if floor else "floor n/a",
-                    "ratio": per_floor(warm["summary"]["clip_ms"], floor) if warm else None,
-                    "meaning": "1: decode-bound; < 1: skipped non-reference frames or a "
-                               "decoder kept from the previous clip beat the floor"})
+    warm = find(records, "clips224", video, "fluxon", "warm-kv")
+    peer = best_peer(records, "clips224", video, "clips_per_s")
+    mine, theirs = _rate(warm), peer["summary"]["clips_per_s"] if peer else None
+    floor = floor_of(results, warm) if warm else None
+    return [Target(target="(a) clips/s, warm KV vs best peer on local files",
+                   condition=f"{video}, {results['workloads']['clips224']}",
+                   fluxon=f"{fmt(mine, 2)} clips/s", peer=_peer_cell(peer, theirs, "clips/s", 2),
+                   ratio=mine / theirs if mine and theirs else None),
+            Target(target="(c) per-clip time ÷ decode floor",
+                   condition=f"{video}, clips224, fluxon warm KV",
+                   fluxon=f"{fmt(warm['summary']['clip_ms'])} ms/clip" if warm else "–",
+                   peer=f"floor {fmt(floor)} ms" if floor else "floor n/a",
+                   ratio=per_floor(warm["summary"]["clip_ms"], floor) if warm else None,
+                   meaning="1: decode-bound; < 1: skipped non-reference frames or a decoder "
+                           "kept from the previous clip beat the floor")]
+
+
+def batched_target(results: dict, video: str) -> Target:
+    """(b) N clips of the long video in one read_many call against a peer one by one."""
+    records = results["records"]
+    many = find(records, "batched", video, "fluxon read_many", "warm-kv")
+    peer = best_peer(records, "batched", video, "pass_ms", lowest=True)
+    mine, theirs = _rate(many, "pass_ms"), peer["summary"]["pass_ms"] if peer else None
+    return Target(target="(b) N clips of one video: read_many vs best peer one by one",
+                  condition=f"{video}, {many['clips'] if many else '?'} clips, 224x224, warm KV",
+                  fluxon=f"{fmt(mine)} ms", peer=_peer_cell(peer, theirs, "ms", 1),
+                  ratio=theirs / mine if mine and theirs else None,
+                  meaning="peer time ÷ fluxon time; > 1 is fluxon faster")
+
+
+def local_target(results: dict, video: str) -> Target:
+    """(e) fluxon's decoder on the local file against the best exact peer, every codec."""
+    records = results["records"]
+    local = find(records, "clips224", video, "fluxon-local", "local")
+    peer = best_peer(records, "clips224", video, "clips_per_s")
+    mine, theirs = _rate(local), peer["summary"]["clips_per_s"] if peer else None
+    floor = floor_of(results, local) if local else None
+    return Target(target="(e) local file, 1 thread: fluxon ÷ best exact peer (goal ≥ 1.5×; "
+                         "clip ÷ floor ≤ 0.8×)", condition=f"{video}, clips224",
+                  fluxon=(f"{fmt(mine, 2)} clips/s; clip/floor "
+                          f"{ratio(per_floor(local['summary']['clip_ms'], floor))}"
+                          if mine else "–"),
+                  peer=_peer_cell(peer, theirs, "clips/s", 2),
+                  ratio=mine / theirs if mine and theirs else None)
+
+
+def bytes_target(results: dict, video: str) -> Target:
+    """(d) what a cold pass fetched against the GOP spans its clips need plus the container."""
+    cold = find(results["records"], "clips224", video, "fluxon", "cold")
+    ideal = results["ideal_bytes"][video]
+    need = ideal["gop_span_bytes"] + ideal["container_bytes"]
+    remote = cold["summary"].get("remote_bytes") if cold else None
+    return Target(target="(d) cold remote bytes ÷ (GOP spans touched + container)",
+                  condition=f"{video}, clips224, piece "
+                            f"{results['conditions']['export']['piece_size'] >> 10} KiB",
+                  fluxon=f"{mib(remote)} MiB", peer=f"needed {mib(need)} MiB",
+                  ratio=remote / need if remote is not None and need else None,
+                  meaning="1 would fetch only what decoding needs")
+
+
+def targets(results: dict) -> list[Target]:
+    """The figures the bench aims at, each as fluxon vs the best peer or a bound."""
+    records = results["records"]
+    clip_names = {r["video"] for r in records if r["workload"] == "clips224"}
+    clip_videos = [v["video"] for v in results["videos"]
+                   if v["video"] in results["ideal_bytes"] and v["video"] in clip_names]
     long_name = next((v["video"] for v in results["videos"]
                       if any(r["workload"] == "batched" and r["video"] == v["video"]
                              for r in records)), None)
-    if long_name:
-        many = find(records, "batched", long_name, "fluxon read_many", "warm-kv")
-        peer = best_peer(records, "batched", long_name, "pass_ms", lowest=True)
-        mine = many["summary"]["pass_ms"] if many and many["summary"]["ok"] else None
-        theirs = peer["summary"]["pass_ms"] if peer else None
-        out.append({"target": "(b) N clips of one video: read_many vs best peer one by one",
-                    "condition": f"{long_name}, {many['clips'] if many else '?'} clips, "
-                                 "224x224, warm KV",
-                    "fluxon": f"{fmt(mine)} ms", "peer":
-                        f"{peer['contender']} {fmt(theirs)} ms" if peer else "–",
-                    "ratio": theirs / mine if mine and theirs else None,
-                    "meaning": "peer time ÷ fluxon time; > 1 is fluxon faster"})
-    for video in clip_videos:  # issue 15: every codec, fluxon's decoder on the local file
-        local = find(records, "clips224", video["video"], "fluxon-local", "local")
-        peer = best_peer(records, "clips224", video["video"], "clips_per_s")
-        mine = local["summary"]["clips_per_s"] if local and local["summary"]["ok"] else None
-        theirs = peer["summary"]["clips_per_s"] if peer else None
-        floor = floor_of(results, local) if local else None
-        out.append({"target": "(e) local file, 1 thread: fluxon ÷ best exact peer (goal ≥ 1.5×; "
-                              "clip ÷ floor ≤ 0.8×)",
-                    "condition": f"{video['video']}, clips224",
-                    "fluxon": (f"{fmt(mine, 2)} clips/s; clip/floor "
-                               f"{ratio(per_floor(local['summary']['clip_ms'], floor))}"
-                               if mine else "–"),
-                    "peer": f"{peer['contender']} {fmt(theirs, 2)} clips/s" if peer else "–",
-                    "ratio": mine / theirs if mine and theirs else None,
-                    "meaning": "fluxon ÷ peer; > 1 is fluxon faster"})
-    for video in clip_videos:
-        cold = find(records, "clips224", video["video"], "fluxon", "cold")
-        ideal = results["ideal_bytes"][video["video"]]
-        need = ideal["gop_span_bytes"] + ideal["container_bytes"]
-        remote = cold["summary"].get("remote_bytes") if cold else None
-        out.append({"target": "(d) cold remote bytes ÷ (GOP spans touched + container)",
-                    "condition": f"{video['video']}, clips224, piece "
-                                 f"{results['conditions']['export']['piece_size'] >> 10} KiB",
-                    "fluxon": f"{mib(remote)} MiB", "peer": f"needed {mib(need)} MiB",
-                    "ratio": remote / need if remote is not None and need else None,
-                    "meaning": "1 would fetch only what decoding needs"})
-    return out
+    return [*(headline_targets(results, clip_videos[0]) if clip_videos else []),
+            *([batched_target(results, long_name)] if long_name else []),
+            *(local_target(results, v) for v in clip_videos),
+            *(bytes_target(results, v) for v in clip_videos)]
+
+
+def _sweep_section(results: dict) -> str:
+    if not results["sweep"]:
+        return ""
+    rows = [[str(p["piece_size"] >> 10), p["video"], mib(p["cold_remote_bytes"]),
+             fmt(p["cold_remote_reads"], 0), fmt(p["cold_ms"]), fmt(p["warm_ms"]),
+             fmt(p["warm_kv_hits"], 0), mib(p["needed_bytes"]), p["verdict"]]
+            for p in results["sweep"]]
+    return "\n".join(["", "## Piece-size sweep", "",
+                      f"{results['workloads']['clips224']}; agent latency "
+                      f"{results['conditions']['export']['sweep_agent_latency_ms']} ms. Cold: the "
+                      "file evicted from Redis, a new process; warm KV: a new process after it.",
+                      "", *table(["piece KiB", "video", "cold remote MiB", "cold remote reads",
+                                  "cold ms", "warm KV ms", "KV hits (warm)", "needed MiB",
+                                  "frames"], rows), ""])
+
+
+def _tables(results: dict) -> dict[str, str]:
+    """Every table of latest.md, by its name in the template."""
+    def rows_of(workload: str, make_row: Callable[[dict, dict], list[str]]) -> list[list[str]]:
+        return [make_row(results, r) for r in in_video_order(results, workload)]
+    tables = {
+        "targets_table": table(["target", "condition", "fluxon", "best peer / bound", "ratio",
+                                "reading"],
+                               [[t["target"], t["condition"], t["fluxon"], t["peer"],
+                                 ratio(t["ratio"]), t["meaning"]] for t in results["targets"]]),
+        "dataset_table": table(["video", "codec", "resolution", "fps", "frames", "GOP", "layout",
+                                "MiB", "container KiB"],
+                               [[v["video"], v["codec"], f"{v['width']}x{v['height']}",
+                                 str(v["fps"]), str(v["frames"]), str(v["gop"]), v["layout"],
+                                 mib(v["file_bytes"]), f"{v['container_bytes'] / 1024:.1f}"]
+                                for v in results["videos"]]),
+        "clips224_table": table(CLIP_HEADER, rows_of("clips224", clip_row)),
+        "native_table": table(CLIP_HEADER, rows_of("clips-native", clip_row)),
+        "sequential_table": table(["video", "contender", "frames/s", "ms", "range MiB",
+                                   "remote MiB", "peak RSS MiB", "frames"],
+                                  rows_of("sequential224", sequential_row)),
+        "batched_table": table(["video", "contender", "how", "clips", "ms for all", "clips/s",
+                                "frames decoded", "remote MiB", "peak RSS MiB", "frames"],
+                               rows_of("batched", batched_row)),
+    }
+    return {name: "\n".join(lines) for name, lines in tables.items()}
 
 
 def markdown(results: dict) -> str:
-    c = results["conditions"]
-    s = results["settings"]
-    lines = [f"# fluxon_video benchmark ({results['generated']})", "",
-             f"Command: `{results['command']}` — took {results['duration_s']:.0f} s.", "",
-             "Conditions: " + "; ".join([
-                 f"{c['machine']['cpu']}, {c['machine']['cores']} cores, "
-                 f"{c['machine']['memory_gib']} GiB", c["machine"]["os"],
-                 f"git {c['machine']['git']}"]) + ".",
-             "Export: " + f"{c['export']['where']}, root on {c['export']['filesystem']}, "
-             f"injected agent latency {c['export']['agent_latency_ms']} ms; KV: "
-             f"{c['export']['kv']}; piece size {c['export']['piece_size'] >> 10} KiB, "
-             f"{c['export']['miss_policy']}.",
-             f"Every figure is the median of {s['repeat']} runs; {s['clips']} clips per video "
-             f"(seed {s['seed']}), {s['threads']} decoder threads for every contender.",
-             "Versions: " + ", ".join(f"{k} {v}" for k, v in c["versions"].items()) + ".", ""]
-    if results["skipped"]:
-        lines += ["Skipped: " + "; ".join(f"**{k}** ({v})" for k, v in
-                                          results["skipped"].items()) + ".", ""]
-    lines += [f"Note: {n}" for n in results["notes"]]
-    lines += ["## Targets", ""]
-    lines += table(["target", "condition", "fluxon", "best peer / bound", "ratio", "reading"],
-                   [[t["target"], t["condition"], t["fluxon"], t["peer"], ratio(t["ratio"]),
-                     t["meaning"]] for t in results["targets"]])
-    lines += ["", "## Dataset", ""]
-    lines += table(["video", "codec", "resolution", "fps", "frames", "GOP", "layout", "MiB",
-                    "container KiB"],
-                   [[v["video"], v["codec"], f"{v['width']}x{v['height']}", str(v["fps"]),
-                     str(v["frames"]), str(v["gop"]), v["layout"], mib(v["file_bytes"]),
-                     f"{v['container_bytes'] / 1024:.1f}"] for v in results["videos"]])
-    for workload in ("clips224", "clips-native"):
-        lines += ["", f"## {results['workloads'][workload]}", ""]
-        lines += table(CLIP_HEADER, [clip_row(results, r)
-                                     for r in in_video_order(results, workload)])
-    lines += ["", f"## {results['workloads']['sequential224']}", ""]
-    lines += table(["video", "contender", "frames/s", "ms", "range MiB", "remote MiB",
-                    "peak RSS MiB", "frames"],
-                   [sequential_row(results, r) for r in in_video_order(results, "sequential224")])
-    lines += ["", f"## Batched: {results['workloads']['batched']}", ""]
-    lines += table(["video", "contender", "how", "clips", "ms for all", "clips/s",
-                    "frames decoded", "remote MiB", "peak RSS MiB", "frames"],
-                   [batched_row(results, r) for r in in_video_order(results, "batched")])
-    if results["sweep"]:
-        lines += ["", "## Piece-size sweep", "",
-                  f"{results['workloads']['clips224']}; agent latency "
-                  f"{c['export']['sweep_agent_latency_ms']} ms. Cold: the file evicted from "
-                  "Redis, a new process; warm KV: a new process after it.", ""]
-        lines += table(["piece KiB", "video", "cold remote MiB", "cold remote reads",
-                        "cold ms", "warm KV ms", "KV hits (warm)", "needed MiB", "frames"],
-                       [[str(p["piece_size"] >> 10), p["video"], mib(p["cold_remote_bytes"]),
-                         fmt(p["cold_remote_reads"], 0), fmt(p["cold_ms"]), fmt(p["warm_ms"]),
-                         fmt(p["warm_kv_hits"], 0), mib(p["needed_bytes"]), p["verdict"]]
-                        for p in results["sweep"]])
-    lines += ["", "## How to read this", "",
-              "- clips/s: clips of one video read through one handle (a peer's open reader, "
-              "fluxon's reader pool), opening included, ÷ that pass's time.",
-              "- open ms: peers, opening the file (PyAV: + its one-time packet scan that maps "
-              "frame index to pts, not in clips/s); fluxon through FluxonFS, the reader's "
-              "authorised stat plus the FFmpeg container opens of the pass.",
-              "- range reads/MiB: FFmpeg's read callbacks and the bytes they returned; remote: "
-              "bytes the agent sent; KV hit/miss: Redis pieces.",
-              "- cold: the file's KV pieces evicted and a new patcher; warm KV: Redis warm, a "
-              "new process; warm reader: the same pool again (its page cache holds the file). "
-              "fluxon-local: `decode_local_frames` on the local file, one call per clip (a new "
-              "decoder and frame index each time: the engine without FluxonFS or a reader).",
-              "- frames: for fluxon also the read path (indexed: keyframe seeks; sequential) "
-              "and why an indexed read fell back, if one did.",
-              "- clip ms: median time of one read call (the first of a pass includes what the "
-              "contender opens lazily).",
-              "- frames: every contender's frames (first run) against the ffmpeg CLI's "
-              "sequential decode. fluxon must be bit-exact; peers (other scalers) must be "
-              "closer to the right frame than to its neighbours and within a mean abs diff of 3 "
-              "(on a subsampled frame). ⚠ flags a contender: WRONG, not the frame asked for "
-              "(or fluxon not bit-exact); OFF, the right frame but pixels further than that "
-              "from the bilinear reference (another resize filter). A flagged time is not a "
-              "result, and a flagged peer is never the \"best peer\".",
-              "- peak RSS: the child process's high-water mark over that row's runs (VmHWM, "
-              "reset before them): Python, the libraries, the check's reference frames and "
-              "what the contender holds. Redis and the agent are other processes.",
-              "- needed bytes (target d): from ffprobe's packet positions and sizes, the packets "
-              "from the keyframe before each clip's first frame through the last packet needed "
-              "for its last frame (decode order), unioned over clips, plus the container bytes "
-              "(file size minus all video packet bytes: moov or Cues, headers, framing).",
-              "- floor ms: median over the clips of what libavcodec alone needs for a clip: "
-              "the indexed path's seeks, every frame from the keyframe to the last target "
-              "decoded, nothing converted (`fluxon_video._floor.decode_floor` on the local file, "
-              "median of the repeats; n/a where it does not exist). clip/floor: clip ms ÷ floor "
-              "ms. The floor decodes every frame from the keyframe in a fresh decoder per clip; "
-              "fluxon skips non-reference frames it does not return and keeps its decoder "
-              "between clips, so it can go below 1."]
-    return "\n".join(lines) + "\n"
+    c, s, w = results["conditions"], results["settings"], results["workloads"]
+    m, export = c["machine"], c["export"]
+    skipped = "; ".join(f"**{k}** ({v})" for k, v in results["skipped"].items())
+    return fill(
+        "latest", **_tables(results), generated=results["generated"],
+        command=results["command"], duration=f"{results['duration_s']:.0f}",
+        machine=f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}; "
+                f"git {m['git']}",
+        export=f"{export['where']}, root on {export['filesystem']}, injected agent latency "
+               f"{export['agent_latency_ms']} ms; KV: {export['kv']}; piece size "
+               f"{export['piece_size'] >> 10} KiB, {export['miss_policy']}",
+        repeat=s["repeat"], clips=s["clips"], seed=s["seed"], threads=s["threads"],
+        versions=listing(c["versions"].items()),
+        skipped=f"Skipped: {skipped}.\n\n" if skipped else "",
+        notes="".join(f"Note: {n}\n" for n in results["notes"]),
+        clips224_title=w["clips224"], native_title=w["clips-native"],
+        sequential_title=w["sequential224"], batched_title=w["batched"],
+        sweep=_sweep_section(results))
 
 
 def sweep_rows(results: dict) -> list[dict]:
@@ -415,12 +393,9 @@ def compact_json(results: dict) -> str:
 def write(results: dict, out: Path) -> list[Path]:
     for record in results["records"]:
         record["summary"] = summarize(record)
-    results["targets"] = targets(results)
+    results["targets"] = [asdict(t) for t in targets(results)]
     results["sweep"] = sweep_rows(results)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "latest.json", out / "latest.md"]
-    paths[0].write_text(compact_json(results))
-    paths[1].write_text(markdown(results))
+    paths = write_outputs(out, "latest", compact_json(results), markdown(results))
     import charts
 
     paths += charts.draw(results, out)

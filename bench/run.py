@@ -33,6 +33,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
+from scenario import finish, parse_size, scenario_parser  # noqa: E402
 from fluxon_video.fs.config import FluxonFsExport  # noqa: E402
 
 MiB = 1 << 20
@@ -42,12 +43,8 @@ QUICK = {"repeat": 1, "clips": 2, "batch_clips": 4, "sweep_piece_sizes": "256K,1
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(
-        prog="python bench/run.py", description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true",
-                    help="a ~1 minute smoke run: shorter videos, 2 clips, 1 repeat, "
-                         "results to <data>/quick-results unless --out is given")
+    ap = scenario_parser("run.py", __doc__, "a ~1 minute smoke run: shorter videos, 2 clips, "
+                         "1 repeat", "latest.json, latest.md and the charts")
     ap.add_argument("--repeat", type=int,
                     help="timed runs of every measurement; figures are medians "
                          "(default: 3, quick: 1)")
@@ -71,35 +68,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sweep-latency-ms", type=float, default=2.0,
                     help="agent latency during the piece-size sweep, where round trips are "
                          "what larger pieces save (default: 2)")
-    ap.add_argument("--data", type=Path, default=BENCH / ".data",
-                    help="where generated videos and scratch files go (default: bench/.data)")
-    ap.add_argument("--out", type=Path, default=None,
-                    help="where latest.json, latest.md and the charts go "
-                         "(default: bench/results)")
-    ap.add_argument("--render", type=Path, metavar="JSON",
-                    help="only redraw latest.md and the charts from a latest.json into --out")
     ap.add_argument("--phase", help=argparse.SUPPRESS)  # internal: run one child task
-    args = ap.parse_args(argv)
-    defaults = QUICK if args.quick else DEFAULTS
-    for name, value in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-    if args.out is None:
-        args.out = args.data / "quick-results" if args.quick else BENCH / "results"
-    for name in ("repeat", "clips", "batch_clips", "threads"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+    args = finish(ap, ap.parse_args(argv), DEFAULTS, QUICK,
+                  ("repeat", "clips", "batch_clips", "threads"))
     try:
         args.sweep = [parse_size(s) for s in args.sweep_piece_sizes.split(",") if s.strip()]
     except ValueError as exc:
         ap.error(f"--sweep-piece-sizes: {exc}")
     return args
-
-
-def parse_size(text: str) -> int:
-    text = text.strip().upper().removesuffix("IB").removesuffix("B")
-    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-    return int(float(text.rstrip("KM")) * scale)
 
 
 def main(argv: list[str] | None = None) -> int:

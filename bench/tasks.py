@@ -16,13 +16,19 @@ import json
 import resource
 import statistics
 import time
+from dataclasses import asdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from contenders import LOCAL_HANDLES, FluxonPoolHandle, Handle
+from contenders import FluxonPoolHandle, Handle, index_ms, open_local
 from decode_floor import decode_floor_ms
+from fluxon_access import evict, make_patcher, settle
 from frames import CheckResult, Reference
+from local_records import Record, Repeat
+from machine import peer_versions
+from passes import error_text
+
 
 def reset_peak_rss() -> None:
     """Start a new high-water mark of this process's RSS (Linux >= 4.0; else a no-op)."""
@@ -40,86 +46,62 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _add_stats(total: dict[str, float], labels: dict[str, list[str]],
-               stats: dict[str, Any] | None) -> None:
-    """Sum the numbers; keep each distinct text (fluxon's read path, fallback reason)."""
-    for key, value in (stats or {}).items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            total[key] = total.get(key, 0) + value
-        elif isinstance(value, str) and value and value not in labels.setdefault(key, []):
-            labels[key].append(value)
-
-
 def timed_pass(open_handle: Callable[[], Handle], clips: Sequence[Sequence[int]],
-               check: CheckResult | None, ref: Reference | None) -> dict[str, Any]:
+               check: CheckResult | None, ref: Reference | None) -> Repeat:
     """Open one handle, read every clip; the pass time is open + reads, checks excluded."""
     t0 = time.perf_counter()
     handle = open_handle()
-    open_ms = (time.perf_counter() - t0) * 1e3
-    clip_ms: list[float] = []
-    stats: dict[str, float] = {}
-    labels: dict[str, list[str]] = {}
+    done = Repeat((time.perf_counter() - t0) * 1e3)
     try:
         for clip in clips:
             t0 = time.perf_counter()
-            frames, clip_stats = handle.read(clip)
-            clip_ms.append((time.perf_counter() - t0) * 1e3)
-            _add_stats(stats, labels, clip_stats)
+            frames = handle.read(clip)
+            done.clip_ms.append((time.perf_counter() - t0) * 1e3)
+            done.add_stats(handle.stats)
             if check is not None and ref is not None:
                 check.add(frames, clip, ref)
             del frames
     finally:
         handle.close()
-    return {"open_ms": open_ms, "clip_ms": clip_ms, "pass_ms": open_ms + sum(clip_ms),
-            "stats": stats, "labels": labels}
+    done.pass_ms = done.open_ms + sum(done.clip_ms)
+    return done
 
 
-def _record(task: dict, item: dict, cache: str, contender: str) -> dict[str, Any]:
-    return {"contender": contender, "cache": cache, "workload": item["workload"],
-            "video": item["video"], "height": item["height"], "width": item["width"],
-            "clips": len(item["clips"]), "frames_per_clip": len(item["clips"][0]),
-            "threads": task["threads"], "piece_size": task.get("fluxon", {}).get("piece_size"),
-            "repeats": [], "check": None, "error": None}
-
-
-def _run_repeats(record: dict, repeat: int, one_pass: Callable[[int, CheckResult | None], dict],
-                 exact: bool) -> None:
+def _run_repeats(record: Record, repeat: int,
+                 one_pass: Callable[[int, CheckResult | None], Repeat], exact: bool) -> None:
     """``repeat`` passes (frames checked on the first); peak RSS is measured over them."""
     check = CheckResult(exact_required=exact)
     reset_peak_rss()
     try:
         for r in range(repeat):
-            record["repeats"].append(one_pass(r, check if r == 0 else None))
+            record.repeats.append(one_pass(r, check if r == 0 else None))
     except Exception as exc:  # noqa: BLE001 - a failing contender is a finding, not a crash
-        message = str(exc).splitlines()[0][:200] if str(exc) else ""
-        record["error"] = f"{type(exc).__name__}: {message}"
-    record["peak_rss_mib"] = peak_rss_mib()
-    record["check"] = check.as_dict()
+        record.error = error_text(exc)
+    record.peak_rss_mib = peak_rss_mib()
+    record.check = check.as_dict()
 
 
 # ---- peers and fluxon on local files ----
 
-def run_local(task: dict) -> list[dict]:
-    contender = task["contender"]
-    make = LOCAL_HANDLES[contender]
+def run_local(task: dict) -> list[Record]:
+    contender, threads = task["contender"], task["threads"]
+
+    def open_item(item: dict) -> Handle:
+        return open_local(contender, Path(item["path"]), item["height"], item["width"],
+                          item["native"], threads)
+
     # Load the library and let it initialise (torchcodec takes seconds on first
     # use), untimed: a training process pays that once, not per video.
-    first = task["items"][0]
-    make(Path(first["path"]), first["height"], first["width"], first["native"],
-         task["threads"]).close()
+    open_item(task["items"][0]).close()
     records = []
     for item in task["items"]:
-        path = Path(item["path"])
         ref = Reference.load(Path(item["ref"]))
-        record = _record(task, item, "local", contender)
-        prepare = getattr(make, "prepare", None)
-        if prepare is not None:
-            record["index_ms"] = prepare(path)
+        record = Record.of(task, item, "local", contender)
+        record.index_ms = index_ms(contender, Path(item["path"]))
 
-        def one_pass(r: int, check: CheckResult | None, item: dict = item, path: Path = path,
-                     ref: Reference = ref) -> dict:
-            return timed_pass(lambda: make(path, item["height"], item["width"], item["native"],
-                                           task["threads"]), item["clips"], check, ref)
+        def one_pass(r: int, check: CheckResult | None, item: dict = item,
+                     ref: Reference = ref) -> Repeat:
+            return timed_pass(lambda: open_item(item), item["clips"], check, ref)
 
         _run_repeats(record, task["repeat"], one_pass, exact=contender.startswith("fluxon"))
         records.append(record)
@@ -128,38 +110,15 @@ def run_local(task: dict) -> list[dict]:
 
 # ---- fluxon through FluxonFS ----
 
-def make_patcher(fx: dict) -> Any:
-    import fluxon_video as fv
-    from fluxon_video.fs.config import ClientSettings, FluxonFsExport
-
-    # Metadata-cache settings only where the task sets them: the export's defaults otherwise.
-    metadata = {k: fx[k] for k in ("metadata_cache_shared", "metadata_cache_ttl_ms") if k in fx}
-    export = FluxonFsExport(fx["export"], fx["root"], agent_url=fx["agent_url"],
-                            allow=[fx["identity"]], piece_size=fx["piece_size"], **metadata)
-    return fv.FluxonFsPatcher(exports=[export], identities={fx["identity"]: fx["token"]},
-                              client=ClientSettings(redis_url=fx["redis_url"]),
-                              identity=fx["identity"])
-
-
-def evict(fx: dict, relpath: str) -> None:
-    """Drop every KV piece of one file (a cold start for it, others stay warm)."""
-    import redis
-
-    client = redis.Redis.from_url(fx["redis_url"])
-    for pattern in (f"*:{relpath}:*", f"*:{relpath}"):  # pieces and stats; the index
-        for key in client.scan_iter(match=pattern, count=1000):
-            client.delete(key)
-
-
 def _fluxon_record(task: dict, item: dict, cache: str,
                    pool_for_repeat: Callable[[int], Any],
-                   after_repeat: Callable[[], None]) -> dict:
+                   after_repeat: Callable[[], None]) -> Record:
     """Repeated passes over one item; pool_for_repeat(r) gives the pool of repeat r."""
     fx = task["fluxon"]
-    record = _record(task, item, cache, "fluxon")
+    record = Record.of(task, item, cache, "fluxon")
     ref = Reference.load(Path(item["ref"]))
 
-    def one_pass(r: int, check: CheckResult | None) -> dict:
+    def one_pass(r: int, check: CheckResult | None) -> Repeat:
         pool = pool_for_repeat(r)
         result = timed_pass(lambda: FluxonPoolHandle(pool, fx["export"], item["relpath"],
                                                      item["height"], item["width"],
@@ -189,8 +148,8 @@ class Pools:
 
     def settle(self) -> None:
         """Wait for the backfill, so that every piece read so far is in the KV."""
-        if self.patcher and not self.patcher.client.backfill.wait_idle(timeout=120):
-            raise RuntimeError("backfill did not finish within 120 s")
+        if self.patcher:
+            settle(self.patcher)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -199,7 +158,7 @@ class Pools:
         self.patcher = self.pool = None
 
 
-def run_fluxon_cold(task: dict) -> list[dict]:
+def run_fluxon_cold(task: dict) -> list[Record]:
     """Per video: cold passes (its KV pieces evicted, a new patcher each), then
     warm-reader passes through the last cold pass's pool."""
     fx = task["fluxon"]
@@ -219,7 +178,7 @@ def run_fluxon_cold(task: dict) -> list[dict]:
     return records
 
 
-def run_fluxon_warm_kv(task: dict) -> list[dict]:
+def run_fluxon_warm_kv(task: dict) -> list[Record]:
     """Redis warm from an earlier process; a new patcher (and so new readers) each repeat."""
     records = []
     for item in task["items"]:
@@ -229,19 +188,19 @@ def run_fluxon_warm_kv(task: dict) -> list[dict]:
     return records
 
 
-def run_batched(task: dict) -> list[dict]:
+def run_batched(task: dict) -> list[Record]:
     """All clips of one video in one read_many_numpy_with_stats call, warm KV, new pool each."""
     from fluxon_video import FluxonFsVideoReadRequest
 
     fx = task["fluxon"]
     item = task["items"][0]
-    record = _record(task, item, "warm-kv", "fluxon read_many")
+    record = Record.of(task, item, "warm-kv", "fluxon read_many")
     requests = [FluxonFsVideoReadRequest(fx["export"], item["relpath"], item["height"],
                                          item["width"], task["threads"], tuple(clip))
                 for clip in item["clips"]]
     ref = Reference.load(Path(item["ref"]))
 
-    def one_pass(r: int, check: CheckResult | None) -> dict:
+    def one_pass(r: int, check: CheckResult | None) -> Repeat:
         with make_patcher(fx) as patcher, patcher.open_video_reader_pool() as pool:
             t0 = time.perf_counter()
             results = pool.read_many_numpy_with_stats(requests)
@@ -249,11 +208,9 @@ def run_batched(task: dict) -> list[dict]:
         if check is not None:
             for request, result in zip(requests, results):
                 check.add(result.frames, request.indices, ref)
-        stats: dict[str, float] = {}
-        labels: dict[str, list[str]] = {}
-        _add_stats(stats, labels, results[0].stats.as_dict())  # shared by the group
-        return {"open_ms": results[0].stats.open_ms, "clip_ms": [ms], "pass_ms": ms,
-                "stats": stats, "labels": labels, "group_size": results[0].group_size}
+        done = Repeat(results[0].stats.open_ms, [ms], ms, group_size=results[0].group_size)
+        done.add_stats(results[0].stats.as_dict())  # shared by the group
+        return done
 
     _run_repeats(record, task["repeat"], one_pass, exact=True)
     return [record]
@@ -273,7 +230,7 @@ def run_floor(task: dict) -> list[dict]:
     return records
 
 
-TASKS: dict[str, Callable[[dict], list[dict]]] = {
+TASKS: dict[str, Callable[[dict], list[Any]]] = {
     "local": run_local,
     "fluxon-cold": run_fluxon_cold,
     "fluxon-warm-kv": run_fluxon_warm_kv,
@@ -282,31 +239,18 @@ TASKS: dict[str, Callable[[dict], list[dict]]] = {
 }
 
 
-def versions(kind: str, contender: str | None) -> dict[str, str]:
+def versions(contender: str | None) -> dict[str, str]:
     """Library versions this child ran with."""
-    out: dict[str, str] = {}
-    if contender == "decord":
-        import decord
-        out["decord"] = decord.__version__
-    elif contender == "pyav":
-        import av
-        out["av"] = av.__version__
-        out.update({f"av's {lib}": ".".join(map(str, v))
-                    for lib, v in av.library_versions.items()
-                    if lib in ("libavcodec", "libswscale")})
-    elif contender == "torchcodec":
-        import torch
-        import torchcodec
-        out["torchcodec"] = torchcodec.__version__
-        out["torch"] = torch.__version__
-    else:
-        from fluxon_video.native import require_native
-        out.update(require_native()[1].library_versions())
-    return out
+    if contender in ("decord", "pyav", "torchcodec"):
+        return peer_versions(contender)
+    from fluxon_video.native import require_native
+
+    return dict(require_native()[1].library_versions())
 
 
 def main(task_path: str) -> None:
     task = json.loads(Path(task_path).read_text())
     records = TASKS[task["kind"]](task)
-    out = {"records": records, "versions": versions(task["kind"], task.get("contender"))}
+    out = {"records": [r if isinstance(r, dict) else asdict(r) for r in records],
+           "versions": versions(task.get("contender"))}
     Path(task_path + ".out").write_text(json.dumps(out))

@@ -88,3 +88,29 @@ def test_the_right_frame_too_far_off_is_flagged_apart(reference):
     peer.add(np.clip(frames[[9]].astype(int) + 6, 0, 255).astype(np.uint8), [9], ref)
     assert not peer.wrong and not peer.ok
     assert peer.verdict().startswith("OFF: frame 9 is ")
+
+
+def test_a_pass_records_each_failure_and_flags_its_video(reference):
+    from passes import Pass
+
+    frames, ref = reference
+    one = Pass({"family": "pyav"}, CheckResult(exact_required=False))
+    assert one.time("a.mp4", lambda: 1 / 0) is None
+    assert one.time("b.mp4", lambda: frames[[5, 6, 8]]) is not None
+    one.check_item("b.mp4", [[5, 6, 7]], [frames[[5, 6, 8]]], ref)
+    result = one.result({})
+    assert result["error_count"] == 1 and result["errors"][0].startswith("a.mp4: ZeroDivision")
+    assert result["flagged_videos"] == ["a.mp4", "b.mp4"] and result["item_videos"] == ["b.mp4"]
+    assert result["check"]["wrong"] == ["b.mp4: frame 7 looks like frame 8"]
+
+
+def test_quick_runs_take_the_quick_defaults(tmp_path):
+    from scenario import finish, parse_size, scenario_parser
+
+    ap = scenario_parser("x.py", None, "smoke", "x.md")
+    ap.add_argument("--repeat", type=int)
+    args = finish(ap, ap.parse_args(["--quick", "--data", str(tmp_path)]), {"repeat": 3},
+                  {"repeat": 1}, ("repeat",))
+    assert args.repeat == 1 and args.out == tmp_path / "quick-results"
+    assert finish(ap, ap.parse_args(["--repeat", "2"]), {"repeat": 3}, {"repeat": 1}).repeat == 2
+    assert parse_size("256K") == 256 << 10 and parse_size("4MiB") == 4 << 20
