@@ -40,8 +40,12 @@ $(STAMP): $(NATIVE_SOURCES) pyproject.toml
 	$(PY) setup.py -q build_ext --inplace
 	@touch $(STAMP)
 
+# The suite in the tree, then the package as users install it: a wheel built
+# from a clean copy, installed into fresh virtualenvs outside the tree
+# (Python 3.11, and 3.12 where the machine has it).
 test: build
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m tests.install_check
 
 demo: build
 	$(PY) -m fluxon_video demo
