@@ -3,18 +3,65 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from fluxon_video.frame_index import FrameIndex, blob_kind
-from fluxon_video.fs.config import ClientSettings
-from fluxon_video.fs.range_source import FluxonFsRangeSource
+from fluxon_video.fs.config import ClientSettings, RequestIdentity
+from fluxon_video.fs.counters import ReadCounters
+from fluxon_video.fs.origin import FileStat
 from fluxon_video.indexing import share_learnt_index
 from fluxon_video.native import require_native
 
 
-def make_byte_source(range_source: FluxonFsRangeSource, page_size: int,
+class VideoSource(Protocol):
+    """What a reader reads a video through: FluxonFsRangeSource, or PlainSource."""
+
+    name: str
+    size: int
+    counters: ReadCounters
+
+    def read_range(self, offset: int, length: int) -> bytes: ...
+
+    def check_current(self) -> None: ...
+
+    def load_blob(self, kind: str) -> bytes | None: ...
+
+    def store_blob(self, kind: str, data: bytes) -> None: ...
+
+
+class PlainSource:
+    """Any range source (a local file, bytes, a file object) as a reader reads it:
+    no KV and no identity; what the decoder learns stays in the reader."""
+
+    def __init__(self, inner: Any, owned: bool) -> None:
+        self.inner = inner
+        self.owned = owned  # opened here (a path): closed with the reader
+        self.name = str(getattr(inner, "name", type(inner).__name__))
+        self.size = int(inner.size)
+        self.counters = ReadCounters()
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        return self.inner.read_range(offset, length)
+
+    def check_current(self) -> None:
+        check = getattr(self.inner, "check_current", None)
+        if check is not None:
+            check()
+
+    def load_blob(self, kind: str) -> bytes | None:
+        return None
+
+    def store_blob(self, kind: str, data: bytes) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.owned:
+            self.inner.close()
+
+
+def make_byte_source(range_source: VideoSource, page_size: int,
                      settings: ClientSettings) -> Any:
-    """A ByteSource over a FluxonFS file version, sized by the client settings."""
+    """A ByteSource over a file version, sized by the client settings."""
     avio, _ = require_native()
     return avio.ByteSource(
         range_source, range_source.size, page_size=page_size,
@@ -27,7 +74,7 @@ def make_byte_source(range_source: FluxonFsRangeSource, page_size: int,
 class OpenedVideo:
     """A file version opened for video (fluxon_video/opening.py opens it)."""
 
-    source: FluxonFsRangeSource
+    source: VideoSource
     stream_index: int | None   # as asked (None: the default rule's)
     index: FrameIndex | None   # None: FFmpeg could not index the file
     index_source: str          # "kv" | "scan" | "none"
@@ -36,6 +83,17 @@ class OpenedVideo:
     page_size: int
     settings: ClientSettings
     byte_source: Any = None    # kept open for a reader (its scan's pages stay cached)
+    # Which file: export and identity are None for a source read without FluxonFS.
+    export: str | None = None
+    relpath: str = ""
+    identity: RequestIdentity | None = None
+    version: FileStat | None = None
+
+    def close(self) -> None:
+        """Release what the source holds (a local file's descriptor). Safe twice."""
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
 
     @property
     def kind(self) -> str:

@@ -11,37 +11,44 @@ replaced by a scan, and stored; nothing asks for it again.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
+from fluxon_video import defaults
 from fluxon_video.damage import check_policy
-from fluxon_video.errors import FluxonFsDecodeError
+from fluxon_video.errors import FluxonFsBadRequestError, FluxonFsDecodeError
 from fluxon_video.frame_index import FrameIndex, blob_kind
 from fluxon_video.fs.client import FluxonFsClient
-from fluxon_video.fs.config import RequestIdentity
+from fluxon_video.fs.config import ClientSettings, RequestIdentity
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.file_ref import FileRef
+from fluxon_video.fs.origin import FileStat
 from fluxon_video.fs.paths import check_relpath
 from fluxon_video.fs.range_source import FluxonFsRangeSource
 from fluxon_video.identity import IdentityContext
 from fluxon_video.indexing import load_or_build_index, open_round_trips
 from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata
 from fluxon_video.native import require_native
-from fluxon_video.opened import OpenedVideo
+from fluxon_video.opened import OpenedVideo, PlainSource
 from fluxon_video.reader import FluxonFsVideoReader
+from fluxon_video.sources import BytesRangeSource, FileObjectRangeSource, LocalFileRangeSource
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
 from fluxon_video.validation import positive_int, stream_choice
 
 
-def open_video(client: FluxonFsClient, ref: FileRef, stream_index: int | None, *,
-               for_reader: bool) -> OpenedVideo:
+def open_fluxonfs_video(client: FluxonFsClient, ref: FileRef, stream_index: int | None, *,
+                        for_reader: bool) -> OpenedVideo:
     """Open ``ref`` and get its frame index. ``for_reader``: the byte source the
     scan reads stays open for the reader (else the scan's is closed after it)."""
     export = client.config.export(ref.export)
     counters = ReadCounters()
     opened = client.files.open(ref, blob_kind(stream_index), counters)
-    video = OpenedVideo(FluxonFsRangeSource(client, opened.file, counters), stream_index, None,
-                        "none", 0.0, opened.round_trips, export.piece_size, client.config.client)
+    file = opened.file
+    video = OpenedVideo(FluxonFsRangeSource(client, file, counters), stream_index, None,
+                        "none", 0.0, opened.round_trips, export.piece_size, client.config.client,
+                        export=file.export, relpath=file.relpath, identity=file.identity,
+                        version=file.version)
     scanned: list[Any] = []  # the byte source the scan read, if one was made
 
     def scan_source() -> Any:
@@ -61,6 +68,66 @@ def open_video(client: FluxonFsClient, ref: FileRef, stream_index: int | None, *
     video.round_trips = open_round_trips(opened.round_trips, video.index_source,
                                          scanned[0] if scanned else None)
     return video
+
+
+def open_source(source: Any, stream_index: int | None, settings: ClientSettings,
+                page_size: int = defaults.PAGE_SIZE) -> OpenedVideo:
+    """Open a video that is not in FluxonFS: a path, bytes, a file object or a
+    range source (fluxon_video/sources.py), with its frame index from a scan."""
+    plain = PlainSource(*as_range_source(source))
+    version = FileStat(plain.size, int(getattr(plain.inner, "mtime_ns", 0)))
+    video = OpenedVideo(plain, stream_index, None, "none", 0.0, 0, page_size, settings,
+                        relpath=plain.name, version=version)
+    try:
+        video.byte_source = video.make_byte_source()
+        video.index, video.index_source, video.index_ms = load_or_build_index(
+            video.byte_source, plain.name, stream_index)
+    except BaseException:
+        if video.byte_source is not None:
+            video.byte_source.close()
+        video.close()
+        raise
+    return video
+
+
+def as_range_source(source: Any) -> tuple[Any, bool]:
+    """(a range source for source, whether it was opened here and is ours to close)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return BytesRangeSource(bytes(source)), True
+    if isinstance(source, (str, os.PathLike)):
+        return LocalFileRangeSource(source), True
+    if callable(getattr(source, "read_range", None)) and hasattr(source, "size"):
+        return source, False
+    if hasattr(source, "read") and hasattr(source, "seek"):
+        return FileObjectRangeSource(source), False
+    raise FluxonFsBadRequestError(
+        "a video source is a path, bytes, a seekable binary file object or a range source "
+        f"(read_range and size), got {type(source).__name__}")
+
+
+def open_video(source: Any, height: int | None = None, width: int | None = None,
+               num_threads: int = 1, *, autorotate: bool = False, on_damage: str = "error",
+               stream_index: int | None = None,
+               settings: ClientSettings | None = None) -> FluxonFsVideoReader:
+    """A reader of a video outside FluxonFS: a local path, bytes, a seekable
+    binary file object, or a range source. The same reader, methods,
+    metadata, errors and frames as ``FluxonFsPatcher.open_video_reader``;
+    ``settings`` sizes its page cache and fetch workers (ClientSettings)."""
+    t0 = time.perf_counter()
+    require_native()
+    height = None if height is None else positive_int("height", height)
+    width = None if width is None else positive_int("width", width)
+    num_threads = positive_int("num_threads", num_threads)
+    on_damage = check_policy(on_damage)
+    video = open_source(source, stream_choice(stream_index), settings or ClientSettings())
+    try:
+        return FluxonFsVideoReader(video, height, width, num_threads,
+                                   open_ms=(time.perf_counter() - t0) * 1e3,
+                                   autorotate=bool(autorotate), on_damage=on_damage)
+    except BaseException:
+        video.byte_source.close()
+        video.close()
+        raise
 
 
 class VideoOpener:
@@ -106,7 +173,7 @@ class VideoOpener:
         ref = self.ref(export_name, relpath, identity)
         stream_index = stream_choice(stream_index)
         on_damage = check_policy(on_damage)
-        video = open_video(self.client, ref, stream_index, for_reader=True)
+        video = open_fluxonfs_video(self.client, ref, stream_index, for_reader=True)
         try:
             return FluxonFsVideoReader(video, height, width, num_threads,
                                        open_ms=(time.perf_counter() - t0) * 1e3,
@@ -123,13 +190,14 @@ class VideoOpener:
         """The frame index and metadata without a decoder, and what they cost."""
         t0 = time.perf_counter()
         ref = self.ref(export_name, relpath, identity)
-        video = open_video(self.client, ref, stream_choice(stream_index), for_reader=False)
+        video = open_fluxonfs_video(self.client, ref, stream_choice(stream_index),
+                                    for_reader=False)
         index = video.index
         if index is None:
             raise FluxonFsDecodeError(f"{ref.name}: not a video FFmpeg can index")
         if check_policy(on_damage) == "conceal" and index.decoded_pts is None:
             video.survey()
-        version = video.source.file.version
+        version = video.version
         metadata = build_metadata(index, version.size, version.mtime_ns, ref.name, on_damage)
         stats = FluxonFsVideoReadStats(index_source=video.index_source, index_ms=video.index_ms,
                                        total_ms=(time.perf_counter() - t0) * 1e3,

@@ -47,16 +47,15 @@ class FluxonFsVideoReader:
                  on_damage: str = "error") -> None:
         _, self._decode = require_native()
         t0 = time.perf_counter()
-        file = video.source.file
         self.on_damage = on_damage
         self.stream_index = video.stream_index  # as asked; metadata names the stream read
-        self.export_name = file.export
-        self.relpath = file.relpath
-        self.identity = file.identity
-        self.version = file.version
+        self.export_name = video.export  # None: a source read without FluxonFS
+        self.relpath = video.relpath
+        self.identity = video.identity
+        self.version = video.version
         self.num_threads = num_threads
         self.autorotate = autorotate
-        self.name = file.name
+        self.name = video.source.name
         self._video = video
         self._range_source = video.source
         self._on_read = on_read  # the patcher's cumulative stats
@@ -222,6 +221,7 @@ class FluxonFsVideoReader:
             if self._byte_source is not None:
                 self._byte_source.close()
                 self._byte_source = None
+            self._video.close()
 
     def __enter__(self) -> FluxonFsVideoReader:
         return self
@@ -236,5 +236,6 @@ class FluxonFsVideoReader:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
+        who = f" identity={self.identity.name}" if self.identity is not None else ""
         return (f"<FluxonFsVideoReader {self.name} {getattr(self, 'height', '?')}x"
-                f"{getattr(self, 'width', '?')} identity={self.identity.name} {state}>")
+                f"{getattr(self, 'width', '?')}{who} {state}>")

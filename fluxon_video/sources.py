@@ -3,15 +3,24 @@
 A range source is any object with ``read_range(offset, length) -> bytes`` and
 a ``size``; it must return exactly ``length`` bytes for a range inside the
 file. Fetch workers call it with the GIL held, never FFmpeg's callbacks.
+``fluxon_video.open_video`` reads any of them (a local file, bytes, a file
+object, or your own class) with the same reader as a FluxonFS export.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import threading
-from typing import Protocol, runtime_checkable
+from typing import IO, Protocol, runtime_checkable
 
-from fluxon_video.errors import FluxonFsClosedError, FluxonFsNotFoundError
+from fluxon_video.errors import (
+    FluxonFsBadRequestError,
+    FluxonFsClosedError,
+    FluxonFsFileChangedError,
+    FluxonFsNotFoundError,
+    FluxonFsShortReadError,
+)
 
 
 @runtime_checkable
@@ -33,7 +42,17 @@ class LocalFileRangeSource:
         stat = os.fstat(self._fd)
         self.size = stat.st_size
         self.mtime_ns = stat.st_mtime_ns
+        self._identity = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
         self._lock = threading.Lock()
+
+    def check_current(self) -> None:
+        """FluxonFsFileChangedError if the path is no longer the file opened."""
+        try:
+            st = os.stat(self.name)
+        except OSError:
+            raise FluxonFsFileChangedError(f"{self.name}: the file is gone") from None
+        if (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) != self._identity:
+            raise FluxonFsFileChangedError(f"{self.name}: the file changed since it was opened")
 
     def read_range(self, offset: int, length: int) -> bytes:
         fd = self._fd
@@ -73,3 +92,40 @@ class BytesRangeSource:
 
     def __repr__(self) -> str:
         return f"BytesRangeSource({self.name!r}, size={self.size})"
+
+
+class FileObjectRangeSource:
+    """A seekable binary file object (an open file, io.BytesIO, an fsspec or
+    obstore file): reads take a lock, since they share the object's offset."""
+
+    def __init__(self, fileobj: IO[bytes], name: str | None = None) -> None:
+        if not (hasattr(fileobj, "read") and hasattr(fileobj, "seek")):
+            raise FluxonFsBadRequestError(
+                f"a file object needs read() and seek(), got {type(fileobj).__name__}")
+        self._file = fileobj
+        self.name = name or str(getattr(fileobj, "name", None) or f"<{type(fileobj).__name__}>")
+        self._lock = threading.Lock()
+        with self._lock:
+            self.size = fileobj.seek(0, io.SEEK_END)
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        with self._lock:
+            self._file.seek(offset)
+            parts, left = [], length
+            while left:  # a file object may return less than asked
+                chunk = self._file.read(left)
+                if not chunk:
+                    break
+                parts.append(bytes(chunk))
+                left -= len(chunk)
+        data = b"".join(parts)
+        if len(data) != length:
+            raise FluxonFsShortReadError(f"{self.name}: read {len(data)} of {length} bytes "
+                                         f"at {offset}")
+        return data
+
+    def close(self) -> None:
+        pass  # the caller's object: the caller closes it
+
+    def __repr__(self) -> str:
+        return f"FileObjectRangeSource({self.name!r}, size={self.size})"

@@ -1,0 +1,102 @@
+"""One reader for any source: fluxon_video.open_video on a path, bytes, a file
+object and a range source reads as a FluxonFS reader does: the same frames
+(the ffmpeg CLI's), the same metadata and times, the same errors."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import fluxon_video as fv
+from fluxon_video import errors
+from tests.helpers import make_patcher
+from tests.media import ffprobe_frame_count
+
+pytest.importorskip("fluxon_video._decode")
+
+H, W = 36, 64
+CLIPS = ["h264_moov_end.mp4", "hevc.mp4", "vp9.webm", "h264_bframes.mkv"]
+KINDS = ["path", "bytes", "file object", "range source"]
+
+
+def source_of(kind: str, path):
+    data = path.read_bytes()
+    return {"path": lambda: str(path), "bytes": lambda: data,
+            "file object": lambda: io.BytesIO(data),
+            "range source": lambda: fv.BytesRangeSource(data, path.name)}[kind]()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", CLIPS)
+def test_every_source_reads_the_clis_frames(media, name, kind):
+    path = media.path(name)
+    expected = media.reference(name, H, W)
+    indices = [0, 5, len(expected) // 2, len(expected) - 1]
+    with fv.open_video(source_of(kind, path), H, W) as reader:
+        assert len(reader) == len(expected) == ffprobe_frame_count(path)
+        assert np.array_equal(reader.read_frames_numpy(indices), expected[indices])
+        assert np.array_equal(reader.read_frames_numpy([-1]), expected[[-1]])
+
+
+@pytest.mark.parametrize("name", CLIPS)
+def test_metadata_and_times_are_the_fluxonfs_readers(media, name, tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(media.path(name), root / name)
+    with make_patcher(None, root) as patcher, \
+            patcher.open_video_reader("train", name) as remote, \
+            fv.open_video(root / name) as local:
+        ignore = {"size_bytes", "mtime_ns"}
+        assert ({k: v for k, v in vars(local.metadata).items() if k not in ignore}
+                == {k: v for k, v in vars(remote.metadata).items() if k not in ignore})
+        assert np.array_equal(local.timestamps_s(), remote.timestamps_s())
+        times = [0.0, 0.3, 1.0]
+        assert local.indices_at_times(times) == remote.indices_at_times(times)
+        assert (local.height, local.width) == (remote.height, remote.width)  # native size
+
+
+def test_errors_are_the_same_classes(media, tmp_path):
+    with pytest.raises(errors.FluxonFsNotFoundError):
+        fv.open_video(tmp_path / "missing.mp4")
+    with pytest.raises(errors.FluxonFsBadRequestError, match="video source"):
+        fv.open_video(12345)
+    with pytest.raises(errors.FluxonFsConfigError):
+        fv.open_video(media.path("hevc.mp4"), 0, W)
+    with fv.open_video(os.urandom(50_000), H, W) as garbage:
+        with pytest.raises(errors.FluxonFsDecodeError):
+            garbage.read_frames_numpy([0])
+    reader = fv.open_video(media.path("hevc.mp4"), H, W)
+    with pytest.raises(errors.FluxonFsFrameIndexError):
+        reader.read_frames_numpy([10_000])
+    reader.close()
+    reader.close()
+    with pytest.raises(errors.FluxonFsClosedError):
+        reader.read_frames_numpy([0])
+
+
+def test_a_replaced_local_file_fails_reads(media, tmp_path):
+    path = tmp_path / "clip.mp4"
+    shutil.copy(media.path("h264_moov_end.mp4"), path)
+    with fv.open_video(path, H, W) as reader:
+        reader.read_frames_numpy([0])
+        shutil.copy(media.path("h264_faststart.mp4"), tmp_path / "new.mp4")
+        os.replace(tmp_path / "new.mp4", path)
+        with pytest.raises(errors.FluxonFsFileChangedError):
+            reader.read_frames_numpy([1])
+
+
+def test_a_path_reader_closes_its_file_and_a_given_object_stays_open(media):
+    fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    before = fds()
+    with fv.open_video(media.path("hevc.mp4"), H, W) as reader:
+        reader.read_frames_numpy([0])
+    assert fds() == before
+    handle = open(media.path("hevc.mp4"), "rb")
+    with fv.open_video(handle, H, W) as reader:
+        reader.read_frames_numpy([3])
+    assert not handle.closed  # the caller's object
+    handle.close()
