@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from fluxon_video.errors import (
     FluxonFsError,
     FluxonFsFrameIndexError,
 )
+from fluxon_video.frames import as_torch
 from fluxon_video.fs.config import RequestIdentity
 from fluxon_video.fs.paths import check_relpath
 from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
@@ -226,6 +227,15 @@ class FluxonFsVideoReaderPool:
         return self.read_frames_numpy_with_stats(
             export_name=export_name, relpath=relpath, height=height, width=width,
             num_threads=num_threads, indices=indices, out=out, stream_index=stream_index).frames
+
+    def read_frames_torch(self, *, export_name: str, relpath: str, height: int | None,
+                          width: int | None, num_threads: int, indices: Sequence[int],
+                          layout: str = "NHWC", stream_index: int | None = None) -> Any:
+        """The frames as a torch uint8 tensor sharing the decoded array's memory
+        (``layout="NCHW"``: a permuted view, no copy)."""
+        return as_torch(self.read_frames_numpy(
+            export_name=export_name, relpath=relpath, height=height, width=width,
+            num_threads=num_threads, indices=indices, stream_index=stream_index), layout)
 
     def read_frames_numpy_with_stats(self, *, export_name: str, relpath: str,
                                      height: int | None, width: int | None, num_threads: int,

@@ -5,13 +5,19 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from fluxon_video.errors import FluxonFsClosedError, FluxonFsDecodeError
+from fluxon_video.errors import (
+    FluxonFsClosedError,
+    FluxonFsConfigError,
+    FluxonFsDecodeError,
+    FluxonFsFrameIndexError,
+)
 from fluxon_video.frame_index import FrameIndex
+from fluxon_video.frames import FrameBatch, as_torch, frame_durations
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.indexing import share_learnt_index
 from fluxon_video.metadata import (
@@ -28,6 +34,8 @@ from fluxon_video.opened import OpenedVideo
 from fluxon_video.stats import FluxonFsVideoReadStats
 
 log = get_logger("reader")
+# Frames one step of iteration decodes: a forward decode, a bounded array.
+ITER_CHUNK = 16
 
 
 class FluxonFsVideoReader:
@@ -158,6 +166,63 @@ class FluxonFsVideoReader:
         metadata = self.metadata  # raises for a file without an index
         return indices_at_times(timestamps_s(self._index(), self.on_damage), metadata, seconds,
                                 self.name)
+
+    # ---- torchcodec-style access: frames with their times ----
+
+    def get_frames_at(self, indices: Sequence[int] | np.ndarray) -> FrameBatch:
+        """Frames at ``indices`` with their ``pts_s`` and ``duration_s``."""
+        frames = self.read_frames_numpy(indices)
+        count = len(self)
+        chosen = np.asarray(indices, np.int64).reshape(-1)
+        chosen = np.where(chosen < 0, chosen + count, chosen)
+        times = self.timestamps_s()
+        durations = frame_durations(times, self.metadata.end_s)
+        return FrameBatch(frames, times[chosen], durations[chosen], chosen)
+
+    def get_frames_played_at(self, seconds: float | Sequence[float] | np.ndarray) -> FrameBatch:
+        """The frames on screen at each time (see ``indices_at_times``)."""
+        return self.get_frames_at(self.indices_at_times(seconds))
+
+    def get_frames_in_range(self, start: int, stop: int, step: int = 1) -> FrameBatch:
+        """Frames ``start, start + step, ...`` before ``stop`` (as ``range``)."""
+        return self.get_frames_at(range(*slice(start, stop, step).indices(len(self))))
+
+    def get_frames_played_in_range(self, start_s: float, stop_s: float,
+                                   fps: float | None = None) -> FrameBatch:
+        """The frames shown in ``[start_s, stop_s)``: each frame whose time falls
+        there, or with ``fps`` the frame on screen at ``start_s + k / fps``."""
+        metadata = self.metadata
+        if not metadata.begin_s <= start_s <= stop_s <= metadata.end_s:
+            raise FluxonFsFrameIndexError(
+                f"{self.name}: range [{start_s}, {stop_s}) s is not inside the video "
+                f"[{metadata.begin_s}, {metadata.end_s}) s")
+        if fps is not None:
+            if not fps > 0:
+                raise FluxonFsConfigError(f"fps must be > 0, got {fps!r}")
+            count = int(np.ceil((stop_s - start_s) * fps - 1e-9))
+            return self.get_frames_played_at(start_s + np.arange(max(count, 0)) / fps)
+        times = self.timestamps_s()
+        return self.get_frames_at(np.flatnonzero((times >= start_s) & (times < stop_s)))
+
+    def read_frames_torch(self, indices: Sequence[int] | np.ndarray,
+                          layout: str = "NHWC") -> Any:
+        """Frames as a torch uint8 tensor sharing the decoded array's memory;
+        ``layout="NCHW"`` gives a permuted view (no copy)."""
+        return as_torch(self.read_frames_numpy(indices), layout)
+
+    def __getitem__(self, key: int | slice) -> np.ndarray:
+        """``reader[i]`` is frame i ``(H, W, 3)``; ``reader[a:b:s]`` the frames of the slice."""
+        if isinstance(key, slice):
+            return self.read_frames_numpy(range(*key.indices(len(self))))
+        if isinstance(key, (int, np.integer)):
+            return self.read_frames_numpy([int(key)])[0]
+        raise TypeError(f"{self.name}: frames are indexed by an int or a slice, "
+                        f"got {type(key).__name__}")
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """Every frame in order, decoded ITER_CHUNK at a time (one forward decode)."""
+        for start in range(0, len(self), ITER_CHUNK):
+            yield from self.read_frames_numpy(range(start, min(start + ITER_CHUNK, len(self))))
 
     def _index(self) -> FrameIndex:
         decoder = self._decoder

@@ -10,6 +10,7 @@ from fluxon_video.fs.config import (
     RequestIdentity,
     load_config,
 )
+from fluxon_video.frames import FrameBatch
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.metadata import FluxonFsVideoMetadata
 from fluxon_video.patcher import FluxonFsPatcher
@@ -35,6 +36,7 @@ __all__ = [
     "FluxonFsVideoReadResult",
     "FluxonFsProcessStats",
     "FluxonFsVideoReadStats",
+    "FrameBatch",
     "MissPolicy",
     "RequestIdentity",
     "load_config",
