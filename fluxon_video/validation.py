@@ -31,6 +31,9 @@ def frame_indices(indices: Iterable[Any]) -> np.ndarray:
     """indices as a 1-D int64 array (negatives kept); non-integers raise TypeError."""
     if isinstance(indices, (str, bytes)):
         raise TypeError("frame indices must be a sequence of ints, not a string")
+    if isinstance(indices, (int, np.integer)) and not isinstance(indices, bool):
+        raise TypeError(f"frame indices must be a sequence of ints, got the int {indices}: "
+                        f"read [{indices}] (or reader[{indices}] for one frame)")
     if isinstance(indices, np.ndarray) and indices.dtype.kind in "iu":
         array = indices.astype(np.int64, copy=False).reshape(-1)
     else:

@@ -68,6 +68,12 @@ def test_non_integer_index(good, bad):
         run(good, [0, bad])
 
 
+@pytest.mark.parametrize("bad,message", [(5, r"got the int 5: read \[5\]"), ("12", "not a string")])
+def test_indices_that_are_not_a_sequence_say_what_to_pass(good, bad, message):
+    with fv.open_video(good, 32, 32) as reader, pytest.raises(TypeError, match=message):
+        reader.read_frames_numpy(bad)
+
+
 def test_garbage_bytes():
     with pytest.raises(errors.FluxonFsDecodeError, match="garbage.bin: not a recognised video container"):
         run(bytes(range(256)) * 64, name="garbage.bin")

@@ -42,6 +42,8 @@ def test_toml_config_round_trip(tmp_path, export_root):
     shared = config.export("shared")
     assert shared.kv_miss_policy is MissPolicy.StageToKvThenRead and shared.piece_size == 65536
     assert config.identity("bob") == RequestIdentity("bob", "token-bob")
+    with pytest.raises(errors.FluxonFsConfigError, match=r"'carol' .*\[identities\]: alice, bob"):
+        config.identity("carol")
 
 
 @pytest.mark.parametrize("text,message", [
@@ -51,7 +53,13 @@ def test_toml_config_round_trip(tmp_path, export_root):
     ('[[exports]]\nname = "a"\nroot = "/r"\npiece_size = 10\n', "piece_size must be an int between"),
     ('[[exports]]\nname = "a"\nroot = "/r"\nkv_miss_policy = "Sometimes"\n', "kv_miss_policy must be one of"),
     ('[[exports]]\nname = "a"\nroot = "/r"\nagent_url = "ftp://x"\n', "agent_url must be an http"),
-    ('[[exports]]\nname = "a"\n', "missing 1 required positional argument: 'root'"),
+    ('[[exports]]\nname = "a"\n', r"exports\[0\]: missing required key\(s\) root"),
+    ('[[exports]]\nname = "a"\nroot = "/r"\nallow = "trainer"\n',
+     r'allow must be a list of identity names, got \'trainer\' \(write allow = \["trainer"\]\)'),
+    ('[[exports]]\nname = "a"\nroot = "s3://b/p"\nstore = { region = 5 }\n',
+     "store must be a table of option names to strings or booleans"),
+    ('[[exports]]\nname = "a"\nroot = "/r"\nstore = { region = "x" }\n',
+     "store options need an object-store root"),
     ('[client]\nredis_url = "http://x"\n', "redis_url must be a redis://"),
     ('[client]\nagent_timeout_s = 0\n', "agent_timeout_s must be a positive number"),
     ('[[exports]]\nname = "a"\nroot = "/r"\n[[exports]]\nname = "a"\nroot = "/s"\n', "defined twice"),

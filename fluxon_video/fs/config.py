@@ -149,6 +149,9 @@ class FluxonFsExport:
         _require(isinstance(self.stale_if_error_s, (int, float))
                  and not isinstance(self.stale_if_error_s, bool) and self.stale_if_error_s >= 0,
                  f"{where}: stale_if_error_s must be a number >= 0")
+        _require(isinstance(self.allow, (list, tuple)),
+                 f"{where}: allow must be a list of identity names, got {self.allow!r}"
+                 + (f' (write allow = ["{self.allow}"])' if isinstance(self.allow, str) else ""))
         object.__setattr__(self, "allow", tuple(self.allow))
         _require(all(isinstance(a, str) and a for a in self.allow),
                  f"{where}: allow must be a list of identity names")
@@ -306,7 +309,10 @@ class FluxonFsConfig:
         try:
             return RequestIdentity(name, self.identities[name])
         except KeyError:
-            raise FluxonFsConfigError(f"unknown identity {name!r}") from None
+            where = f"{self.source}'s " if self.source else "the config's "
+            known = ", ".join(sorted(self.identities)) or "none"
+            raise FluxonFsConfigError(f"unknown identity {name!r} ({where}[identities]: "
+                                      f"{known})") from None
 
 
 def load_config(path: str | os.PathLike[str]) -> FluxonFsConfig:
@@ -342,10 +348,12 @@ def _build(cls: type, where: str, raw: Any) -> Any:
     if not isinstance(raw, Mapping):
         raise FluxonFsConfigError(f"{where} must be a table")
     _check_keys(where, raw, {f.name for f in fields(cls)})
-    try:
-        return cls(**raw)
-    except TypeError as exc:  # a required key is missing
-        raise FluxonFsConfigError(f"{where}: {exc}") from None
+    required = [f.name for f in fields(cls) if f.init and f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING]
+    missing = [name for name in required if name not in raw]
+    if missing:
+        raise FluxonFsConfigError(f"{where}: missing required key(s) {', '.join(missing)}")
+    return cls(**raw)
 
 
 def _check_keys(where: str, raw: Mapping[str, Any], known: set[str]) -> None:
