@@ -8,6 +8,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -359,3 +360,16 @@ def test_loopback_addresses():
     assert _is_loopback("127.0.0.1") and _is_loopback("::1") and _is_loopback("localhost")
     assert not _is_loopback("0.0.0.0") and not _is_loopback("10.1.2.3")
     assert not _is_loopback("storage-01")
+
+
+def test_an_agent_on_a_port_in_use_says_so_and_exits_1(agent_config):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "fluxon_video", "agent", "--config",
+                               str(agent_config), "--listen", f"127.0.0.1:{port}"],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done
+    assert f"fluxon-video: error: cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr and "listening" not in done.stdout

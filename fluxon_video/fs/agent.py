@@ -32,6 +32,7 @@ import concurrent.futures
 import ipaddress
 import logging
 import os
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -386,8 +387,24 @@ def run_agent(config: FluxonFsConfig, listen: str, threads: int = 32,
     if ssl_context is None and not _is_loopback(host):
         log.warning("serving plain HTTP on %s: bearer tokens and file bytes cross the network "
                     "in clear; use --tls-cert and --tls-key off loopback", host)
+    listener = bind(host, port)  # before saying so: a port in use is an error, not a traceback
     print(f"fluxon-video agent listening on {scheme}://{host}:{port} (exports: {exports})",
           flush=True)
-    web.run_app(app, host=host, port=port, print=None, ssl_context=ssl_context,
+    web.run_app(app, sock=listener, print=None, ssl_context=ssl_context,
                 shutdown_timeout=shutdown_timeout_s,
                 access_log=log if access_log else None, handle_signals=True)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or FluxonFsConfigError naming the address."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        raise errors.FluxonFsConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
