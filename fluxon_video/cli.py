@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_agent(sub)
     info = sub.add_parser("versions", help="print the FFmpeg library versions in use")
     info.set_defaults(run=_run_versions)
+    for command in sub.choices.values():  # -v after the command works as before it
+        command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                             help="log fluxon_video's messages (-v info, -vv debug)")
     return parser
 
 
@@ -192,6 +195,11 @@ def _run_ls(args: argparse.Namespace) -> int:
         if args.json:
             rows = ({k: v for k, v in row.items() if k not in ("size_h", "name")} for row in rows)
         count = emit(rows, [("size_h", "size"), ("name", "relpath")], args.json)
+    if count == 0 and (prefix or args.glob):
+        # As ls does for a path that is not there: say so, and fail.
+        what = f"{export}:{prefix}" + (f" matching {args.glob!r}" if args.glob else "")
+        print(f"fluxon-video: error: nothing under {what}", file=sys.stderr)
+        return 1
     if not args.json:
         print(f"{count} entr{'y' if count == 1 else 'ies'}", file=sys.stderr)
     return 0

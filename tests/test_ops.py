@@ -137,6 +137,10 @@ def test_cli_ls_stat_read(agent, tree, config, media, tmp_path):
     png = cli("read", "data:a/one.mp4", "--frames", "3", "--size", "x64", "--out",
               str(out_dir), config=path).stdout
     assert (out_dir / "one_000003.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "png" in png
+    nothing = cli("ls", "data:nothere", config=path, check=False)
+    assert nothing.returncode == 1 and "nothing under data:nothere" in nothing.stderr
+    verbose = cli("ls", "data:a", "-v", config=path)  # -v after the command, as before it
+    assert "a/one.mp4" in verbose.stdout
     assert cli("--version", config=path).stdout.startswith("fluxon-video ")
     for command in ("ls", "stat", "index", "warm", "read", "agent"):
         assert "usage:" in cli(command, "--help", config=path).stdout
