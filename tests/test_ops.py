@@ -248,3 +248,22 @@ def test_logging_is_silent_by_default():
             "log.getChild('kv').warning('nobody sees this')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stderr == ""
+
+
+def test_an_unreachable_kv_warns_once_by_default(tree):
+    """Logging is silent by default, but a wrong redis_url means every byte comes
+    from the store: a RuntimeWarning says so, once per process."""
+    code = ("import warnings, fluxon_video as fv\n"
+            "from tests.helpers import make_patcher\n"
+            "warnings.simplefilter('default')\n"
+            f"p = make_patcher(None, {str(tree)!r}, 'redis://:hunter2@127.0.0.1:1/0',\n"
+            "                  client={'redis_retry_after_s': 0.01})\n"
+            "for name in ('a/one.mp4', 'a/two.webm', 'a/b/three.mp4'):\n"
+            "    with p.open_video_reader('train', name, 8, 8) as r:\n"
+            "        r.read_frames_numpy([0])\n"
+            "p.close()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).resolve().parents[1])
+    assert proc.stderr.count("RuntimeWarning") == 1, proc.stderr
+    assert "redis://:***@127.0.0.1:1/0 is unreachable" in proc.stderr
+    assert "hunter2" not in proc.stderr and "client.redis_url" in proc.stderr

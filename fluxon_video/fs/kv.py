@@ -16,6 +16,7 @@ import hashlib
 import json
 import threading
 import time
+import warnings
 import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -451,6 +452,33 @@ class RedisClusterPieceStore:
             client.close()
 
 
+def redact(urls: str) -> str:
+    """Redis URL(s) without their passwords, for messages."""
+    def one(url: str) -> str:
+        parsed = urlparse(url)
+        if parsed.password is None:
+            return url
+        return parsed._replace(netloc=parsed.netloc.replace(f":{parsed.password}@", ":***@")).geturl()
+    return ",".join(one(url) for url in urls.split(","))
+
+
+_warned_unreachable = False
+
+
+def _warn_once_unreachable(name: str, exc: Exception) -> None:
+    """A KV that does not answer is silent in the logs by default (fluxon_video
+    logs to a NullHandler), yet it means every byte comes from the store:
+    say so once per process, as a RuntimeWarning."""
+    global _warned_unreachable
+    if _warned_unreachable:
+        return
+    _warned_unreachable = True
+    warnings.warn(f"fluxon_video: the KV {name} is unreachable ({type(exc).__name__}): reads "
+                  "go to the agent and nothing is cached or shared; check client.redis_url. "
+                  "Warned once per process; logging.getLogger('fluxon_video') tells more.",
+                  RuntimeWarning, stacklevel=2)
+
+
 class GuardedPieceStore:
     """Wraps a store so its failures become misses; a circuit skips it for a while.
 
@@ -492,6 +520,7 @@ class GuardedPieceStore:
                 log.warning("the KV %s is unreachable (%s: %s): reads go to the agent; "
                             "trying it again in %.1f s", self._name, type(exc).__name__, exc,
                             self.retry_after_s)
+                _warn_once_unreachable(self._name, exc)
             return False, None
         if self._tripped:
             self._tripped = False
@@ -500,7 +529,7 @@ class GuardedPieceStore:
 
     @property
     def _name(self) -> str:
-        return getattr(self.store, "url", "(in-process)")
+        return redact(getattr(self.store, "url", "(in-process)"))
 
     def get_many(self, keys: Sequence[str]) -> tuple[bool, list[Fields | None]]:
         """(reachable, entries): reachable False means the KV was skipped or failed;
