@@ -2,6 +2,7 @@
 
     python examples/train_loader.py                      # the demo data (`make demo` makes it)
     python examples/train_loader.py --config fluxon.toml --identity trainer --export train-videos
+    FLUXON_VIDEO_CONFIG=fluxon.toml FLUXON_VIDEO_IDENTITY=trainer python examples/train_loader.py --export train-videos
     python examples/train_loader.py --batched            # 4 clips of a video per native decode
 
 Each worker process reads through its own reader pool (built on first use:
@@ -14,6 +15,8 @@ from the stats StatsCollate puts in every batch.
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import os
 import time
 from pathlib import Path
 
@@ -27,7 +30,13 @@ DEMO_ROOT = Path(".demo-data")
 
 def make_patcher(args: argparse.Namespace) -> fv.FluxonFsPatcher:
     if args.config:
-        return fv.FluxonFsPatcher.from_config_file(args.config, identity=args.identity)
+        patcher = fv.FluxonFsPatcher.from_config_file(args.config, identity=args.identity)
+        if patcher.identity is None and len(patcher.config.identities) == 1:
+            patcher.identity = next(iter(patcher.config.identities))
+        if patcher.identity is None:  # before the workers start, not inside one
+            raise SystemExit("pass --identity (or set FLUXON_VIDEO_IDENTITY): the config "
+                             f"defines {', '.join(patcher.config.identities) or 'none'}")
+        return patcher
     if not (DEMO_ROOT / "videos").is_dir():
         raise SystemExit("no demo data: run `make demo` first, or pass --config")
     return fv.FluxonFsPatcher(exports=[fv.FluxonFsExport("demo", str(DEMO_ROOT), allow=["me"])],
@@ -36,18 +45,23 @@ def make_patcher(args: argparse.Namespace) -> fv.FluxonFsPatcher:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", help="a fluxon TOML config (default: the demo data in-process)")
-    parser.add_argument("--identity", default=None, help="identity to read as (with --config)")
+    parser.add_argument("--config", default=os.environ.get("FLUXON_VIDEO_CONFIG"),
+                        help="a fluxon TOML config (default: $FLUXON_VIDEO_CONFIG, else the "
+                             "demo data in-process)")
+    parser.add_argument("--identity", default=os.environ.get("FLUXON_VIDEO_IDENTITY"),
+                        help="identity to read as (default: $FLUXON_VIDEO_IDENTITY, or the "
+                             "config's only identity)")
     parser.add_argument("--export", default="demo", help="export name (default: %(default)s)")
-    parser.add_argument("--glob", default="**/*.mp4,**/*.webm,**/*.mkv",
-                        help="relpaths to use, comma-separated globs under the export root "
-                             "(in-process exports only; default: %(default)s)")
+    parser.add_argument("--glob", default="*.mp4,*.webm,*.mkv",
+                        help="relpaths to use, comma-separated patterns as `fluxon-video ls "
+                             "--glob` takes them (* crosses /; default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--clips-per-epoch", type=int, default=48,
                         help="items per epoch (videos are repeated to reach it)")
-    parser.add_argument("--size", default="224x224", help="HxW of the frames (default: %(default)s)")
+    parser.add_argument("--size", default="224x224",
+                        help="WxH of the frames, as the CLI takes it (default: %(default)s)")
     parser.add_argument("--batched", action="store_true",
                         help="4 clips of the same video per native decode (SameVideoBatchSampler)")
     parser.add_argument("--context", default=None, choices=["fork", "spawn", "forkserver"],
@@ -55,12 +69,13 @@ def main() -> None:
     args = parser.parse_args()
 
     patcher = make_patcher(args)
-    root = Path(patcher.config.export(args.export).root)
-    relpaths = sorted({str(p.relative_to(root)) for pattern in args.glob.split(",")
-                       for p in root.glob(pattern) if p.is_file()})
+    # Listed through the export (the agent, for a remote one), not the local disk.
+    patterns = args.glob.split(",")
+    relpaths = [e.relpath for e in patcher.list_files(args.export)
+                if any(fnmatch.fnmatchcase(e.relpath, pattern) for pattern in patterns)]
     if not relpaths:
-        raise SystemExit(f"no videos match {args.glob} under {root}")
-    height, width = (int(v) for v in args.size.split("x"))
+        raise SystemExit(f"no videos in {args.export} match {args.glob}")
+    width, height = (int(v) for v in args.size.split("x"))
     per_video = 4 if args.batched else 1
     repeat = max(1, args.clips_per_epoch // (len(relpaths) * per_video))
     dataset = VideoClipDataset(patcher, args.export, relpaths * repeat, clip_len=16, stride=4,

@@ -267,3 +267,24 @@ def test_an_unreachable_kv_warns_once_by_default(tree):
     assert proc.stderr.count("RuntimeWarning") == 1, proc.stderr
     assert "redis://:***@127.0.0.1:1/0 is unreachable" in proc.stderr
     assert "hunter2" not in proc.stderr and "client.redis_url" in proc.stderr
+
+
+def test_the_training_example_lists_through_the_export(tree, tmp_path):
+    """examples/train_loader.py: videos listed through the export (not globbed on
+    this disk), the identity from $FLUXON_VIDEO_IDENTITY, --size as WxH."""
+    config = tmp_path / "fluxon.toml"
+    identities = "\n".join(f'{n} = "{t}"' for n, t in IDENTITIES.items())
+    config.write_text(f'[identities]\n{identities}\n\n[[exports]]\nname = "data"\n'
+                      f'root = "{tree}"\nallow = ["alice"]\n')
+    example = Path(__file__).resolve().parents[1] / "examples" / "train_loader.py"
+    args = [sys.executable, str(example), "--export", "data", "--glob", "a/*.mp4", "--epochs",
+            "1", "--workers", "1", "--batch-size", "2", "--clips-per-epoch", "4", "--size",
+            "64x48"]
+    env = {**os.environ, "FLUXON_VIDEO_CONFIG": str(config)}
+    done = subprocess.run(args, capture_output=True, text=True, timeout=180,
+                          env={**env, "FLUXON_VIDEO_IDENTITY": "alice"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("2 videos") and "epoch 0: 4 clips" in done.stdout
+    anonymous = subprocess.run(args, capture_output=True, text=True, timeout=180, env=env)
+    assert anonymous.returncode == 1 and "pass --identity" in anonymous.stderr
+    assert "Traceback" not in anonymous.stderr
