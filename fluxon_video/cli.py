@@ -215,7 +215,7 @@ def _run_stat(args: argparse.Namespace) -> int:
     export, relpath = split_target(args.target)
     with _patcher(args) as patcher:
         version = patcher.file_version(export, relpath)
-        record: dict[str, Any] = {"file": f"{export}:{relpath}", **asdict(version)}
+        record: dict[str, Any] = {"file": f"{export}:{relpath}", **version.as_fields()}
         try:
             metadata, stats = patcher.video_metadata_with_stats(export, relpath,
                                                                 stream_index=args.stream)
@@ -253,10 +253,12 @@ def _run_bulk(args: argparse.Namespace) -> int:
     else:
         verb = "indexed" if args.bulk == "index" or getattr(args, "index_only", False) else "warmed"
         print(f"{report.files} files: {report.done} {verb}, {report.skipped} already in the KV, "
-              f"{report.not_video} not video, {len(report.errors)} errors; "
+              f"{len(report.not_video)} not video, {len(report.errors)} errors; "
               f"{human_bytes(report.bytes)} from the agent"
               + (f" ({report.pieces} pieces stored)" if args.bulk == "warm" else "")
               + f" in {report.seconds:.1f} s" + (" (interrupted)" if report.interrupted else ""))
+        for relpath, message in report.not_video:
+            print(f"  not video: {relpath}: {message}", file=sys.stderr)
         for relpath, message in report.errors:
             print(f"  error: {relpath}: {message}", file=sys.stderr)
     if report.interrupted:

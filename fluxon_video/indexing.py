@@ -23,6 +23,7 @@ class BlobStore(Protocol):
 
 def load_or_build_index(byte_source: Any, name: str, stream_index: int | None = None, *,
                         stored: bytes | None = None, blobs: BlobStore | None = None,
+                        why_none: list[str] | None = None,
                         ) -> tuple[FrameIndex | None, str, float]:
     """(index or None, where it came from: "kv" | "scan" | "none", milliseconds).
 
@@ -32,7 +33,8 @@ def load_or_build_index(byte_source: Any, name: str, stream_index: int | None = 
     not parse, the file is scanned and the new index stored in ``blobs``.
     The scan reads ``byte_source``: a ByteSource, or a callable that makes
     one (then only when scanning, and closed after). A file the scan cannot
-    read gets no index: the sequential decode then reports the precise error.
+    read gets no index: the sequential decode then reports the precise error,
+    and ``why_none`` (when given) gets the scan's.
     """
     t0 = time.perf_counter()
     index = FrameIndex.from_bytes(stored) if stored else None
@@ -45,11 +47,11 @@ def load_or_build_index(byte_source: Any, name: str, stream_index: int | None = 
                 index = _scan(made, name, stream_index)
         else:
             index = _scan(byte_source, name, stream_index)
-    except FluxonFsNoVideoStreamError:
-        if stream_index is not None:
+    except FluxonFsDecodeError as exc:
+        if isinstance(exc, FluxonFsNoVideoStreamError) and stream_index is not None:
             raise  # the stream asked for is not there: no decode will find it
-        return None, "none", (time.perf_counter() - t0) * 1e3
-    except FluxonFsDecodeError:
+        if why_none is not None:
+            why_none.append(str(exc))
         return None, "none", (time.perf_counter() - t0) * 1e3
     if blobs is not None:
         blobs.store_blob(blob_kind(stream_index), index.to_bytes())

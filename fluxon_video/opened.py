@@ -88,6 +88,7 @@ class OpenedVideo:
     relpath: str = ""
     identity: RequestIdentity | None = None
     version: FileStat | None = None
+    why_no_index: str = ""     # the scan's error when FFmpeg could not index the file
 
     def close(self) -> None:
         """Release what the source holds (a local file's descriptor). Safe twice."""

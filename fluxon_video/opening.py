@@ -57,16 +57,18 @@ def open_fluxonfs_video(client: FluxonFsClient, ref: FileRef, stream_index: int 
 
     if for_reader:
         video.byte_source = scan_source()
+    why: list[str] = []
     try:
         video.index, video.index_source, video.index_ms = load_or_build_index(
             video.byte_source if for_reader else scan_source, video.source.name, stream_index,
-            stored=opened.blob, blobs=video.source)
+            stored=opened.blob, blobs=video.source, why_none=why)
     except BaseException:
         if video.byte_source is not None:
             video.byte_source.close()
         raise
     video.round_trips = open_round_trips(opened.round_trips, video.index_source,
                                          scanned[0] if scanned else None)
+    video.why_no_index = why[0] if why else ""
     return video
 
 
@@ -80,8 +82,10 @@ def open_source(source: Any, stream_index: int | None, settings: ClientSettings,
                         relpath=plain.name, version=version)
     try:
         video.byte_source = video.make_byte_source()
+        why: list[str] = []
         video.index, video.index_source, video.index_ms = load_or_build_index(
-            video.byte_source, plain.name, stream_index)
+            video.byte_source, plain.name, stream_index, why_none=why)
+        video.why_no_index = why[0] if why else ""
     except BaseException:
         if video.byte_source is not None:
             video.byte_source.close()
@@ -194,7 +198,8 @@ class VideoOpener:
                                     for_reader=False)
         index = video.index
         if index is None:
-            raise FluxonFsDecodeError(f"{ref.name}: not a video FFmpeg can index")
+            raise FluxonFsDecodeError(video.why_no_index or f"{ref.name}: not a video FFmpeg "
+                                      "can index")
         if check_policy(on_damage) == "conceal" and index.decoded_pts is None:
             video.survey()
         version = video.version

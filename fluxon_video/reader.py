@@ -147,9 +147,8 @@ class FluxonFsVideoReader:
     def metadata(self) -> FluxonFsVideoMetadata:
         """Frame count, fps, duration, native size, rotation, codec, keyframes, ..."""
         if self._metadata is None:
-            raise FluxonFsDecodeError(
-                f"{self.name}: no metadata: the container could not be indexed "
-                "(read_frames_numpy reports why)")
+            raise FluxonFsDecodeError(self._video.why_no_index
+                                      or f"{self.name}: FFmpeg could not index this file")
         return self._metadata
 
     def __len__(self) -> int:

@@ -124,6 +124,11 @@ def test_cli_ls_stat_read(agent, tree, config, media, tmp_path):
     refused = cli("stat", "data:a/one.mp4", config=path, identity="bob", check=False)
     assert refused.returncode == 1 and "not allowed" in refused.stderr
     assert "Traceback" not in refused.stderr
+    not_video = cli("read", "data:c/notes.txt", "--frames", "0", "--out", str(tmp_path),
+                    config=path, check=False)
+    assert not_video.returncode == 1 and not_video.stderr == (
+        "fluxon-video: error: data:c/notes.txt: not a recognised video container\n")
+    assert "etag" not in cli("stat", "data:c/notes.txt", config=path).stdout  # files have none
     missing = cli("stat", "data:a/nope.mp4", config=path, check=False)
     assert missing.returncode == 1 and "data:a/nope.mp4: no such file" in missing.stderr
     out_dir = tmp_path / "frames"
@@ -156,7 +161,9 @@ def test_warm_then_a_new_process_reads_nothing_from_the_agent(agent, tree, confi
         first = _warm_stats(path)
         assert first["files"] == len(FILES) and first["errors"] == []
         assert first["bytes"] == sum((tree / f).stat().st_size for f in FILES)
-        assert first["not_video"] == 1  # notes.txt: warmed, but no index
+        # notes.txt: warmed, but no index; named, with FFmpeg's reason
+        assert first["not_video"] == [{"relpath": "c/notes.txt",
+                                       "message": "not a recognised video container"}]
         again = _warm_stats(path)  # resumable: everything is there already
         assert again["bytes"] == 0 and again["pieces"] == 0 and again["skipped"] == len(FILES)
         index = json.loads(cli("index", "data", "--json", "--no-progress", config=path).stdout)

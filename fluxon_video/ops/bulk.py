@@ -29,7 +29,8 @@ class BulkReport:
     files: int = 0            # files looked at
     done: int = 0             # files indexed / warmed by this run
     skipped: int = 0          # already in the KV at their current version
-    not_video: int = 0        # files FFmpeg could not index (skipped, not errors)
+    # Files FFmpeg could not index (skipped, not errors): (relpath, FFmpeg's reason).
+    not_video: list[tuple[str, str]] = field(default_factory=list)
     bytes: int = 0            # bytes fetched from the agent
     pieces: int = 0           # pieces stored (warm)
     errors: list[tuple[str, str]] = field(default_factory=list)  # (relpath, message)
@@ -38,7 +39,8 @@ class BulkReport:
 
     def as_dict(self) -> dict[str, object]:
         return {"files": self.files, "done": self.done, "skipped": self.skipped,
-                "not_video": self.not_video, "bytes": self.bytes, "pieces": self.pieces,
+                "not_video": [{"relpath": r, "message": m} for r, m in self.not_video],
+                "bytes": self.bytes, "pieces": self.pieces,
                 "errors": [{"relpath": r, "message": m} for r, m in self.errors],
                 "seconds": round(self.seconds, 3), "interrupted": self.interrupted}
 
@@ -85,8 +87,8 @@ class BulkRun:
         try:
             _, stats = self.patcher.video_metadata_with_stats(
                 self.export.name, entry.relpath, identity=self.identity)
-        except FluxonFsDecodeError:
-            self._count(not_video=1)
+        except FluxonFsDecodeError as exc:
+            self._not_video(entry, exc)
         else:
             self._count(**({"skipped": 1} if stats.index_source == "kv" else
                            {"done": 1, "bytes": stats.remote_bytes}))
@@ -107,11 +109,16 @@ class BulkRun:
         try:  # the index too: a warm read then opens with one KV round trip
             self.patcher.video_metadata_with_stats(self.export.name, entry.relpath,
                                                    identity=self.identity)
-        except FluxonFsDecodeError:
-            self._count(not_video=1)
+        except FluxonFsDecodeError as exc:
+            self._not_video(entry, exc)
         self._count(**({"done": 1} if stored else {"skipped": 1}))
 
     # ---- the pool ----
+
+    def _not_video(self, entry: FluxonFsFileEntry, exc: FluxonFsDecodeError) -> None:
+        reason = str(exc).removeprefix(f"{self.export.name}:{entry.relpath}: ")
+        with self._lock:
+            self.report.not_video.append((entry.relpath, reason))
 
     def _count(self, **deltas: int) -> None:
         with self._lock:
