@@ -254,9 +254,10 @@ def test_https_round_trip_reads_exact_frames(tls_agent, export_root, media):
 
 def test_a_plain_http_client_gets_no_data_from_the_tls_agent(tls_agent):
     plain = tls_agent.url.replace("https://", "http://")
-    with pytest.raises(errors.FluxonFsIOError) as caught:
+    with pytest.raises(errors.FluxonFsIOError, match="if it serves HTTPS.*https:// agent_url") \
+            as caught:
         route_to(plain).stat("train", VIDEO, IDENTITIES["alice"])
-    assert errors.FluxonFsIOError is type(caught.value)  # unreachable: no answer at all
+    assert errors.FluxonFsIOError is type(caught.value)  # no answer at all
     # The raw bytes of a plain request (bearer token and all) get no HTTP answer back.
     with socket.create_connection((LOOPBACK, tls_agent.port), timeout=5) as sock:
         sock.sendall(f"GET /v1/stat?export=train&path={VIDEO} HTTP/1.1\r\nHost: x\r\n"
@@ -271,10 +272,11 @@ def test_a_plain_http_client_gets_no_data_from_the_tls_agent(tls_agent):
 
 
 def test_a_client_without_the_ca_fails_verification(tls_agent, tls_pair, tmp_path):
-    with pytest.raises(errors.FluxonFsIOError, match="TLS"):  # the system trust store
+    # The system trust store: the message says what to configure.
+    with pytest.raises(errors.FluxonFsIOError, match="TLS.*needs client.agent_ca_bundle"):
         route_to(tls_agent.url).stat("train", VIDEO, IDENTITIES["alice"])
     other_cert, _ = make_certificate(tmp_path)  # a CA that did not sign the agent's certificate
-    with pytest.raises(errors.FluxonFsIOError, match="TLS"):
+    with pytest.raises(errors.FluxonFsIOError, match="TLS.*check that client.agent_ca_bundle"):
         route_to(tls_agent.url, str(other_cert)).stat("train", VIDEO, IDENTITIES["alice"])
     # The right CA works on the same route class.
     assert route_to(tls_agent.url, str(tls_pair[0])).stat("train", VIDEO, IDENTITIES["alice"]).size > 0

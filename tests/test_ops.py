@@ -131,6 +131,7 @@ def test_cli_ls_stat_read(agent, tree, config, media, tmp_path):
     assert "etag" not in cli("stat", "data:c/notes.txt", config=path).stdout  # files have none
     missing = cli("stat", "data:a/nope.mp4", config=path, check=False)
     assert missing.returncode == 1 and "data:a/nope.mp4: no such file" in missing.stderr
+    assert missing.stderr.count("a/nope.mp4") == 1, missing.stderr  # the path said once
     out_dir = tmp_path / "frames"
     rows = [json.loads(line) for line in cli(
         "read", "data:a/b/three.mp4", "--frames", "0,8,-1", "--times", "1.5", "--size",

@@ -128,7 +128,17 @@ class AgentRoute:
                 # A failed handshake: the certificate did not verify against the CA
                 # bundle or name this host, or the agent does not speak TLS.
                 raise errors.FluxonFsIOError(
-                    f"{what}: TLS connection to agent {self.url} failed ({cause})") from None
+                    f"{what}: TLS connection to agent {self.url} failed ({cause}); "
+                    + ("check that client.agent_ca_bundle is the CA that signed the agent's "
+                       "certificate and that the certificate names this host"
+                       if self.ca_bundle else "a self-signed agent certificate needs "
+                       "client.agent_ca_bundle (the CA's PEM file)")) from None
+            if (self.url.startswith("http://")
+                    and isinstance(cause, urllib3.exceptions.ProtocolError)):
+                # What plain HTTP gets from a TLS listener: a closed connection.
+                raise errors.FluxonFsIOError(
+                    f"{what}: agent {self.url} closed the connection without answering; if it "
+                    "serves HTTPS (--tls-cert), use an https:// agent_url") from None
             raise errors.FluxonFsIOError(f"{what}: agent {self.url} unreachable ({exc})") from None
         if response.status == 200:
             return response.data
@@ -138,8 +148,9 @@ class AgentRoute:
             message = body.get("message", "")
         except (ValueError, AttributeError):
             cls, message = None, response.data[:200].decode("utf-8", "replace")
+        message = message.removeprefix(f"{what}: ")  # the agent names the file too
         cls = cls or _STATUS_ERRORS.get(response.status, errors.FluxonFsIOError)
-        raise cls(f"{what}: agent answered {response.status}: {message}")
+        raise cls(f"{what}: {message} (the agent answered {response.status})")
 
     def stat(self, export: str, relpath: str, token: str) -> FileStat:
         body = self._get("/v1/stat", {"export": export, "path": relpath}, token,
