@@ -98,7 +98,9 @@ def _add_bulk(sub: Any) -> None:
         bulk.add_argument("--glob", help="only relpaths matching this pattern (* crosses /)")
         bulk.add_argument("--workers", type=int, default=4,
                           help="files handled at once (default: %(default)s)")
-        bulk.add_argument("--no-progress", action="store_true", help="no progress bar")
+        bulk.add_argument("--no-progress", action="store_true",
+                          help="no progress (else a bar on a terminal, a plain line every "
+                               "10 s when stderr is a file or a pipe)")
         if name == "warm":
             bulk.add_argument("--index-only", action="store_true",
                               help="store the frame indexes only (as `index`)")
@@ -245,8 +247,9 @@ def _run_bulk(args: argparse.Namespace) -> int:
         if not patcher.config.client.redis_url:
             print("fluxon-video: warning: no redis_url in the config: the in-process KV "
                   "lasts only as long as this command", file=sys.stderr)
-        run = BulkRun(patcher, args.export, args.glob, args.workers,
-                      progress=not args.no_progress and sys.stderr.isatty())
+        # A bar on a terminal; plain lines every 10 s in a log; nothing if asked.
+        mode = "off" if args.no_progress else "bar" if sys.stderr.isatty() else "lines"
+        run = BulkRun(patcher, args.export, args.glob, args.workers, progress=mode)
         report = run.warm(args.index_only) if args.bulk == "warm" else run.index()
     if args.json:
         emit_record(report.as_dict(), True)

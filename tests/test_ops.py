@@ -296,3 +296,12 @@ def test_the_training_example_lists_through_the_export(tree, tmp_path):
     anonymous = subprocess.run(args, capture_output=True, text=True, timeout=180, env=env)
     assert anonymous.returncode == 1 and "pass --identity" in anonymous.stderr
     assert "Traceback" not in anonymous.stderr
+
+
+def test_progress_in_a_log_is_plain_lines(agent, config):
+    """stderr is a pipe here, as in a CI log: no bar, a plain line (with the
+    same units as the summary) at least at the end."""
+    done = cli("index", "data", config=config(agent_url=agent.url))
+    lines = [line for line in done.stderr.splitlines() if line.startswith("index: ")]
+    assert lines and lines[-1].endswith(f"of {len(FILES)} (100%)"), done.stderr
+    assert "\r" not in done.stderr

@@ -16,11 +16,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from tqdm import tqdm
 
 from fluxon_video.errors import FluxonFsDecodeError, FluxonFsError
 from fluxon_video.fs.listing import FluxonFsFileEntry
+from fluxon_video.ops.report import progress
 from fluxon_video.patcher import FluxonFsPatcher
 
 
@@ -49,13 +50,13 @@ class BulkRun:
     """One index or warm run over an export."""
 
     def __init__(self, patcher: FluxonFsPatcher, export_name: str, pattern: str | None,
-                 workers: int = 4, progress: bool = True) -> None:
+                 workers: int = 4, progress: str = "bar") -> None:
         self.patcher = patcher
         self.export = patcher.config.export(export_name)
         self.identity = patcher.identity
         self.pattern = pattern
         self.workers = workers
-        self.progress = progress
+        self.progress = progress  # "bar", "lines" or "off" (ops/report.progress)
         self.report = BulkReport()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -66,7 +67,7 @@ class BulkRun:
     def index(self) -> BulkReport:
         """Build and store the frame index of every video not indexed yet."""
         entries = self.files()
-        with tqdm(total=len(entries), unit="file", desc="index", disable=not self.progress) as bar:
+        with progress(len(entries), "index", False, self.progress) as bar:
             self._run(entries, lambda entry: self._index_one(entry, bar))
         return self.report
 
@@ -76,14 +77,13 @@ class BulkRun:
             return self.index()
         entries = self.files()
         total = sum(e.size for e in entries)
-        with tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="warm",
-                  disable=not self.progress) as bar:
+        with progress(total, "warm", True, self.progress) as bar:
             self._run(entries, lambda entry: self._warm_one(entry, bar))
         return self.report
 
     # ---- per file ----
 
-    def _index_one(self, entry: FluxonFsFileEntry, bar: tqdm) -> None:
+    def _index_one(self, entry: FluxonFsFileEntry, bar: Any) -> None:
         try:
             _, stats = self.patcher.video_metadata_with_stats(
                 self.export.name, entry.relpath, identity=self.identity)
@@ -95,7 +95,7 @@ class BulkRun:
         finally:
             bar.update(1)
 
-    def _warm_one(self, entry: FluxonFsFileEntry, bar: tqdm) -> None:
+    def _warm_one(self, entry: FluxonFsFileEntry, bar: Any) -> None:
         def on_piece(stored: int, piece_bytes: int) -> None:
             if stored:  # counted as it happens, so an interrupted run reports what it did
                 self._count(bytes=stored, pieces=1)
