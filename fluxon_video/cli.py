@@ -16,6 +16,7 @@ identity). Output is text for people; --json prints JSON for machines.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sys
@@ -55,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_read(sub)
     _add_demo(sub)
     _add_agent(sub)
+    _add_doctor(sub)
     info = sub.add_parser("versions", help="print the FFmpeg library versions in use")
     info.set_defaults(run=_run_versions)
     for command in sub.choices.values():  # -v after the command works as before it
@@ -140,6 +142,20 @@ def _add_demo(sub: Any) -> None:
     demo.add_argument("--clips", type=int, default=4,
                       help="clips read per video and pass (default: %(default)s)")
     demo.set_defaults(run=_run_demo)
+
+
+def _add_doctor(sub: Any) -> None:
+    """doctor: each link to the bytes, checked."""
+    doctor = sub.add_parser(
+        "doctor", help="check the config, Redis, the agents and a read, with a verdict each",
+        description="Check, in order: the config, the identity, the KV (a write to Redis), "
+                    "and for each export (or --export): its agents' /healthz, a listing and "
+                    "a stat with the identity's token, and one byte range read. Exits 1 if "
+                    "any check fails.")
+    doctor.add_argument("--export", action="append", metavar="NAME",
+                        help="check only this export (repeat for more)")
+    _client_options(doctor)
+    doctor.set_defaults(run=_run_doctor)
 
 
 def _add_agent(sub: Any) -> None:
@@ -314,6 +330,21 @@ def _run_agent(args: argparse.Namespace) -> int:
     run_agent(load_config(args.config), args.listen, args.io_threads, args.access_log,
               args.inject_latency_ms, **tls)
     return 0
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    from fluxon_video.ops.doctor import run_doctor
+
+    with _patcher(args) as patcher:
+        checks = run_doctor(patcher, args.export)
+    if args.json:
+        for check in checks:
+            print(json.dumps({"check": check.name, "ok": check.ok, "detail": check.detail}))
+    else:
+        width = max(len(check.name) for check in checks)
+        for check in checks:
+            print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:<{width}}  {check.detail}")
+    return 0 if all(check.ok for check in checks) else 1
 
 
 def _run_versions(args: argparse.Namespace) -> int:

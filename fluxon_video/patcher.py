@@ -17,6 +17,7 @@ from fluxon_video.fs.config import (
     RequestIdentity,
     load_config,
 )
+from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.kv import PieceStore
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.origin import FileStat
@@ -197,6 +198,14 @@ class FluxonFsPatcher:
         authorised stat (cached for the export's metadata TTL)."""
         ref = self._live().ref(export_name, relpath, identity)
         return self.client.files.stat(ref).version
+
+    def read_range(self, export_name: str, relpath: str, offset: int, length: int, *,
+                   identity: RequestIdentity | str | None = None) -> bytes:
+        """Bytes [offset, offset + length) of the file's current version, through
+        the KV and the agent as a reader reads them."""
+        ref = self._live().ref(export_name, relpath, identity)
+        return self.client.pieces.read_range(self.client.files.stat(ref), offset, length,
+                                             ReadCounters())
 
     def warm_file(self, export_name: str, relpath: str, *,
                   identity: RequestIdentity | str | None = None,

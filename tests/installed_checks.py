@@ -20,7 +20,7 @@ import numpy as np
 import fluxon_video as fv
 
 H, W = 36, 64
-COMMANDS = ["ls", "stat", "index", "warm", "read", "demo", "agent", "versions"]
+COMMANDS = ["ls", "stat", "index", "warm", "read", "demo", "doctor", "agent", "versions"]
 
 
 def check_installed_not_the_tree() -> None:

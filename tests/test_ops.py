@@ -305,3 +305,24 @@ def test_progress_in_a_log_is_plain_lines(agent, config):
     lines = [line for line in done.stderr.splitlines() if line.startswith("index: ")]
     assert lines and lines[-1].endswith(f"of {len(FILES)} (100%)"), done.stderr
     assert "\r" not in done.stderr
+
+
+def test_doctor_gives_a_verdict_per_link(agent, config, tmp_path):
+    from fluxon_video.testing import free_port
+
+    with RedisServer(tmp_path) as redis_server:
+        healthy = cli("doctor", "--json", config=config(redis_server.url, agent.url))
+    checks = {c["check"]: c for c in map(json.loads, healthy.stdout.splitlines())}
+    assert [name for name in checks] == ["config", "identity", "kv", "data: agent",
+                                         "data: list", "data: stat", "data: read"]
+    assert all(c["ok"] for c in checks.values()), checks
+    assert "read 4096 bytes" in checks["data: read"]["detail"]
+    dead = f"http://127.0.0.1:{free_port()}"
+    broken = cli("doctor", config=config("redis://127.0.0.1:1/0", dead), check=False)
+    assert broken.returncode == 1
+    verdicts = {line.split()[1]: line.split()[0] for line in broken.stdout.splitlines()}
+    assert verdicts["kv"] == "FAIL" and "check client.redis_url" in broken.stdout
+    assert "FAIL data: agent" in broken.stdout and "data: list" not in broken.stdout
+    refused = cli("doctor", config=config(agent_url=agent.url), identity="bob", check=False)
+    assert refused.returncode == 1 and "FAIL data: list" in refused.stdout
+    assert "not allowed" in refused.stdout
