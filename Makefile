@@ -68,7 +68,7 @@ bench-local: build $(BENCH_STAMP)
 bench-remote: build $(BENCH_STAMP)
 	$(PY) bench/remote.py $(BENCH_ARGS)
 
-# The same with an object-store origin (~18 min; --quick ~3 min): moto's S3 server behind a
+# The same with an object-store origin (~16 min, +3 min the first time for the long videos; --quick ~3 min): moto's S3 server behind a
 # proxy that adds 10 ms per request and the 50 MB/s-per-connection relay; fluxon through an
 # agent with an s3:// export vs PyAV/torchcodec over s3fs and obstore, short and 2-minute
 # videos; writes bench/results/remote-s3.{md,json}.
