@@ -7,6 +7,7 @@ settings) because it travels to child processes as JSON or a pickle.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,24 @@ IDENTITY, TOKEN = "bench", "bench-token"
 OPTIONAL = ("piece_size", "metadata_cache_shared", "metadata_cache_ttl_ms")
 
 
-def write_agent_config(path: Path, export: str, root: Path) -> Path:
-    """The agent's TOML: one export of ``root`` that the bench identity may read."""
+def write_agent_config(path: Path, export: str, root: Path | str,
+                       store_options: dict[str, Any] | None = None) -> Path:
+    """The agent's TOML: one export of ``root`` that the bench identity may read (an
+    object-store root with its ``store`` table: the agent holds the credentials)."""
+    store_line = f"store = {toml_inline(store_options)}\n" if store_options else ""
     path.write_text(f'[identities]\n{IDENTITY} = "{TOKEN}"\n\n[[exports]]\n'
                     f'name = "{export}"\nroot = "{root}"\n'
-                    f'allow = ["{IDENTITY}"]\n')
+                    f'allow = ["{IDENTITY}"]\n{store_line}')
     return path
+
+
+def toml_inline(table: dict[str, Any]) -> str:
+    """A flat dict of strings, numbers and booleans as a TOML inline table."""
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return json.dumps(v)  # a JSON string or number is a TOML basic string or number
+    return "{ " + ", ".join(f"{k} = {value(v)}" for k, v in table.items()) + " }"
 
 
 def store(export: str, root: Path, agent_url: str, redis_url: Any, **optional: Any) -> dict:

@@ -1,7 +1,7 @@
 """Install what the benchmark needs into the running interpreter (``make bench`` calls it).
 
 1. The ``bench`` extra of pyproject.toml (decord, PyAV, matplotlib, tqdm,
-   psutil, fsspec), without reinstalling fluxon_video itself (no rebuild).
+   psutil, fsspec, s3fs), without reinstalling fluxon_video itself (no rebuild).
 2. torchcodec, best effort: only when torch already imports, or when pip can
    take torch from local disk (``pip download --no-index``: no download of a
    multi-GB CUDA build). torchcodec 0.N pairs with torch 2.N. When this fails

@@ -3,6 +3,7 @@
 
     python bench/range_server.py --root DIR [--latency-ms L] [--bandwidth-mbps B]
     python bench/range_server.py --upstream 127.0.0.1:PORT [--bandwidth-mbps B]
+    python bench/range_server.py --proxy 127.0.0.1:PORT [--latency-ms L] [--bandwidth-mbps B]
 
 Every contender reaches its store through the same **relay**: a TCP relay on
 loopback that gives each client connection its own token bucket on the
@@ -18,7 +19,13 @@ with ``--inject-latency-ms`` before each stat and read.
 aiohttp app on an internal port, behind its relay: what the peers read through
 fsspec. ``--upstream HOST:PORT`` is a relay alone, in front of the fluxon agent
 (which has no bandwidth cap of its own): the same cap and connection counts
-for fluxon.
+for fluxon. ``--proxy HOST:PORT`` is an HTTP reverse proxy in front of
+another HTTP origin (the S3 server of ``bench/remote.py --store s3``, which
+has no latency model or metrics of its own), behind the relay: it sleeps
+``--latency-ms`` before forwarding each request (any method), then streams
+the answer back, and counts requests and body bytes as ``--root`` does, so
+every client of that origin (peers and the fluxon agent alike) pays the
+latency per request and is counted at the same place.
 
 Once listening, prints one JSON line on stdout::
 
@@ -41,7 +48,9 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
@@ -217,6 +226,59 @@ def range_app(root: Path, model: Model, registry: CollectorRegistry) -> web.Appl
     return app
 
 
+# ---- the delaying, counting proxy (--proxy) ----
+
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+              "trailer", "trailers", "transfer-encoding", "upgrade"}
+
+
+def end_to_end(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The headers a proxy passes on (RFC 9110 7.6.1: not the hop-by-hop ones)."""
+    return [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP]
+
+
+def proxy_app(upstream: str, model: Model, registry: CollectorRegistry) -> web.Application:
+    import aiohttp
+
+    requests = Counter("bench_range_requests", "requests forwarded, by method and status",
+                       ["method", "status"], registry=registry)
+    served = Counter("bench_range_served_bytes", "body bytes of GET responses",
+                     registry=registry)
+    app = web.Application(client_max_size=1 << 30)
+
+    async def session(app: web.Application) -> Any:
+        connector = aiohttp.TCPConnector(limit=0)
+        app["session"] = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        yield
+        await app["session"].close()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if model.latency_s:
+            await asyncio.sleep(model.latency_s)
+        body = await request.read()
+        async with request.app["session"].request(
+                request.method, upstream + request.rel_url.raw_path_qs,
+                headers=end_to_end(request.headers.items()), data=body or None,
+                allow_redirects=False) as answer:
+            response = web.StreamResponse(status=answer.status, reason=answer.reason)
+            for k, v in end_to_end(answer.headers.items()):
+                response.headers.add(k, v)
+            await response.prepare(request)
+            n = 0
+            async for chunk in answer.content.iter_chunked(CHUNK):
+                n += len(chunk)
+                await response.write(chunk)
+            await response.write_eof()
+        requests.labels(request.method, str(answer.status)).inc()
+        if request.method == "GET":
+            served.inc(n)
+        return response
+
+    app.cleanup_ctx.append(session)
+    app.router.add_route("*", "/{path:.*}", handle)
+    return app
+
+
 # ---- control ----
 
 def control_app(model: Model, relay: Relay, registry: CollectorRegistry) -> web.Application:
@@ -257,6 +319,9 @@ async def serve(args: argparse.Namespace) -> None:
 
     if args.root:
         upstream = ("127.0.0.1", await start(range_app(Path(args.root), model, registry)))
+    elif args.proxy:
+        app = proxy_app(f"http://{args.proxy}", model, registry)
+        upstream = ("127.0.0.1", await start(app))
     else:
         host, _, port = args.upstream.rpartition(":")
         upstream = (host or "127.0.0.1", int(port))
@@ -277,9 +342,11 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--root", help="serve the files under this directory (HTTP Range)")
     where.add_argument("--upstream", metavar="HOST:PORT",
                        help="relay to this server instead (e.g. the fluxon agent)")
+    where.add_argument("--proxy", metavar="HOST:PORT",
+                       help="a delaying, counting HTTP proxy to this origin, behind the relay")
     ap.add_argument("--port", type=int, default=0, help="public (relay) port; 0: a free one")
     ap.add_argument("--latency-ms", type=float, default=0.0,
-                    help="--root only: sleep this long before answering each file request")
+                    help="--root and --proxy: sleep this long before answering each request")
     ap.add_argument("--bandwidth-mbps", type=float, default=0.0,
                     help="per-connection cap, MB/s (10^6 bytes/s), server -> client; 0: none")
     args = ap.parse_args(argv)

@@ -40,6 +40,23 @@ over --rounds with their ranges; nothing fails on a timing. Frames are
 checked as in bench/run.py: fluxon bit-exact against the ffmpeg CLI, peers
 the right frame within tolerance, else the row is flagged and is never the
 "best exact peer". Writes remote.md, remote.json and remote.png to --out.
+
+--store s3: the origin is an object store instead. moto's S3 server (buckets
+in memory, fluxon_video.testing.S3Server) holds the videos under
+s3://bench/videos; in front of it, bench/range_server.py --proxy sleeps L ms
+before forwarding each request and counts requests and body bytes (moto has
+no metrics), and its relay caps each connection: every contender's S3
+requests, the agent's included, go through that one proxy. fluxon reads
+through the agent (export root s3://bench/videos, the store options and
+credentials in the agent's config, no injected latency; its relay is not
+shaped: the agent is the cache service next to the trainers, like Redis).
+Peers: PyAV and torchcodec (exact) over an s3fs file object and over an
+obstore reader (obstore.open_reader, its read() copied into bytes) at each
+--block-sizes, and PyAV after one GET of the whole file (s3fs cat_file).
+Workloads: "clips" over the short videos, and "long": --long-items random
+clips of each of --long-videos 2-minute 720p videos (about 45 MB each), a
+new open per item. fluxon rows as above. Writes
+remote-s3.md and remote-s3.json.
 """
 
 from __future__ import annotations
@@ -52,6 +69,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -62,14 +80,19 @@ from fluxon_access import store  # noqa: E402
 from machine import machine, versions  # noqa: E402
 from passes import failed_pass  # noqa: E402
 from remote_plan import CLIP_LEN, SIZE, STRIDE, Plan  # noqa: E402
-from remote_store import PeerWorker, Store, fluxon_process  # noqa: E402
+from remote_store import PeerWorker, S3Store, Store, fluxon_process  # noqa: E402
 from remote_summary import label  # noqa: E402
 from tables import MiB  # noqa: E402
 
 EXPORT = "remote"
 FAMILIES = ("pyav", "torchcodec", "decord")
-DEFAULTS = {"latencies": "0,2,10", "rounds": "2", "videos": 24, "batched_items": 3}
-QUICK = {"latencies": "10", "rounds": "1", "videos": 12, "batched_items": 2}
+DEFAULTS = {"latencies": "0,2,10", "rounds": "2", "videos": 24, "batched_items": 3,
+            "block_sizes": "256K,default", "long_videos": 0, "long_items": 0}
+QUICK = {**DEFAULTS, "latencies": "10", "rounds": "1", "videos": 12, "batched_items": 2}
+# --store s3: fewer short videos, the long ones, one latency.
+S3_DEFAULTS = {**DEFAULTS, "latencies": "10", "videos": 16, "block_sizes": "256K,4M",
+               "long_videos": 2, "long_items": 4}
+S3_QUICK = {**S3_DEFAULTS, "rounds": "1", "videos": 6, "long_videos": 1, "long_items": 2}
 FLUXON_CACHES = ("cold", "warm-kv", "warm-kv+shared")
 # How long a shared stat lives in the shared rows: long enough to outlast the
 # passes between the cold pass that writes it and the row that reads it (a
@@ -80,6 +103,15 @@ SHARED_STAT_TTL_MS = 120_000
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = scenario_parser("remote.py", __doc__, "smoke run (~2-3 min): 10 ms only, 1 round, "
                          "12 videos, 2 batched items", "remote.md/.json/.png")
+    ap.add_argument("--store", choices=("dir", "s3"), default="dir",
+                    help="the origin: 'dir', the agent's directory export and the HTTP Range "
+                         "server; 's3', moto's S3 server behind a delaying, counting proxy "
+                         "(see above; different defaults: L = 10 ms, 16 videos, 2 long "
+                         "videos x 4 items, blocks 256K,4M; quick: 6 videos, 1 long x 2)")
+    ap.add_argument("--long-videos", type=int, help="2-minute 720p videos of the 'long' "
+                                                    "workload (default: 0; s3: 2)")
+    ap.add_argument("--long-items", type=int, help="items (random clips, a new open each) "
+                                                   "per long video per round (s3: 4)")
     ap.add_argument("--latencies", help="per-request latencies, ms, comma separated "
                                         "(default: 0,2,10; quick: 10)")
     ap.add_argument("--bandwidth-mbps", type=float, default=50.0,
@@ -94,16 +126,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="videos per round in the batched workload (default: 3, quick: 2)")
     ap.add_argument("--batched-clips", type=int, default=8, help="K, clips per batched item "
                                                                  "(default: 8)")
-    ap.add_argument("--block-sizes", default="256K,default",
+    ap.add_argument("--block-sizes",
                     help="fsspec block sizes of the PyAV and torchcodec rows; 'default' is "
-                         "fsspec's (5 MiB) (default: 256K,default)")
+                         "fsspec's (5 MiB) (default: 256K,default); with --store s3 the "
+                         "s3fs block and obstore buffer sizes (default: 256K,4M)")
     ap.add_argument("--threads", type=int, default=1,
                     help="decoder threads for every contender (default: 1)")
     ap.add_argument("--piece-size", type=int, default=None,
                     help="FluxonFS piece size, bytes (default: the export default)")
     ap.add_argument("--seed", type=int, default=15, help="clip sampling seed (default: 15)")
-    args = finish(ap, ap.parse_args(argv), DEFAULTS, QUICK,
+    args = ap.parse_args(argv)
+    s3 = args.store == "s3"
+    args = finish(ap, args, S3_DEFAULTS if s3 else DEFAULTS, S3_QUICK if s3 else QUICK,
                   ("videos", "batched_items", "batched_clips", "threads"))
+    if s3 and (args.long_videos < 0 or args.long_items < (1 if args.long_videos else 0)):
+        ap.error("--long-videos >= 0 and --long-items >= 1")
     try:
         args.latency_list = [float(x) for x in args.latencies.split(",") if x.strip()]
         args.block_list = [None if b.strip() == "default" else parse_size(b)
@@ -126,6 +163,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.max_rounds = max(rounds)
     if args.bandwidth_mbps < 0:
         ap.error("--bandwidth-mbps must be >= 0")
+    if s3 and None in args.block_list:
+        ap.error("--store s3: name every block size (s3fs's default is 50 MiB; obstore needs one)")
     return args
 
 
@@ -143,6 +182,11 @@ class Bench:
         self.load: list[tuple[str, list[float]]] = []
         self.target_latency = args.target_latency
         self.plan = Plan(args, self.say, self.notes)
+        self.s3 = args.store == "s3"
+        self.families = ("pyav", "torchcodec") if self.s3 else FAMILIES
+        self.workloads = (("clips", "long") if self.s3
+                          else ("clips", "batched", "metadata") + (("long",) if args.long_videos
+                                                                   else ()))
 
     def say(self, text: str) -> None:
         print(f"[{time.perf_counter() - self.t0:6.0f} s] {text}", flush=True)
@@ -151,12 +195,18 @@ class Bench:
 
     def start(self) -> None:
         self.work.mkdir(parents=True, exist_ok=True)
-        self.say("servers: redis-server, the agent, range_server.py + relays on loopback")
-        self.store = Store(self.work, EXPORT, self.plan.video_dir, self.args.bandwidth_mbps)
+        if self.s3:
+            self.say("servers: moto S3 (uploading the videos), range_server.py --proxy + relay, "
+                     "redis-server, the agent + relay on loopback")
+            self.store = S3Store(self.work, EXPORT, self.plan.video_dir,
+                                 self.args.bandwidth_mbps, list(self.plan.videos))
+        else:
+            self.say("servers: redis-server, the agent, range_server.py + relays on loopback")
+            self.store = Store(self.work, EXPORT, self.plan.video_dir, self.args.bandwidth_mbps)
         ctx = mp.get_context("spawn")
         self.ctx = ctx
         warm = str(next(iter(self.plan.videos.values())).path)
-        for family in FAMILIES:
+        for family in self.families:
             self.say(f"starting the {family} worker")
             worker = PeerWorker(ctx, family, warm, self.args.threads)
             if worker.ready:
@@ -175,7 +225,7 @@ class Bench:
 
     def fluxon_config(self) -> dict:
         assert self.store is not None
-        return store(EXPORT, self.plan.video_dir.resolve(), self.store.agent_relay.url,
+        return store(EXPORT, self.store.root, self.store.agent_relay.url,
                      self.store.redis.url, piece_size=self.plan.piece_size())
 
     # ---- rows and passes ----
@@ -183,7 +233,9 @@ class Bench:
     def peer_rows(self, workload: str) -> list[dict]:
         blocks = self.args.block_list
         rows: list[dict] = []
-        if workload == "clips":
+        if self.s3:
+            rows = s3_peer_rows(blocks)
+        elif workload in ("clips", "long"):
             rows += [{"family": "pyav", "mode": "fsspec", "block_size": b} for b in blocks]
             rows.append({"family": "pyav", "mode": "download"})
             rows += [{"family": "torchcodec", "mode": "fsspec", "block_size": b,
@@ -225,7 +277,8 @@ class Bench:
         return {"workload": workload, "items": items,
                 "videos": self.plan.video_table(self.store.range.url),
                 "store": self.store.urls(), "threads": self.args.threads,
-                "latency_ms": latency, "round": r}
+                "latency_ms": latency, "round": r,
+                "s3": self.store.peer_access() if isinstance(self.store, S3Store) else None}
 
     def record(self, result: dict, workload: str, latency: float, r: int) -> dict:
         result.update({"workload": workload, "latency_ms": latency, "round": r})
@@ -251,7 +304,7 @@ class Bench:
                       "metadata_cache_ttl_ms": SHARED_STAT_TTL_MS}
             task = {**self.task(workload, self.plan.plans[workload][r], latency, r),
                     "fluxon": fx, "cache": cache, "warm_path": warm,
-                    "warm_reader": cache == "cold" and workload == "clips",
+                    "warm_reader": cache == "cold" and workload in ("clips", "long"),
                     "local_pass": (cache == "warm-kv" and workload == "clips"
                                    and latency == self.target_latency)}
             if shared:  # another process authorised the stats first (untimed)
@@ -293,15 +346,13 @@ class Bench:
                 self.store.set_latency(latency)
                 self.say(f"latency {latency:g} ms, bandwidth "
                          f"{self.args.bandwidth_mbps:g} MB/s per connection")
-                for workload in ("clips", "batched", "metadata"):
+                for workload in self.workloads:
                     self.run_workload(workload, latency)
                 self.load.append((f"after {latency:g} ms", list(os.getloadavg())))
         finally:
             self.stop()
         results = self.results()
-        import remote_report
-
-        written = remote_report.write(results, self.args.out)
+        written = report_module(self.s3).write(results, self.args.out)
         self.say("wrote " + ", ".join(str(p) for p in written))
         return 0
 
@@ -326,6 +377,15 @@ class Bench:
 
     def conditions(self) -> dict:
         a = self.args
+        out = self.dir_conditions()
+        if self.s3:
+            out["store"].update(S3_CONDITIONS)
+        out["workload"].update(long_videos=a.long_videos, long_items=a.long_items,
+                               block_sizes=a.block_sizes)
+        return out
+
+    def dir_conditions(self) -> dict:
+        a = self.args
         return {
             "machine": {**machine(), "load_average": self.load},
             "versions": {**versions(), **self.versions},
@@ -348,6 +408,36 @@ class Bench:
         }
 
 
+S3_CONDITIONS = {
+    "origin": "s3",
+    "peers": "s3fs file objects, obstore readers and s3fs cat_file, to moto's S3 server "
+             "(standalone, buckets in memory) through bench/range_server.py --proxy",
+    "fluxon": "the agent (export root s3://bench/videos, obstore, the store options in its "
+              "config, no injected latency) on loopback behind an unshaped relay; Redis on "
+              "loopback, no persistence; the agent's S3 requests go through the same proxy",
+    "relay": "bench/range_server.py relay in front of the S3 proxy: per-connection token "
+             "bucket (64 KiB burst) on server -> client bytes; counts connections",
+    "latency": "the proxy (range_server.py --proxy) sleeps L before forwarding each request "
+               "to S3 (any method: GET, HEAD, LIST), for the peers and the agent alike; it "
+               "counts the requests and GET body bytes",
+}
+
+
+def s3_peer_rows(blocks: list[int]) -> list[dict]:
+    """PyAV and torchcodec (exact) over s3fs and obstore at each block size; PyAV download."""
+    rows = [{"family": fam, "mode": mode, "block_size": b,
+             **({"seek_mode": "exact"} if fam == "torchcodec" else {})}
+            for fam in ("pyav", "torchcodec") for mode in ("s3fs", "obstore") for b in blocks]
+    return rows + [{"family": "pyav", "mode": "download"}]
+
+
+def report_module(s3: bool) -> Any:
+    import remote_report
+    import remote_s3_report
+
+    return remote_s3_report if s3 else remote_report
+
+
 def brief(result: dict) -> str:
     if result.get("fatal"):
         return f"FAILED {result['fatal']}"
@@ -367,9 +457,9 @@ def brief(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
-        import remote_report
-
-        written = remote_report.write(json.loads(args.render.read_text()), args.out)
+        results = json.loads(args.render.read_text())
+        s3 = results["conditions"]["store"].get("origin") == "s3"
+        written = report_module(s3).write(results, args.out)
         print("wrote " + ", ".join(str(p) for p in written))
         return 0
     bench = Bench(args, argv if argv is not None else sys.argv[1:])

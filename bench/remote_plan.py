@@ -32,6 +32,23 @@ def remote_specs() -> list[Any]:
     return specs
 
 
+def long_specs(n: int) -> list[Any]:
+    """n long videos (the "long" workload): 2-minute 720p H.264 MP4 at 3 Mb/s, about 45 MB
+    each, GOP 250 faststart and GOP 120 moov-at-end in turn; made once and cached."""
+    from dataset import X264, VideoSpec
+
+    rate = ("-b:v", "3M", "-maxrate", "3M", "-bufsize", "6M")
+    return [VideoSpec(f"h264_720p_long_{k:02d}.mp4", 1280, 720, 120, (250, 120)[k % 2],
+                      X264 + rate, faststart=k % 2 == 0, role="long") for k in range(n)]
+
+
+def long_order(names: list[str], per_video: int, rng: Any) -> list[str]:
+    """The long workload's items: each long video ``per_video`` times, shuffled (each item
+    one random clip and a new open, as in "clips")."""
+    order = [n for n in names for _ in range(per_video)]
+    return [order[i] for i in rng.permutation(len(order))]
+
+
 def balanced(specs: list[Any], n: int) -> list[Any]:
     """n specs spread over the kinds (every other one first, then the rest)."""
     order = specs[::2] + specs[1::2]
@@ -96,6 +113,7 @@ class Plan:
         self.args, self.say, self.notes = args, say, notes
         self.video_dir = args.data / "remote-videos"
         self.videos: dict[str, Any] = {}
+        self.long: list[str] = []  # the long videos' names (the "long" workload only)
         self.plans: dict[str, list[list[dict]]] = {}
         self.ref_paths: dict[str, Path] = {}
 
@@ -108,16 +126,19 @@ class Plan:
         from dataset import prepare
 
         specs = balanced(remote_specs(), self.args.videos)
-        self.say(f"dataset: {len(specs)} videos under {self.video_dir} (made once)")
-        for spec in specs:
+        longs = long_specs(getattr(self.args, "long_videos", 0))
+        self.say(f"dataset: {len(specs)} videos and {len(longs)} long ones under "
+                 f"{self.video_dir} (made once)")
+        for spec in specs + longs:
             video = prepare([spec], self.video_dir)[0]
             self.videos[video.name] = video
+        self.long = [s.name for s in longs]
 
     def make_plans(self) -> None:
         import numpy as np
         from dataset import sample_clips
 
-        names = list(self.videos)
+        names = [n for n in self.videos if n not in self.long]
         a = self.args
         batched = mixed(names, a.batched_items)
         for r in range(a.max_rounds):
@@ -131,14 +152,23 @@ class Plan:
                                                     CLIP_LEN, STRIDE, rng)} for n in batched])
             self.plans.setdefault("metadata", []).append(
                 [{"video": n} for n in (names[i] for i in rng.permutation(len(names)))])
+            if self.long:
+                self.plans.setdefault("long", []).append(
+                    [{"video": n, "clips": sample_clips(self.videos[n].frames, 1, CLIP_LEN,
+                                                        STRIDE, rng)}
+                     for n in long_order(self.long, a.long_items, rng)])
         piece = self.piece_size()
-        for workload in ("clips", "batched"):
+        for workload in self.clip_workloads():
             for plan in self.plans[workload]:
                 for item in plan:
                     video = self.videos[item["video"]]
                     item["needed_bytes"] = (video.span_bytes(item["clips"])
                                             + video.container_bytes())
                     item.update(piece_model(video, item["clips"], piece))
+
+    def clip_workloads(self) -> list[str]:
+        """The workloads whose items have clips (every one but "metadata")."""
+        return [w for w in self.plans if w != "metadata"]
 
     def piece_size(self) -> int:
         from fluxon_video.fs.config import FluxonFsExport
@@ -151,7 +181,7 @@ class Plan:
         refs = self.args.data / "remote-refs"
         refs.mkdir(parents=True, exist_ok=True)
         wanted: dict[str, set[int]] = {n: set() for n in self.videos}
-        for workload in ("clips", "batched"):
+        for workload in self.clip_workloads():
             for plan in self.plans[workload]:
                 for item in plan:
                     wanted[item["video"]].update(needed(item["clips"]))
@@ -195,7 +225,7 @@ class Plan:
     def needed_bytes(self) -> dict[str, list[int]]:
         """Per clips round: each item's GOP span bytes + its video's container bytes."""
         out = {}
-        for workload in ("clips", "batched"):
+        for workload in self.clip_workloads():
             out[workload] = [
                 sum(self.videos[i["video"]].span_bytes(i["clips"])
                     + self.videos[i["video"]].container_bytes() for i in plan)

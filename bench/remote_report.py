@@ -17,7 +17,7 @@ def _f(x: float | None, digits: int = 2) -> str:
 
 def _row_name(s: dict) -> str:
     name = s["label"]
-    if s["row"]["family"] == "fluxon" and s["workload"] != "clips":
+    if s["row"]["family"] == "fluxon" and s["workload"] in ("batched", "metadata"):
         how = "read_many" if s["workload"] == "batched" else "video_metadata"
         name = name.replace("fluxon ", f"fluxon {how} ", 1)
     return ("" if s["ok"] else "⚠ ") + name
@@ -47,12 +47,12 @@ def _rate_cells(s: dict, per: str) -> list[str]:
             _f(s[f"requests_per_{per}"], 1), _f(s["connections_used"], 0)]
 
 
-def clips_table(summaries: list[dict]) -> list[str]:
+def clips_table(summaries: list[dict], workload: str = "clips") -> list[str]:
     return table(["L ms", "row", "clips/s (median, range)", "p50 ms", "p99 ms", "MiB/clip",
                   "req/clip", "conns", "open+index p50 ms", "KV RT/clip", "frames"],
                  [[*_rate_cells(s, "clip"), _f(s.get("fluxon", {}).get("open_index_ms_p50"), 1),
                    _f(s["fluxon"]["kv_round_trips_per_item"], 1) if s.get("fluxon") else "–",
-                   _check_text(s)] for s in _order(summaries, "clips")])
+                   _check_text(s)] for s in _order(summaries, workload)])
 
 
 def batched_table(summaries: list[dict]) -> list[str]:
@@ -85,7 +85,9 @@ def _dataset(results: dict) -> list[str]:
     """One row per kind of video (codec, size, layout) with the ranges over its videos."""
     kinds: dict[str, list[dict]] = {}
     for v in results["videos"]:
-        kinds.setdefault(f"{v['codec']} {v['width']}x{v['height']} {v['layout']}", []).append(v)
+        long = " (long)" if "_long_" in v["video"] else ""
+        kinds.setdefault(f"{v['codec']} {v['width']}x{v['height']} {v['layout']}{long}",
+                         []).append(v)
 
     def span(vs: list[dict], key: str, scale: float, digits: int) -> str:
         return (f"{min(v[key] for v in vs) / scale:.{digits}f}–"

@@ -48,13 +48,44 @@ class RelayProcess:
                 self.proc.wait()
 
 
-class Store:
+class _Servers:
+    """What both stores have: Redis, the agent behind its relay, the origin's relay."""
+
+    redis: Any
+    agent: Any
+    agent_port: int
+    agent_relay: RelayProcess
+    range: RelayProcess
+    origin = "agent"  # who serves fluxon's origin requests (Counters reads it)
+
+    def urls(self) -> dict[str, str]:
+        return {"range_url": self.range.url, "range_control": self.range.control,
+                "range_metrics": self.range.control + "/metrics",
+                "agent_url": self.agent_relay.url,
+                "agent_metrics": f"http://127.0.0.1:{self.agent_port}/metrics",
+                "agent_relay_control": self.agent_relay.control,
+                "fluxon_origin": self.origin}
+
+    def flush(self) -> None:
+        client = self.redis.client()
+        client.flushall()
+        client.close()
+
+    def stop(self) -> None:
+        for server in (self.agent, self.agent_relay, self.range, self.redis,
+                       getattr(self, "s3", None)):
+            if server is not None:
+                server.stop()
+
+
+class Store(_Servers):
     """Redis, the agent (restarted per latency, same port) and the two relays."""
 
     def __init__(self, work: Path, export: str, video_dir: Path, bandwidth_mbps: float) -> None:
         from fluxon_video.testing import RedisServer, free_port
 
         self.work, self.video_dir = work, video_dir
+        self.root = str(video_dir.resolve())
         self.redis = RedisServer(work / "redis").start()
         self.config = write_agent_config(work / "agent.toml", export, video_dir.resolve())
         self.agent_port = free_port()
@@ -74,22 +105,54 @@ class Store:
                                   port=self.agent_port).start()
         self.range.set(latency_ms=latency_ms)
 
-    def urls(self) -> dict[str, str]:
-        return {"range_url": self.range.url, "range_control": self.range.control,
-                "range_metrics": self.range.control + "/metrics",
-                "agent_url": self.agent_relay.url,
-                "agent_metrics": f"http://127.0.0.1:{self.agent_port}/metrics",
-                "agent_relay_control": self.agent_relay.control}
 
-    def flush(self) -> None:
-        client = self.redis.client()
-        client.flushall()
-        client.close()
+BUCKET, PREFIX = "bench", "videos"
 
-    def stop(self) -> None:
-        for server in (self.agent, self.agent_relay, self.range, self.redis):
-            if server is not None:
-                server.stop()
+
+class S3Store(_Servers):
+    """The object-store origin: moto's S3 server (buckets in memory) behind
+    ``range_server.py --proxy`` (L ms before every request, requests and bytes counted)
+    and its relay (the per-connection cap). Peers and the agent alike reach S3 only
+    through that relay. The agent (export root ``s3://bench/videos``, the store options
+    and credentials in its config, no injected latency) sits behind an unshaped relay
+    that only counts connections: it is the cache service next to the trainers, as Redis
+    is; the remote store is S3."""
+
+    origin = "proxy"
+
+    def __init__(self, work: Path, export: str, video_dir: Path, bandwidth_mbps: float,
+                 names: list[str]) -> None:
+        from fluxon_video.testing import AgentProcess, RedisServer, S3Server, free_port
+
+        self.work, self.video_dir = work, video_dir
+        self.root = f"s3://{BUCKET}/{PREFIX}"
+        self.agent = None
+        self.s3 = S3Server(work / "s3").start()
+        self.redis = RedisServer(work / "redis").start()
+        self.s3.upload(BUCKET, {f"{PREFIX}/{n}": video_dir / n for n in names})
+        self.range = RelayProcess(["--proxy", f"127.0.0.1:{self.s3.port}",
+                                   "--bandwidth-mbps", str(bandwidth_mbps)],
+                                  work / "s3_proxy.log")
+        self.config = write_agent_config(work / "agent-s3.toml", export, self.root,
+                                         self.options())
+        self.agent_port = free_port()
+        self.agent_relay = RelayProcess(["--upstream", f"127.0.0.1:{self.agent_port}",
+                                         "--bandwidth-mbps", "0"], work / "agent_relay.log")
+        self.agent = AgentProcess(self.config, [], port=self.agent_port).start()
+
+    def options(self) -> dict[str, Any]:
+        """The export's store options: moto's, with the endpoint through the proxy."""
+        return {**self.s3.store_options(), "endpoint": self.range.url}
+
+    def set_latency(self, latency_ms: float) -> None:
+        self.range.set(latency_ms=latency_ms)
+
+    def peer_access(self) -> dict[str, Any]:
+        """What a peer needs to read the bucket through the proxy (s3fs, obstore)."""
+        o = self.options()
+        return {"bucket": BUCKET, "prefix": PREFIX, "endpoint": o["endpoint"],
+                "region": o["region"], "key": o["access_key_id"],
+                "secret": o["secret_access_key"]}
 
 
 class PeerWorker:

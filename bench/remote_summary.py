@@ -20,7 +20,8 @@ def label(row: dict) -> str:
             return f"{fam} · download (1 GET), K clips in one pass (union)"
         return f"{fam} · download (1 GET)"
     block = row.get("block_size")
-    where = f"fsspec {block // KiB} KiB" if block else "fsspec 5 MiB (default)"
+    tool = {"s3fs": "s3fs", "obstore": "obstore reader"}.get(row["mode"], "fsspec")
+    where = f"{tool} {size_text(block)}" if block else "fsspec 5 MiB (default)"
     if fam == "decord":
         return "decord · file object (reads it whole)"
     if fam == "torchcodec" and row.get("seek_mode") == "approximate":
@@ -28,6 +29,11 @@ def label(row: dict) -> str:
     if fam == "torchcodec" and row.get("seek_mode") == "exact":
         return f"torchcodec exact · {where}"
     return f"{fam} · {where}"
+
+
+def size_text(n: int) -> str:
+    """256 KiB, 4 MiB."""
+    return f"{n // MiB} MiB" if n >= MiB and n % MiB == 0 else f"{n // KiB} KiB"
 
 
 def row_key(row: dict) -> str:

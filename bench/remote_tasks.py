@@ -63,31 +63,88 @@ def open_peer(row: dict, source: Any, video: dict, threads: int) -> Any:
 
 
 class PeerSource:
-    """The row's remote access: an fsspec HTTP file object, or one GET into memory."""
+    """The row's remote access: an fsspec HTTP file object or one GET into memory (the
+    HTTP Range server); with ``s3`` (bench/remote.py --store s3): an s3fs file object,
+    an obstore reader (ObstoreFile) or one GET through s3fs."""
 
-    def __init__(self, row: dict) -> None:
-        import fsspec
-
-        self.row = row
+    def __init__(self, row: dict, s3: dict | None = None) -> None:
+        self.row, self.s3 = row, s3
         self.block = {"block_size": row["block_size"]} if row.get("block_size") else {}
-        self.fs = fsspec.filesystem("http", **self.block)  # the instance fsspec.open reuses
+        if s3 is None:
+            import fsspec
 
-    def open(self, url: str) -> tuple[Any, Callable[[], None]]:
+            self.fs = fsspec.filesystem("http", **self.block)  # the instance fsspec.open reuses
+        elif row["mode"] == "obstore":
+            from obstore.store import S3Store
+
+            self.store = S3Store(s3["bucket"], endpoint=s3["endpoint"], region=s3["region"],
+                                 access_key_id=s3["key"], secret_access_key=s3["secret"],
+                                 client_options={"allow_http": True})
+        else:
+            import s3fs
+
+            self.fs = s3fs.S3FileSystem(key=s3["key"], secret=s3["secret"],
+                                        endpoint_url=s3["endpoint"],
+                                        client_kwargs={"region_name": s3["region"]})
+
+    def where(self, video: dict) -> str:
+        if self.s3 is None:
+            return video["url"]
+        key = f"{self.s3['prefix']}/{video['relpath']}"
+        return key if self.row["mode"] == "obstore" else f"{self.s3['bucket']}/{key}"
+
+    def open(self, video: dict) -> tuple[Any, Callable[[], None]]:
         import fsspec
 
-        if self.row["mode"] == "download":
-            data = self.fs.cat_file(url)  # one GET of the whole file
+        where, mode = self.where(video), self.row["mode"]
+        if mode == "download":
+            data = self.fs.cat_file(where)  # one GET of the whole file
             return (data if self.row["family"] == "torchcodec" else io.BytesIO(data)), lambda: None
-        f = fsspec.open(url, "rb", **self.block).open()  # HEAD (size), then ranged GETs
+        if mode == "obstore":
+            import obstore
+
+            f = ObstoreFile(obstore.open_reader(self.store, where,
+                                                buffer_size=self.row["block_size"]))
+            return f, f.close
+        if mode == "s3fs":
+            f = self.fs.open(where, "rb", **self.block)  # HEAD (size), then ranged GETs
+            return f, f.close
+        f = fsspec.open(where, "rb", **self.block).open()  # HEAD (size), then ranged GETs
         return f, f.close
 
     def read(self, video: dict, use: Callable[[Any], Any]) -> Any:
         """``use(file)`` on the video's file, closed afterwards."""
-        f, close = self.open(video["url"])
+        f, close = self.open(video)
         try:
             return use(f)
         finally:
             close()
+
+
+class ObstoreFile:
+    """obstore.open_reader's file, as PyAV and torchcodec take it: its read() returns
+    obstore.Bytes, which both refuse (they want bytes), so read() copies into bytes;
+    seek, tell and the reader's buffering (buffer_size, one ranged GET per refill) are
+    obstore's own."""
+
+    def __init__(self, reader: Any) -> None:
+        self.reader = reader
+
+    def read(self, size: int = -1) -> bytes:
+        return bytes(self.reader.read(size) if size is not None and size >= 0
+                     else self.reader.read())
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.reader.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.reader.tell()
+
+    def seekable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.reader.close()
 
 
 def peer_clips(row: dict, f: Any, video: dict, clips: Sequence[Sequence[int]],
@@ -101,7 +158,7 @@ def peer_clips(row: dict, f: Any, video: dict, clips: Sequence[Sequence[int]],
 
 def peer_pass(task: dict) -> dict:
     row, videos, threads = task["row"], task["videos"], task["threads"]
-    source = PeerSource(row)
+    source = PeerSource(row, task.get("s3"))
     counters = Counters(task["store"], "peer")
     if task["workload"] == "metadata":
         return peer_metadata_pass(task, source, counters)
@@ -161,8 +218,13 @@ def _versions(family: str) -> dict[str, str]:
     import aiohttp
     import fsspec
 
-    return {"fsspec": fsspec.__version__, "aiohttp": aiohttp.__version__,
-            **peer_versions(family, ("libavcodec", "libavformat", "libswscale"))}
+    out = {"fsspec": fsspec.__version__, "aiohttp": aiohttp.__version__}
+    for name in ("s3fs", "obstore"):  # the S3 scenario's access libraries, where installed
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return {**out, **peer_versions(family, ("libavcodec", "libavformat", "libswscale"))}
 
 
 def _warm_up(family: str, path: str, threads: int) -> None:
@@ -178,6 +240,11 @@ def _warm_up(family: str, path: str, threads: int) -> None:
     handle.close()
     import fsspec  # noqa: F401 - and its HTTP implementation
     import fsspec.implementations.http  # noqa: F401
+    for name in ("s3fs", "obstore"):  # the S3 scenario's, where installed
+        try:
+            __import__(name)
+        except ImportError:
+            pass
 
 
 def _answer(conn: Any, work: Callable[[], dict], task: dict | None = None) -> None:
@@ -324,7 +391,7 @@ def fluxon_pass(task: dict) -> list[dict]:
         else:
             out.append(_fluxon_clips_pass(task, pool, counters, row))
         settle(patcher)
-        if task.get("warm_reader"):
+        if task.get("warm_reader"):  # the same items again through the same pool
             out.append(_fluxon_clips_pass(task, pool, counters,
                                           {"family": "fluxon", "cache": "warm-reader"}))
             settle(patcher)

@@ -30,23 +30,30 @@ class Counters:
 
     def __init__(self, store: dict, side: str) -> None:
         self.side = side  # "peer" (range server) or "fluxon" (agent)
-        self.origin = store["range_metrics"] if side == "peer" else store["agent_metrics"]
-        self.relay = store["range_control"] if side == "peer" else store["agent_relay_control"]
+        # An object-store origin (store["fluxon_origin"] == "proxy"): the agent reads the
+        # origin through the same counting proxy as the peers; count fluxon there too.
+        self.agent = store["agent_metrics"] if side == "fluxon" else None
+        at_proxy = side == "peer" or store.get("fluxon_origin") == "proxy"
+        self.origin = store["range_metrics"] if at_proxy else store["agent_metrics"]
+        self.relay = store["range_control"] if at_proxy else store["agent_relay_control"]
 
     def snapshot(self) -> dict[str, float]:
         o = scrape(self.origin)
         r = scrape(self.relay + "/metrics")
-        if self.side == "peer":
+        out: dict[str, float] = {}
+        if self.origin != self.agent:
             out = {"requests": _sum(o, "bench_range_requests_total"),
                    "bytes": _sum(o, "bench_range_served_bytes_total"),
                    "head_requests": _sum(o, "bench_range_requests_total",
                                          lambda k: "method=HEAD" in k)}
-        else:
-            out = {"requests": _sum(o, "fluxon_agent_requests_total",
-                                    lambda k: "route=/v1/read" in k or "route=/v1/stat" in k),
-                   "bytes": _sum(o, "fluxon_agent_served_bytes_total"),
-                   "stat_requests": _sum(o, "fluxon_agent_requests_total",
-                                         lambda k: "route=/v1/stat" in k)}
+        if self.agent is not None:
+            a = o if self.origin == self.agent else scrape(self.agent)
+            agent = {"requests": _sum(a, "fluxon_agent_requests_total",
+                                      lambda k: "route=/v1/read" in k or "route=/v1/stat" in k),
+                     "bytes": _sum(a, "fluxon_agent_served_bytes_total"),
+                     "stat_requests": _sum(a, "fluxon_agent_requests_total",
+                                           lambda k: "route=/v1/stat" in k)}
+            out.update(agent if not out else {f"agent_{k}": v for k, v in agent.items()})
         out["relay_opened"] = _sum(r, "bench_relay_connections_opened_total")
         out["relay_bytes_down"] = _sum(r, "bench_relay_bytes_down_total")
         out["connections_used"] = _sum(r, "bench_relay_connections_used")

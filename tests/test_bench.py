@@ -114,3 +114,61 @@ def test_quick_runs_take_the_quick_defaults(tmp_path):
     assert args.repeat == 1 and args.out == tmp_path / "quick-results"
     assert finish(ap, ap.parse_args(["--repeat", "2"]), {"repeat": 3}, {"repeat": 1}).repeat == 2
     assert parse_size("256K") == 256 << 10 and parse_size("4MiB") == 4 << 20
+
+
+def test_the_s3_store_option_takes_its_own_defaults_and_rows(tmp_path):
+    from remote import parse_args, s3_peer_rows
+
+    args = parse_args(["--store", "s3", "--quick", "--data", str(tmp_path)])
+    assert (args.long_videos, args.long_items, args.latency_list) == (1, 2, [10.0])
+    assert args.block_list == [256 << 10, 4 << 20]
+    assert parse_args(["--data", str(tmp_path)]).long_videos == 0  # the directory store
+    with pytest.raises(SystemExit):  # s3fs's default block (50 MiB) must be named
+        parse_args(["--store", "s3", "--block-sizes", "default", "--data", str(tmp_path)])
+    rows = s3_peer_rows([256 << 10])
+    assert {(r["family"], r["mode"]) for r in rows} == {
+        ("pyav", "s3fs"), ("pyav", "obstore"), ("torchcodec", "s3fs"),
+        ("torchcodec", "obstore"), ("pyav", "download")}
+    assert all(r.get("seek_mode") == "exact" for r in rows if r["family"] == "torchcodec")
+
+
+def test_long_items_repeat_each_long_video_and_shuffle():
+    from remote_plan import long_order
+
+    order = long_order(["a", "b"], 3, np.random.default_rng(1))
+    assert sorted(order) == ["a", "a", "a", "b", "b", "b"]
+
+
+def test_the_agent_config_carries_the_store_table(tmp_path):
+    import tomllib
+
+    from fluxon_access import write_agent_config
+
+    path = write_agent_config(tmp_path / "agent.toml", "e", "s3://b/p",
+                              {"endpoint": "http://127.0.0.1:9", "allow_http": True})
+    export = tomllib.loads(path.read_text())["exports"][0]
+    assert export["root"] == "s3://b/p"
+    assert export["store"] == {"endpoint": "http://127.0.0.1:9", "allow_http": True}
+
+
+def test_the_proxy_passes_end_to_end_headers_only():
+    from range_server import end_to_end
+
+    kept = end_to_end([("Range", "bytes=0-9"), ("Connection", "keep-alive"),
+                       ("Transfer-Encoding", "chunked"), ("Authorization", "AWS4 x")])
+    assert kept == [("Range", "bytes=0-9"), ("Authorization", "AWS4 x")]
+
+
+def test_s3_report_ratios_and_round_trips():
+    from remote_s3_report import best_exact_peer, ratio, round_trips
+
+    peer = {"row": {"family": "pyav"}, "ok": True, "clips_per_s": 4.0, "mib_per_clip": 2.0,
+            "requests_per_clip": 6.0}
+    flagged = {**peer, "ok": False, "clips_per_s": 9.0}
+    flux = {"row": {"family": "fluxon", "cache": "cold"}, "ok": True, "clips_per_s": 8.0,
+            "mib_per_clip": 1.0, "requests_per_clip": 2.0,
+            "fluxon": {"per_item": [{"open_round_trips": 2, "first_frame_waits": 1},
+                                    {"open_round_trips": 1, "first_frame_waits": 0}]}}
+    assert best_exact_peer([peer, flagged, flux]) is peer
+    assert ratio(flux, peer, "clips_per_s") == 2.0 and ratio(flux, peer, "mib_per_clip") == 0.5
+    assert round_trips(flux) == 2.0 and round_trips(peer) == 6.0
