@@ -292,3 +292,51 @@ def test_a_versioned_bucket_keys_by_version_id(bucket):
     assert new != old and new.etag.split("#")[1] != old.etag.split("#")[1]
     assert origin.read_range("a.bin", "n", 0, 4, old) == b"old!"
     assert origin.read_range("a.bin", "n", 0, 4, new) == b"new!"
+
+
+# ---- a plain HTTP origin ----
+
+@pytest.fixture
+def http_origin(media, tmp_path):
+    """aiohttp's static file server (Range, ETag and If-Match) over a directory."""
+    import asyncio
+    import threading
+
+    from aiohttp import web
+
+    from fluxon_video.testing import free_port
+
+    root = tmp_path / "site"
+    (root / "clips").mkdir(parents=True)
+    for name in ("hevc.mp4", "vp9.webm"):
+        (root / "clips" / name).write_bytes(media.path(name).read_bytes())
+    port, loop = free_port(), asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_static("/", root)
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", port).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}", root
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.run_until_complete(runner.cleanup())
+
+
+def test_an_http_origin_reads_exact_frames_and_refuses_a_changed_file(media, http_origin):
+    url, root = http_origin
+    with make_patcher(None, url, store={"allow_http": True}, metadata_cache_ttl_ms=0,
+                      piece_size=16 << 10) as patcher:
+        expected = media.reference("vp9.webm", H, W)
+        with patcher.open_video_reader("train", "clips/vp9.webm", H, W) as reader:
+            assert np.array_equal(reader.read_frames_numpy([0, 40]), expected[[0, 40]])
+            assert reader.version.etag
+        with pytest.raises(errors.FluxonFsBadRequestError, match="cannot list"):
+            list(patcher.list_files("train"))
+        with patcher.open_video_reader("train", "clips/hevc.mp4", H, W) as reader:
+            reader.read_frames_numpy([0])
+            (root / "clips" / "hevc.mp4").write_bytes(media.path("h264_faststart.mp4")
+                                                       .read_bytes())
+            with pytest.raises(errors.FluxonFsFileChangedError):
+                reader.read_frames_numpy([60])

@@ -74,6 +74,7 @@ class ObjectStoreOrigin:
         obstore = _obstore()
         self.export_name = export.name
         self._obstore = obstore
+        self._plain_http = export.root.startswith(("http://", "https://"))
         options = dict(export.store)
         client = {k: v for k, v in options.items() if k in CLIENT_OPTIONS}
         config = {k: v for k, v in options.items() if k not in CLIENT_OPTIONS}
@@ -147,6 +148,10 @@ class ObjectStoreOrigin:
         except FluxonFsError:
             raise
         except Exception as exc:  # noqa: BLE001 - mapped below
+            if self._plain_http:
+                raise FluxonFsBadRequestError(
+                    f"{where}: this HTTP origin cannot list its files (plain HTTP has no "
+                    "listing; name files by relpath)") from None
             raise _refusal(exc, where, "list") from None
         return out, None
 
