@@ -35,9 +35,9 @@ from fluxon_video.libav.avformat cimport (
     av_stream_get_side_data, avformat_open_input,
 )
 from fluxon_video.libav.avutil cimport (
-    AVERROR, AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVMEDIA_TYPE_AUDIO, AVMEDIA_TYPE_SUBTITLE,
-    AVMEDIA_TYPE_VIDEO, AVPixFmtDescriptor,
-    AVRational, av_color_range_name, av_color_space_name, av_pix_fmt_desc_get,
+    AV_NOPTS_VALUE, AVERROR, AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVMEDIA_TYPE_AUDIO,
+    AVMEDIA_TYPE_SUBTITLE, AVMEDIA_TYPE_VIDEO, AVPixFmtDescriptor, AVRational,
+    av_channel_layout_describe, av_color_range_name, av_color_space_name, av_pix_fmt_desc_get,
 )
 
 from fluxon_video import errors
@@ -455,6 +455,30 @@ cdef dict stream_header(AVFormatContext *fmt, AVStream *st, int64_t file_size):
     }
 
 
+cdef object audio_header(AVFormatContext *fmt, int video_index):
+    """The audio stream av_find_best_stream pairs with the video (as ffmpeg's
+    -map 0:a:0 of a typical file), as its header says it, or None."""
+    cdef int index = av_find_best_stream(fmt, AVMEDIA_TYPE_AUDIO, -1, video_index, NULL, 0)
+    cdef AVStream *st
+    cdef char layout[128]
+    if index < 0:
+        return None
+    st = fmt.streams[index]
+    layout[0] = 0
+    av_channel_layout_describe(&st.codecpar.ch_layout, layout, sizeof(layout))
+    tb = st.time_base.num / st.time_base.den if st.time_base.den else 0.0
+    return {
+        "stream_index": index,
+        "codec": avcodec_get_name(st.codecpar.codec_id).decode(),
+        "sample_rate": st.codecpar.sample_rate,
+        "channels": st.codecpar.ch_layout.nb_channels,
+        "layout": layout.decode("utf-8", "replace"),
+        "start_s": st.start_time * tb if st.start_time != AV_NOPTS_VALUE else None,
+        "duration_s": st.duration * tb if st.duration != AV_NOPTS_VALUE and st.duration > 0
+                      else None,
+    }
+
+
 def scan_packets(ByteSource source, str name=None, int stream_index=-1):
     """Scan a video stream's packets (stream_index, or -1 for choose_stream's
     rule); returns a FrameIndex."""
@@ -515,7 +539,8 @@ def scan_packets(ByteSource source, str name=None, int stream_index=-1):
                               int(d): "the demuxer cut it short (its size runs past the data)"
                               for d in np.flatnonzero(cut)},
                           pkt_hidden=(flags & 8) != 0, pkt_several=(flags & 16) != 0,
-                          header=stream_header(fmt, st, source.size))
+                          header={**stream_header(fmt, st, source.size),
+                                  "audio": audio_header(fmt, stream_index)})
     finally:
         avformat_close_input(&fmt)
         fx_avio_close(&pb)

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 BLOB_KIND = f"frameindex-v{FORMAT_VERSION}"  # the default stream's index
 
 

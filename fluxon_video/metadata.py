@@ -21,6 +21,19 @@ from fluxon_video.validation import positive_int
 
 
 @dataclass(frozen=True)
+class FluxonFsAudioMetadata:
+    """The audio stream the container pairs with the video, as its header says it."""
+
+    stream_index: int               # the container's stream (``ffmpeg -map 0:<it>``)
+    codec: str                      # e.g. "aac", "opus", "mp3"
+    sample_rate: int                # Hz
+    channels: int
+    layout: str                     # FFmpeg's name, e.g. "mono", "stereo", "5.1"
+    start_s: float | None           # the stream's start time as the header gives it
+    duration_s: float | None        # None when the header does not say
+
+
+@dataclass(frozen=True)
 class FluxonFsVideoMetadata:
     """A video's frame count, timing, size, rotation, codec and keyframes."""
 
@@ -44,6 +57,7 @@ class FluxonFsVideoMetadata:
     keyframe_indices: tuple[int, ...]
     size_bytes: int
     mtime_ns: int
+    audio: FluxonFsAudioMetadata | None = None  # None: the file has no audio stream
 
     @property
     def display_width(self) -> int:
@@ -164,6 +178,7 @@ def build_metadata(index: FrameIndex, size_bytes: int, mtime_ns: int,
         keyframe_indices=tuple(int(k) for k in keyframes),
         size_bytes=int(size_bytes),
         mtime_ns=int(mtime_ns),
+        audio=FluxonFsAudioMetadata(**header["audio"]) if header.get("audio") else None,
     )
 
 

@@ -12,7 +12,7 @@ from fluxon_video.fs.config import (
 )
 from fluxon_video.frames import FrameBatch
 from fluxon_video.fs.listing import FluxonFsFileEntry
-from fluxon_video.metadata import FluxonFsVideoMetadata
+from fluxon_video.metadata import FluxonFsAudioMetadata, FluxonFsVideoMetadata
 from fluxon_video.patcher import FluxonFsPatcher
 from fluxon_video.pool import (
     FluxonFsVideoReaderPool,
@@ -25,6 +25,7 @@ from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats
 __all__ = [
     *_error_names,
     "ClientSettings",
+    "FluxonFsAudioMetadata",
     "FluxonFsConfig",
     "FluxonFsExport",
     "FluxonFsFileEntry",

@@ -15,6 +15,7 @@ import functools
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 from fractions import Fraction
 from pathlib import Path
@@ -523,3 +524,46 @@ def test_not_a_video(exported, name):
     for height, width in [(None, None), (None, 32), (32, None)]:
         with pytest.raises(fv.FluxonFsDecodeError, match=name):
             exported.open_video_reader("train", relpath, height, width)
+
+
+# ---- the audio stream, from the header ----
+
+def ffprobe_audio(path) -> dict | None:
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "a:0", "-show_entries",
+                          "stream=index,codec_name,sample_rate,channels,channel_layout,"
+                          "start_time,duration", "-of", "json", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    streams = json.loads(out)["streams"]
+    return streams[0] if streams else None
+
+
+@pytest.fixture(scope="module")
+def stereo_webm(tmp_path_factory):
+    path = tmp_path_factory.mktemp("audio") / "stereo.webm"
+    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-f", "lavfi", "-i",
+                    "testsrc2=size=64x48:rate=24", "-f", "lavfi", "-i",
+                    "sine=frequency=440:sample_rate=48000", "-filter_complex",
+                    "[1:a]pan=stereo|c0=c0|c1=c0[a]", "-map", "0:v", "-map", "[a]", "-t", "2",
+                    "-c:v", "libvpx-vp9", "-deadline", "realtime", "-c:a", "libopus",
+                    str(path)], check=True)
+    return path
+
+
+@pytest.mark.parametrize("which", ["h264_faststart.mp4", "stereo", "vp9.webm"])
+def test_audio_metadata_is_ffprobes(media, stereo_webm, tmp_path, which):
+    path = stereo_webm if which == "stereo" else media.path(which)
+    expected = ffprobe_audio(path)
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(path, root / path.name)
+    with make_patcher(None, root) as patcher:
+        audio = patcher.video_metadata("train", path.name).audio  # from the index: no decode
+    if expected is None:
+        assert audio is None
+        return
+    assert (audio.stream_index, audio.codec, audio.sample_rate, audio.channels, audio.layout) == (
+        expected["index"], expected["codec_name"], int(expected["sample_rate"]),
+        expected["channels"], expected["channel_layout"])
+    assert audio.start_s == pytest.approx(float(expected["start_time"]), abs=1e-3)
+    if "duration" in expected:
+        assert audio.duration_s == pytest.approx(float(expected["duration"]), abs=1e-3)

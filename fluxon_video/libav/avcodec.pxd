@@ -3,7 +3,7 @@
 from libc.stdint cimport int64_t, uint8_t, uint32_t
 
 from fluxon_video.libav.avutil cimport (
-    AVColorRange, AVColorSpace, AVFrame, AVMediaType, AVRational,
+    AVChannelLayout, AVColorRange, AVColorSpace, AVFrame, AVMediaType, AVRational,
 )
 
 
@@ -50,6 +50,8 @@ cdef extern from "libavcodec/codec_par.h" nogil:
         AVRational sample_aspect_ratio
         AVColorRange color_range
         AVColorSpace color_space
+        int sample_rate
+        AVChannelLayout ch_layout
 
 
 # https://ffmpeg.org/doxygen/5.1/group__lavc__packet.html

@@ -49,6 +49,8 @@ cdef extern from "libavformat/avformat.h" nogil:
     ctypedef struct AVStream:
         AVCodecParameters *codecpar
         AVRational time_base
+        int64_t start_time
+        int64_t duration
         int disposition
         AVDiscard discard
         AVRational sample_aspect_ratio

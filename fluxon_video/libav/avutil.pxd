@@ -4,6 +4,7 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 
 
 cdef extern from "libavutil/avutil.h" nogil:
+    int64_t AV_NOPTS_VALUE
     cdef enum AVMediaType:
         AVMEDIA_TYPE_VIDEO
         AVMEDIA_TYPE_AUDIO
@@ -91,3 +92,12 @@ cdef extern from "libavutil/frame.h" nogil:
     void av_frame_unref(AVFrame *frame)
     int av_frame_get_buffer(AVFrame *frame, int align)
     int av_frame_copy_props(AVFrame *dst, const AVFrame *src)
+
+
+# https://ffmpeg.org/doxygen/5.1/group__lavu__audio__channels.html
+cdef extern from "libavutil/channel_layout.h" nogil:
+    ctypedef struct AVChannelLayout:
+        int nb_channels
+
+    int av_channel_layout_describe(const AVChannelLayout *channel_layout, char *buf,
+                                   size_t buf_size)
