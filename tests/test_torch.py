@@ -199,3 +199,20 @@ def test_each_video_index_is_loaded_once_per_process(local):
     for i in range(len(dataset)):
         dataset.clip(i)
     assert dataset.pool.stats().metadata_calls - before == len(VIDEOS)
+
+
+def test_mixed_aspect_ratios_batch_one_video_at_a_time(media, local):
+    """One side given: each video keeps its aspect ratio; batches of one video's
+    clips stack under the default collation (docs/api.md)."""
+    media.path("odd_321x241.mp4")
+    names = ["h264_faststart.mp4", "odd_321x241.mp4"]  # 16:9 and about 4:3
+    dataset = VideoClipDataset(local, "train", names, clip_len=4, clips_per_video=2,
+                               height=None, width=64)
+    loader = DataLoader(dataset, batch_sampler=SameVideoBatchSampler(dataset, 2))
+    heights = {}
+    for batch in loader:
+        relpath = batch["relpath"][0]
+        assert set(batch["relpath"]) == {relpath}
+        heights[relpath] = batch["frames"].shape[2]
+        assert batch["frames"].shape[0] == 2 and batch["frames"].shape[3] == 64
+    assert heights == {"h264_faststart.mp4": 36, "odd_321x241.mp4": 48}
