@@ -14,10 +14,34 @@ cdef enum:
     FX_ORIENT_MIRROR_Y = 4
 
 
+# Scaler of a conversion: the swscale flag the CLI's `scale=...:flags=<name>`
+# sets. In the order of fluxon_video/resize.py's INTERPOLATIONS (0: the default).
+cdef enum:
+    FX_INTERP_BILINEAR = 0
+    FX_INTERP_BICUBIC = 1
+    FX_INTERP_AREA = 2
+    FX_INTERP_NEAREST = 3
+    FX_INTERP_LANCZOS = 4
+
+
+# How a frame fills the output size, in the order of fluxon_video/resize.py's
+# RESIZE_MODES: scaled to it exactly; scaled keeping its aspect ratio to cover
+# it, then the centre cropped; scaled to fit inside it, then padded with black.
+cdef enum:
+    FX_RESIZE_STRETCH = 0
+    FX_RESIZE_SHORTER_SIDE_CROP = 1
+    FX_RESIZE_LETTERBOX = 2
+
+
 # A cached SwsContext and the inputs it was built for; a change rebuilds it.
+# dst_w x dst_h is the size it scales to (the output's, or with crop or
+# letterbox the intermediate size the CLI's scale filter computes).
 cdef struct fx_converter:
     SwsContext *sws
     int src_w, src_h, src_fmt, dst_w, dst_h, colorspace, color_range
+    int sws_interp         # the FX_INTERP_* sws was built with
+    int interp             # FX_INTERP_* asked for (the decoder's owner sets it)
+    int resize             # FX_RESIZE_* asked for
     uint8_t *scratch       # padded rows for unscaled conversions
     size_t scratch_size
     int scratch_stride

@@ -7,8 +7,18 @@ scratch buffer of padded rows and a frame for the oriented picture (the CLI
 turns frames upright before it scales them, so we do too); fx_sink_put is the one place a decoded
 target frame becomes pixels in the caller's NHWC buffer, for every decode
 path.
+
+The scaler (c.interp) is the flag the CLI's `scale=...:flags=<name>` passes;
+c.resize says how the frame fills the output, as these CLI filters do after
+`scale=W:H:flags=<name>` (see docs/frame-index.md):
+  stretch            nothing more: W x H exactly
+  shorter_side_crop  `:force_original_aspect_ratio=increase,crop=W:H`
+  letterbox          `:force_original_aspect_ratio=decrease,pad=W:H:(ow-iw)/2:(oh-ih)/2:black`
+followed by `format=rgb24`, which makes crop and pad work on the RGB rows.
 """
 from libc.errno cimport EINVAL, ENOMEM, ENOSYS
+from libc.limits cimport INT_MAX
+from libc.math cimport lrint
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcmp, memcpy, memset
 
@@ -18,11 +28,12 @@ from fluxon_video.libav.avutil cimport (
     AV_PIX_FMT_FLAG_BITSTREAM, AV_PIX_FMT_FLAG_HWACCEL, AV_PIX_FMT_FLAG_PAL, AV_PIX_FMT_RGB24,
     av_frame_alloc, av_frame_copy_props, av_frame_free, av_frame_get_buffer, av_frame_unref,
     av_free, av_malloc,
-    av_pix_fmt_desc_get,
+    av_pix_fmt_desc_get, av_rescale,
 )
 from fluxon_video.libav.swscale cimport (
-    SWS_BILINEAR, sws_freeContext, sws_getCoefficients, sws_getColorspaceDetails,
-    sws_getContext, sws_isSupportedInput, sws_scale, sws_setColorspaceDetails,
+    SWS_AREA, SWS_BICUBIC, SWS_BILINEAR, SWS_LANCZOS, SWS_POINT, sws_freeContext,
+    sws_getCoefficients, sws_getColorspaceDetails, sws_getContext, sws_isSupportedInput,
+    sws_scale, sws_setColorspaceDetails,
 )
 
 
@@ -36,8 +47,22 @@ cdef void fx_converter_free(fx_converter *c) noexcept nogil:
     c.scratch_size = 0
 
 
+cdef int _sws_flags(int interp) noexcept nogil:
+    """The flags `scale=...:flags=<name>` gives swscale: the scaler alone."""
+    if interp == FX_INTERP_BICUBIC:
+        return SWS_BICUBIC
+    if interp == FX_INTERP_AREA:
+        return SWS_AREA
+    if interp == FX_INTERP_NEAREST:
+        return SWS_POINT
+    if interp == FX_INTERP_LANCZOS:
+        return SWS_LANCZOS
+    return SWS_BILINEAR
+
+
 cdef int _build(fx_converter *c, AVFrame *f, int height, int width) noexcept nogil:
-    """A SwsContext for f's size, format and colours, scaling to width x height."""
+    """A SwsContext for f's size, format and colours, scaling to width x height
+    with c.interp's scaler."""
     cdef int cs, src_range, want_range, dst_range, brightness, contrast, saturation
     cdef int *inv_table
     cdef int *table
@@ -48,7 +73,7 @@ cdef int _build(fx_converter *c, AVFrame *f, int height, int width) noexcept nog
     if not sws_isSupportedInput(f.format):
         return AVERROR(EINVAL)
     c.sws = sws_getContext(f.width, f.height, f.format, width, height, AV_PIX_FMT_RGB24,
-                           SWS_BILINEAR, NULL, NULL, NULL)
+                           _sws_flags(c.interp), NULL, NULL, NULL)
     if c.sws == NULL:
         return AVERROR(EINVAL)
     # The frame's own matrix and range, chosen as the ffmpeg CLI's scale filter
@@ -72,6 +97,7 @@ cdef int _build(fx_converter *c, AVFrame *f, int height, int width) noexcept nog
     c.src_fmt = f.format
     c.dst_w = width
     c.dst_h = height
+    c.sws_interp = c.interp
     c.colorspace = <int> f.colorspace
     c.color_range = <int> f.color_range
     return 0
@@ -158,45 +184,105 @@ cdef int _orient(fx_converter *c, AVFrame *f) noexcept nogil:
     return 0
 
 
+cdef int _scaled_size(int resize, int in_w, int in_h, int height, int width, int *scaled_h,
+                      int *scaled_w) noexcept nogil:
+    """The size the CLI's scale filter scales an in_w x in_h frame to for this
+    resize mode (ff_scale_adjust_dimensions with force_original_aspect_ratio:
+    av_rescale keeps the aspect ratio of the pixels, not the display's; no
+    rounding to even). 0 or AVERROR(EINVAL) for a size no buffer can hold."""
+    cdef int64_t w = width, h = height, keep_w, keep_h
+    if resize != FX_RESIZE_STRETCH:
+        keep_w = av_rescale(height, in_w, in_h)
+        keep_h = av_rescale(width, in_h, in_w)
+        if resize == FX_RESIZE_LETTERBOX:  # decrease: fit inside
+            w = keep_w if keep_w < w else w
+            h = keep_h if keep_h < h else h
+        else:  # increase: cover
+            w = keep_w if keep_w > w else w
+            h = keep_h if keep_h > h else h
+    # A side the CLI would round to 0 (a sliver of a frame) is one pixel here:
+    # the CLI fails there, a data loader should not.
+    w = w if w > 0 else 1
+    h = h if h > 0 else 1
+    if w * 3 + 128 > INT_MAX or h > INT_MAX // (w * 3 + 128):
+        return AVERROR(EINVAL)
+    scaled_h[0] = <int> h
+    scaled_w[0] = <int> w
+    return 0
+
+
+cdef void _place(fx_converter *c, uint8_t *dst, int height, int width, int scaled_h,
+                 int scaled_w) noexcept nogil:
+    """Copy the scaled picture in c.scratch into dst's height x width rows: where
+    it is larger, its centre as `crop=W:H` takes it (the offset rounded by
+    lrint, halves to even); where smaller, centred on black as
+    `pad=W:H:(ow-iw)/2:(oh-ih)/2:black` puts it (the offset truncated), black
+    being RGB 0,0,0 since pad works on the RGB rows."""
+    cdef int x0 = 0, y0 = 0, px = 0, py = 0, y
+    cdef int copy_w = scaled_w if scaled_w < width else width
+    cdef int copy_h = scaled_h if scaled_h < height else height
+    cdef int row_bytes = width * 3
+    cdef uint8_t *row
+    if scaled_w > width:
+        x0 = <int> lrint((scaled_w - width) / 2.0)
+    else:
+        px = (width - scaled_w) // 2
+    if scaled_h > height:
+        y0 = <int> lrint((scaled_h - height) / 2.0)
+    else:
+        py = (height - scaled_h) // 2
+    memset(dst, 0, <size_t> py * row_bytes)
+    for y in range(copy_h):
+        row = dst + <int64_t> (py + y) * row_bytes
+        memset(row, 0, px * 3)
+        memcpy(row + px * 3, c.scratch + <int64_t> (y0 + y) * c.scratch_stride + x0 * 3,
+               copy_w * 3)
+        memset(row + (px + copy_w) * 3, 0, (width - px - copy_w) * 3)
+    memset(dst + <int64_t> (py + copy_h) * row_bytes, 0,
+           <size_t> (height - py - copy_h) * row_bytes)
+
+
 cdef int fx_convert(fx_converter *c, AVFrame *f, uint8_t *dst, int height, int width) noexcept nogil:
-    """Orient (if asked), scale and convert f to RGB24 rows of stride width*3 at dst."""
+    """Orient (if asked), scale and convert f to RGB24 rows of stride width*3 at
+    dst, filling them as c.resize says."""
     cdef uint8_t *dst_planes[4]
     cdef int dst_strides[4]
-    cdef int ret, y
-    cdef int row_bytes = width * 3
+    cdef int ret, scaled_h = 0, scaled_w = 0
     if c.orient:
         ret = _orient(c, f)
         if ret < 0:
             return ret
         f = c.oriented
+    ret = _scaled_size(c.resize, f.width, f.height, height, width, &scaled_h, &scaled_w)
+    if ret < 0:
+        return ret
     if (c.sws == NULL or f.width != c.src_w or f.height != c.src_h or f.format != c.src_fmt
-            or width != c.dst_w or height != c.dst_h or <int> f.colorspace != c.colorspace
-            or <int> f.color_range != c.color_range):
-        ret = _build(c, f, height, width)
+            or scaled_w != c.dst_w or scaled_h != c.dst_h or c.interp != c.sws_interp
+            or <int> f.colorspace != c.colorspace or <int> f.color_range != c.color_range):
+        ret = _build(c, f, scaled_h, scaled_w)
         if ret < 0:
             return ret
     memset(dst_planes, 0, sizeof(dst_planes))
     memset(dst_strides, 0, sizeof(dst_strides))
-    if f.width == width and f.height == height:
+    if (f.width == scaled_w and f.height == scaled_h) or scaled_w != width or scaled_h != height:
         # swscale's unscaled YUV->RGB converter works in 8-pixel blocks: with a
         # row stride of exactly width*3 it leaves the last width%8 pixels
         # unwritten and stores past the end of a row. Give it padded rows (as
-        # the CLI's frames have) and copy them out.
-        ret = _ensure_scratch(c, height, row_bytes)
+        # the CLI's frames have) and copy them out; a picture to crop or pad
+        # goes there too, as the CLI's scale filter writes a frame of its own.
+        ret = _ensure_scratch(c, scaled_h, scaled_w * 3)
         if ret < 0:
             return ret
         dst_planes[0] = c.scratch
         dst_strides[0] = c.scratch_stride
     else:
         dst_planes[0] = dst
-        dst_strides[0] = row_bytes
+        dst_strides[0] = width * 3
     if sws_scale(c.sws, <const uint8_t * const *> f.data, f.linesize, 0, f.height,
-                 dst_planes, dst_strides) != height:
+                 dst_planes, dst_strides) != scaled_h:
         return AVERROR(EINVAL)
     if dst_planes[0] != dst:
-        for y in range(height):
-            memcpy(dst + <int64_t> y * row_bytes, c.scratch + <int64_t> y * c.scratch_stride,
-                   row_bytes)
+        _place(c, dst, height, width, scaled_h, scaled_w)
     return 0
 
 

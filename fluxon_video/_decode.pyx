@@ -36,6 +36,9 @@ from fluxon_video.libav.avutil cimport AVERROR, avutil_version
 from fluxon_video.libav.swscale cimport swscale_version
 
 from fluxon_video import damage, errors
+from fluxon_video.resize import (
+    INTERPOLATIONS, RESIZE_MODES, check_interpolation, check_resize,
+)
 from fluxon_video.stats import DecodeStats
 from fluxon_video.validation import (
     frame_indices, output_array, positive_int, resolve_frame_indices,
@@ -94,6 +97,20 @@ cdef class VideoDecoder:
         if bits < 0 or bits > 7:
             raise ValueError(f"orient must be 0..7, got {bits}")
         self.converter.orient = bits
+
+    @property
+    def scaling(self):
+        """(resize, interpolation): how frames fill the output size, and the
+        scaler (names of resize.RESIZE_MODES and resize.INTERPOLATIONS)."""
+        return RESIZE_MODES[self.converter.resize], INTERPOLATIONS[self.converter.interp]
+
+    @scaling.setter
+    def scaling(self, value):
+        resize, interpolation = check_resize(value[0]), check_interpolation(value[1])
+        # The converter compares them with what its SwsContext was built for,
+        # and rebuilds that on the next frame that needs another.
+        self.converter.resize = RESIZE_MODES.index(resize)
+        self.converter.interp = INTERPOLATIONS.index(interpolation)
 
     @property
     def is_open(self):

@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fluxon_video.resize import INTERPOLATIONS, RESIZE_MODES
+
 CONFIG_ENV = "FLUXON_VIDEO_CONFIG"
 IDENTITY_ENV = "FLUXON_VIDEO_IDENTITY"
 
@@ -120,6 +122,13 @@ def _add_read(sub: Any) -> None:
     read.add_argument("--times", help="times in seconds, e.g. 1.5,3.0 (the frame shown then)")
     read.add_argument("--size", default="native",
                       help="WxH, or 224x / x224 to keep the aspect ratio (default: native)")
+    read.add_argument("--resize", choices=RESIZE_MODES, default="stretch",
+                      help="with WxH: scale to it (stretch, the default); keep the aspect "
+                           "ratio, cover it and crop the centre (shorter_side_crop); or fit "
+                           "inside it on black (letterbox)")
+    read.add_argument("--interpolation", choices=INTERPOLATIONS, default="bilinear",
+                      help="the scaler, as the ffmpeg CLI's scale=...:flags= (nearest is its "
+                           "neighbor; default: bilinear)")
     read.add_argument("--format", choices=["png", "npy"], default="png")
     read.add_argument("--autorotate", action="store_true", help="turn frames as displayed")
     read.add_argument("--on-damage", choices=["error", "conceal"], default="error",
@@ -305,7 +314,8 @@ def _run_read(args: argparse.Namespace) -> int:
     height, width = parse_size(args.size)
     with _patcher(args) as patcher:
         rows = read_frames(patcher, export, relpath, frames, times, height, width, args.out,
-                           args.format, args.autorotate, args.on_damage, args.stream)
+                           args.format, args.autorotate, args.on_damage, args.stream,
+                           args.resize, args.interpolation)
     emit(rows, [("frame", "frame"), ("time_s", "time"), ("file", "file")], args.json)
     return 0
 

@@ -32,6 +32,7 @@ from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata
 from fluxon_video.native import require_native
 from fluxon_video.opened import OpenedVideo, PlainSource
 from fluxon_video.reader import FluxonFsVideoReader
+from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.sources import BytesRangeSource, FileObjectRangeSource, LocalFileRangeSource
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
 from fluxon_video.validation import positive_int, stream_choice
@@ -111,7 +112,8 @@ def as_range_source(source: Any) -> tuple[Any, bool]:
 
 def open_video(source: Any, height: int | None = None, width: int | None = None,
                num_threads: int = 1, *, autorotate: bool = False, on_damage: str = "error",
-               stream_index: int | None = None,
+               stream_index: int | None = None, resize: str = "stretch",
+               interpolation: str = "bilinear",
                settings: ClientSettings | None = None) -> FluxonFsVideoReader:
     """A reader of a video outside FluxonFS: a local path, bytes, a seekable
     binary file object, or a range source. The same reader, methods,
@@ -123,11 +125,13 @@ def open_video(source: Any, height: int | None = None, width: int | None = None,
     width = None if width is None else positive_int("width", width)
     num_threads = positive_int("num_threads", num_threads)
     on_damage = check_policy(on_damage)
+    resize, interpolation = check_resize(resize), check_interpolation(interpolation)
     video = open_source(source, stream_choice(stream_index), settings or ClientSettings())
     try:
         return FluxonFsVideoReader(video, height, width, num_threads,
                                    open_ms=(time.perf_counter() - t0) * 1e3,
-                                   autorotate=bool(autorotate), on_damage=on_damage)
+                                   autorotate=bool(autorotate), on_damage=on_damage,
+                                   resize=resize, interpolation=interpolation)
     except BaseException:
         video.byte_source.close()
         video.close()
@@ -166,8 +170,9 @@ class VideoOpener:
     def open_reader(self, export_name: str, relpath: str, height: int | None,
                     width: int | None, num_threads: int = 1, *,
                     identity: RequestIdentity | str | None = None, autorotate: bool = False,
-                    on_damage: str = "error",
-                    stream_index: int | None = None) -> FluxonFsVideoReader:
+                    on_damage: str = "error", stream_index: int | None = None,
+                    resize: str = "stretch",
+                    interpolation: str = "bilinear") -> FluxonFsVideoReader:
         """A reader (see FluxonFsPatcher.open_video_reader for the arguments)."""
         t0 = time.perf_counter()
         require_native()
@@ -177,12 +182,14 @@ class VideoOpener:
         ref = self.ref(export_name, relpath, identity)
         stream_index = stream_choice(stream_index)
         on_damage = check_policy(on_damage)
+        resize, interpolation = check_resize(resize), check_interpolation(interpolation)
         video = open_fluxonfs_video(self.client, ref, stream_index, for_reader=True)
         try:
             return FluxonFsVideoReader(video, height, width, num_threads,
                                        open_ms=(time.perf_counter() - t0) * 1e3,
                                        autorotate=bool(autorotate), on_read=self.stats.add_read,
-                                       on_damage=on_damage)
+                                       on_damage=on_damage, resize=resize,
+                                       interpolation=interpolation)
         except BaseException:
             video.byte_source.close()  # the reader closed it if it got that far: safe twice
             raise

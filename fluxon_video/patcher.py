@@ -111,7 +111,8 @@ class FluxonFsPatcher:
                           width: int | None = None, num_threads: int = 1, *,
                           identity: RequestIdentity | str | None = None,
                           autorotate: bool = False, on_damage: str = "error",
-                          stream_index: int | None = None) -> FluxonFsVideoReader:
+                          stream_index: int | None = None, resize: str = "stretch",
+                          interpolation: str = "bilinear") -> FluxonFsVideoReader:
         """Open a reader on ``export_name:relpath`` producing ``height`` x ``width`` RGB frames.
 
         ``height=None, width=None``: the native size; one of them None keeps
@@ -127,10 +128,18 @@ class FluxonFsPatcher:
         decord read), skipping cover art; ``metadata.stream_index`` says
         which. The reader reads as ``identity`` (default: the patcher's current one)
         for its whole life.
+        ``resize``: how a frame fills ``height`` x ``width``: ``"stretch"``
+        scales it to exactly that; ``"shorter_side_crop"`` scales it keeping
+        its aspect ratio to cover that size, then crops the centre;
+        ``"letterbox"`` scales it to fit inside, centred on black.
+        ``interpolation``: ``"bilinear"``, ``"bicubic"``, ``"area"``,
+        ``"nearest"`` or ``"lanczos"``. Each pair is one ffmpeg CLI command's
+        bytes (docs/api.md).
         """
         return self._live().open_reader(export_name, relpath, height, width, num_threads,
                                         identity=identity, autorotate=autorotate,
-                                        on_damage=on_damage, stream_index=stream_index)
+                                        on_damage=on_damage, stream_index=stream_index,
+                                        resize=resize, interpolation=interpolation)
 
     def list_files(self, export_name: str, prefix: str = "", recursive: bool = True,
                    pattern: str | None = None, *,

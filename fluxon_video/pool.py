@@ -1,10 +1,10 @@
 """FluxonFsVideoReaderPool: a per-process LRU of readers, and batched reads.
 
 The entry point for data loaders. Readers are keyed by ``(export_name,
-relpath, height, width, num_threads, request_identity, stream_index)``. A reader is leased
-to one call at a time (concurrent calls for one key open more readers); a
-leased reader is never closed by eviction; idle readers beyond
-``max_readers`` are closed oldest first.
+relpath, height, width, num_threads, request_identity, resize, interpolation,
+stream_index)``. A reader is leased to one call at a time (concurrent calls
+for one key open more readers); a leased reader is never closed by eviction;
+idle readers beyond ``max_readers`` are closed oldest first.
 
 Fork-safe like redis-py's connection pool: the pool remembers its pid, and in
 a forked child it forgets the parent's readers (never closing or using them)
@@ -37,15 +37,17 @@ from fluxon_video.fs.config import RequestIdentity
 from fluxon_video.fs.paths import check_relpath
 from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
 from fluxon_video.reader import FluxonFsVideoReader
+from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats
 from fluxon_video.validation import frame_indices, positive_int, stream_choice
 
 if TYPE_CHECKING:
     from fluxon_video.opening import VideoOpener
 
-# (export_name, relpath, height, width, num_threads, identity, stream_index); None
-# sizes: native/aspect; None stream: the default rule's.
-ReaderKey = tuple[str, str, "int | None", "int | None", int, RequestIdentity, "int | None"]
+# (export_name, relpath, height, width, num_threads, identity, resize, interpolation,
+# stream_index); None sizes: native/aspect; None stream: the default rule's.
+ReaderKey = tuple[str, str, "int | None", "int | None", int, RequestIdentity, str, str,
+                  "int | None"]
 
 # Errors that say nothing about the reader's health: it goes back to the pool.
 _ARGUMENT_ERRORS = (FluxonFsFrameIndexError, FluxonFsConfigError, TypeError)
@@ -58,6 +60,7 @@ class FluxonFsVideoReadRequest:
     A None height or width means native size / kept aspect ratio (as for
     ``open_video_reader``); negative indices count from the end.
     ``stream_index``: the container stream (None: the default rule's).
+    ``resize`` and ``interpolation`` as for ``open_video_reader``.
     """
 
     export_name: str
@@ -67,6 +70,8 @@ class FluxonFsVideoReadRequest:
     num_threads: int
     indices: tuple[int, ...]
     stream_index: int | None = None
+    resize: str = "stretch"
+    interpolation: str = "bilinear"
 
     def __post_init__(self) -> None:
         if not isinstance(self.export_name, str) or not self.export_name:
@@ -78,6 +83,8 @@ class FluxonFsVideoReadRequest:
         object.__setattr__(self, "num_threads", positive_int("num_threads", self.num_threads))
         object.__setattr__(self, "indices", tuple(int(i) for i in frame_indices(self.indices)))
         object.__setattr__(self, "stream_index", stream_choice(self.stream_index))
+        object.__setattr__(self, "resize", check_resize(self.resize))
+        object.__setattr__(self, "interpolation", check_interpolation(self.interpolation))
 
 
 @dataclass(frozen=True)
@@ -157,7 +164,8 @@ class FluxonFsVideoReaderPool:
         if identity is None:
             raise FluxonFsConfigError("no request identity is set on the patcher")
         return (request.export_name, request.relpath, request.height, request.width,
-                request.num_threads, identity, request.stream_index)
+                request.num_threads, identity, request.resize, request.interpolation,
+                request.stream_index)
 
     @contextmanager
     def _lease(self, key: ReaderKey) -> Iterator[tuple[FluxonFsVideoReader, bool]]:
@@ -174,10 +182,12 @@ class FluxonFsVideoReaderPool:
                 state.counters.peak_leased = max(state.counters.peak_leased, len(state.leased))
         reused = reader is not None
         if reader is None:
-            export_name, relpath, height, width, num_threads, identity, stream_index = key
+            (export_name, relpath, height, width, num_threads, identity, resize, interpolation,
+             stream_index) = key
             reader = self.opener.open_reader(export_name, relpath, height, width, num_threads,
                                              identity=identity, autorotate=self.autorotate,
-                                             on_damage=self.on_damage, stream_index=stream_index)
+                                             on_damage=self.on_damage, stream_index=stream_index,
+                                             resize=resize, interpolation=interpolation)
             with state.lock:
                 state.leased.add(reader)
                 state.counters.readers_opened += 1
@@ -220,29 +230,33 @@ class FluxonFsVideoReaderPool:
 
     def read_frames_numpy(self, *, export_name: str, relpath: str, height: int | None,
                           width: int | None, num_threads: int, indices: Sequence[int],
-                          out: np.ndarray | None = None,
-                          stream_index: int | None = None) -> np.ndarray:
+                          out: np.ndarray | None = None, stream_index: int | None = None,
+                          resize: str = "stretch", interpolation: str = "bilinear") -> np.ndarray:
         """Frames at ``indices`` as uint8 ``(len(indices), height, width, 3)`` RGB
         (into ``out`` when given)."""
         return self.read_frames_numpy_with_stats(
             export_name=export_name, relpath=relpath, height=height, width=width,
-            num_threads=num_threads, indices=indices, out=out, stream_index=stream_index).frames
+            num_threads=num_threads, indices=indices, out=out, stream_index=stream_index,
+            resize=resize, interpolation=interpolation).frames
 
     def read_frames_torch(self, *, export_name: str, relpath: str, height: int | None,
                           width: int | None, num_threads: int, indices: Sequence[int],
-                          layout: str = "NHWC", stream_index: int | None = None) -> Any:
+                          layout: str = "NHWC", stream_index: int | None = None,
+                          resize: str = "stretch", interpolation: str = "bilinear") -> Any:
         """The frames as a torch uint8 tensor sharing the decoded array's memory
         (``layout="NCHW"``: a permuted view, no copy)."""
         return as_torch(self.read_frames_numpy(
             export_name=export_name, relpath=relpath, height=height, width=width,
-            num_threads=num_threads, indices=indices, stream_index=stream_index), layout)
+            num_threads=num_threads, indices=indices, stream_index=stream_index,
+            resize=resize, interpolation=interpolation), layout)
 
     def read_frames_numpy_with_stats(self, *, export_name: str, relpath: str,
                                      height: int | None, width: int | None, num_threads: int,
                                      indices: Sequence[int], out: np.ndarray | None = None,
-                                     stream_index: int | None = None) -> FluxonFsVideoReadResult:
+                                     stream_index: int | None = None, resize: str = "stretch",
+                                     interpolation: str = "bilinear") -> FluxonFsVideoReadResult:
         request = FluxonFsVideoReadRequest(export_name, relpath, height, width, num_threads,
-                                           tuple(indices), stream_index)
+                                           tuple(indices), stream_index, resize, interpolation)
         t0 = time.perf_counter()
         with self._lease(self._key(request)) as (reader, reused):
             frames = reader.read_frames_numpy(request.indices, out=out)

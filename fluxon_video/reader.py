@@ -1,4 +1,4 @@
-"""FluxonFsVideoReader: one file version, one identity, one output size."""
+"""FluxonFsVideoReader: one file version, one identity, one output size and resize."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ from fluxon_video.metadata import (
 from fluxon_video.logs import get_logger
 from fluxon_video.native import require_native
 from fluxon_video.opened import OpenedVideo
+from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsVideoReadStats
 
 log = get_logger("reader")
@@ -52,10 +53,13 @@ class FluxonFsVideoReader:
     def __init__(self, video: OpenedVideo, height: int | None, width: int | None,
                  num_threads: int, *, open_ms: float, autorotate: bool = False,
                  on_read: Callable[[FluxonFsVideoReadStats], None] | None = None,
-                 on_damage: str = "error") -> None:
+                 on_damage: str = "error", resize: str = "stretch",
+                 interpolation: str = "bilinear") -> None:
         _, self._decode = require_native()
         t0 = time.perf_counter()
         self.on_damage = on_damage
+        self.resize = check_resize(resize)
+        self.interpolation = check_interpolation(interpolation)
         self.stream_index = video.stream_index  # as asked; metadata names the stream read
         self.export_name = video.export  # None: a source read without FluxonFS
         self.relpath = video.relpath
@@ -134,6 +138,7 @@ class FluxonFsVideoReader:
         if index is not None:
             self._byte_source.set_extents(index.open_extents)
         self._decoder.orient = orient
+        self._decoder.scaling = (self.resize, self.interpolation)
 
     def _share_index(self, index: FrameIndex) -> None:
         """The decoder learnt damage (or surveyed the file): every reader should know."""

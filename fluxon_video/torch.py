@@ -44,6 +44,7 @@ from fluxon_video.damage import check_policy
 from fluxon_video.metadata import FluxonFsVideoMetadata, indices_at_times
 from fluxon_video.patcher import FluxonFsPatcher
 from fluxon_video.pool import FluxonFsVideoReaderPool, FluxonFsVideoReadRequest
+from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsProcessStats
 from fluxon_video.validation import positive_int, stream_choice
 
@@ -64,7 +65,10 @@ class VideoClipDataset(Dataset):
     aspect); ``set_epoch`` changes the clips drawn. ``on_damage`` is the
     readers' damaged-stream policy (with a patcher as source; a given pool
     keeps its own). ``stream_index`` is the container stream read in every
-    video (None: the default rule's, see ``open_video_reader``).
+    video (None: the default rule's, see ``open_video_reader``). ``resize``
+    and ``interpolation`` as for ``open_video_reader``: ``"shorter_side_crop"``
+    or ``"letterbox"`` give every clip ``height`` x ``width`` whatever its
+    video's aspect ratio, so videos of mixed shapes batch together.
     """
 
     def __init__(self, source: FluxonFsPatcher | FluxonFsVideoReaderPool, export_name: str,
@@ -73,7 +77,8 @@ class VideoClipDataset(Dataset):
                  clips_per_video: int = 1, height: int | None = None, width: int | None = None,
                  num_threads: int = 1, layout: str = "THWC", seed: int = 0,
                  max_readers: int = 16, autorotate: bool = False,
-                 on_damage: str = "error", stream_index: int | None = None) -> None:
+                 on_damage: str = "error", stream_index: int | None = None,
+                 resize: str = "stretch", interpolation: str = "bilinear") -> None:
         if isinstance(source, FluxonFsVideoReaderPool):
             self._patcher, self._given_pool = None, source
         elif isinstance(source, FluxonFsPatcher):
@@ -106,6 +111,8 @@ class VideoClipDataset(Dataset):
         self.autorotate = bool(autorotate)
         self.on_damage = check_policy(on_damage)
         self.stream_index = stream_choice(stream_index)
+        self.resize = check_resize(resize)
+        self.interpolation = check_interpolation(interpolation)
         self._local: tuple[int, FluxonFsVideoReaderPool, dict[str, Any]] | None = None
 
     # ---- per process: the pool and what is known of each video ----
@@ -178,7 +185,8 @@ class VideoClipDataset(Dataset):
         """The items of one batch, read with one batched call (one decode per video)."""
         clips = [self.clip(int(i)) for i in items]
         requests = [FluxonFsVideoReadRequest(self.export_name, relpath, self.height, self.width,
-                                             self.num_threads, tuple(indices), self.stream_index)
+                                             self.num_threads, tuple(indices), self.stream_index,
+                                             self.resize, self.interpolation)
                     for relpath, indices in clips]
         results = self.pool.read_many_numpy_with_stats(requests)
         out = []

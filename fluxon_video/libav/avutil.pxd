@@ -26,6 +26,13 @@ cdef extern from "libavutil/error.h" nogil:
     int av_strerror(int errnum, char *errbuf, size_t errbuf_size)
 
 
+# https://ffmpeg.org/doxygen/5.1/group__lavu__math.html
+cdef extern from "libavutil/mathematics.h" nogil:
+    # a * b / c rounded to nearest, halves away from zero: how the CLI's scale
+    # filter keeps the aspect ratio (force_original_aspect_ratio)
+    int64_t av_rescale(int64_t a, int64_t b, int64_t c)
+
+
 # https://ffmpeg.org/doxygen/5.1/group__lavu__mem.html
 cdef extern from "libavutil/mem.h" nogil:
     void *av_malloc(size_t size)

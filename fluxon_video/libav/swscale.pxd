@@ -4,7 +4,12 @@ from libc.stdint cimport uint8_t
 
 
 cdef extern from "libswscale/swscale.h" nogil:
+    # the scalers `scale=...:flags=bilinear|bicubic|area|neighbor|lanczos` choose
     int SWS_BILINEAR
+    int SWS_BICUBIC
+    int SWS_AREA
+    int SWS_POINT
+    int SWS_LANCZOS
 
     struct SwsContext:
         pass

@@ -28,12 +28,14 @@ def write_png(path: Path, rgb: np.ndarray) -> None:
 def read_frames(patcher: FluxonFsPatcher, export: str, relpath: str, frames: list[int],
                 times: list[float], height: int | None, width: int | None, out: Path,
                 fmt: str, autorotate: bool = False,
-                on_damage: str = "error",
-                stream_index: int | None = None) -> list[dict[str, object]]:
+                on_damage: str = "error", stream_index: int | None = None,
+                resize: str = "stretch",
+                interpolation: str = "bilinear") -> list[dict[str, object]]:
     """Write the frames (and the frames displayed at ``times``) under ``out``; one row each."""
     out.mkdir(parents=True, exist_ok=True)
     with patcher.open_video_reader(export, relpath, height, width, autorotate=autorotate,
-                                   on_damage=on_damage, stream_index=stream_index) as reader:
+                                   on_damage=on_damage, stream_index=stream_index,
+                                   resize=resize, interpolation=interpolation) as reader:
         indices = list(frames) + reader.indices_at_times(times) if times else list(frames)
         decoded = reader.read_frames_numpy(indices)
         stamps = reader.timestamps_s()
