@@ -105,7 +105,9 @@ def sorted_unique(indices: Sequence[int]) -> tuple[list[int], list[int]]:
 
 class SpdlHandle:
     """spdl.io: the video's packets demuxed once (the whole file: SPDL's model), then
-    ``sample_decode_video`` per clip, which decodes each GOP span the clip touches. It
+    ``sample_decode_video`` per clip, which decodes each GOP span the clip touches
+    (on AVI, packets without pts are put in presentation order only with +genpts:
+    without it a clip gets a neighbouring frame, a full decode an IndexError). It
     consumes the packets it is given, so each clip gets ``packets.clone()`` (SPDL's way
     of decoding packets more than once; timed with the read)."""
 
@@ -115,7 +117,9 @@ class SpdlHandle:
         import spdl.io
 
         self.spdl = spdl.io
-        self.packets = spdl.io.demux_video(_source(source))
+        config = (spdl.io.demux_config(format_options={"fflags": "+genpts"})
+                  if needs_genpts(source) else None)
+        self.packets = spdl.io.demux_video(_source(source), demux_config=config)
         self.filter = spdl_filter(height, width)
         self.config = spdl.io.decode_config(decoder_options={"threads": str(threads)})
 
@@ -130,12 +134,17 @@ class SpdlHandle:
         del self.packets
 
 
+def needs_genpts(source: Any) -> bool:
+    """AVI stores no pts for I/P-frames: a user matching frames by pts (PyAV) or by
+    presentation order (SPDL) has the demuxer infer them (fflags +genpts)."""
+    return isinstance(source, Path) and source.suffix == ".avi"
+
+
 def pyav_open(source: Any) -> Any:
-    """av.open; for AVI, which stores no pts for I/P-frames, with the demuxer
-    inferring them (+genpts), as a user matching frames by pts must."""
+    """av.open; for AVI with the demuxer inferring pts (``needs_genpts``)."""
     import av
 
-    if isinstance(source, Path) and source.suffix == ".avi":
+    if needs_genpts(source):
         return av.open(str(source), container_options={"fflags": "+genpts"})
     return av.open(_source(source))
 

@@ -184,6 +184,13 @@ def test_spdl_gets_the_reference_filter_and_its_frames_back_in_the_order_asked()
     assert sorted_unique([0, 4, 8]) == ([0, 4, 8], [0, 1, 2])
 
 
+def test_avi_files_are_demuxed_with_genpts_by_pyav_and_spdl():
+    from contenders import needs_genpts
+
+    assert needs_genpts(Path("v/mpeg4_360p_gop60.avi"))
+    assert not needs_genpts(Path("v/h264.mp4")) and not needs_genpts(b"RIFF")
+
+
 def test_spdl_reads_the_remote_download_as_bytes():
     from remote import FAMILIES
     from remote_tasks import BYTES_FAMILIES
