@@ -14,6 +14,11 @@ path or on a file object of the remote store:
   the targets (what Daft's LeRobot reader does).
 - torchcodec: ``VideoDecoder(source, dimension_order="NHWC", seek_mode=...)``
   with a decoder-side ``Resize``, ``get_frames_at(indices)``.
+- SPDL (spdl-io): ``demux_video(source)`` once per handle (a path, or the bytes of
+  a downloaded file: SPDL takes no file object), then per clip
+  ``sample_decode_video(packets.clone(), indices, filter_desc=...)`` with the reference's
+  own filter (``scale=W:H:flags=bilinear,format=rgb24``, see ``spdl_filter``), not
+  SPDL's default (bicubic, letterboxed), so that its frames are compared fairly.
 - fluxon: a ``FluxonFsVideoReaderPool`` (readers open lazily on the first
   read), or ``LocalVideoReader`` on the local file.
 """
@@ -28,8 +33,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-PEERS = ("decord", "pyav", "torchcodec")
+PEERS = ("decord", "pyav", "torchcodec", "spdl")
 MODULES = {"decord": "decord", "pyav": "av", "torchcodec": "torchcodec.decoders",
+           "spdl": "spdl.io",
            "fluxon-local": "fluxon_video._decode"}
 
 
@@ -83,12 +89,62 @@ class TorchcodecHandle:
         del self.decoder
 
 
+def spdl_filter(height: int, width: int) -> str:
+    """The filter SPDL is given: the ffmpeg CLI reference's (bench/frames.py), the same
+    size at native size too (a same-size bilinear scale is the reference's conversion)."""
+    return f"scale={width}:{height}:flags=bilinear,format=rgb24"
+
+
+def sorted_unique(indices: Sequence[int]) -> tuple[list[int], list[int]]:
+    """SPDL's sample_decode_video wants sorted, distinct indices: those, and where each
+    of ``indices`` is among them (to put the frames back in the order asked)."""
+    wanted = sorted(set(indices))
+    at = {index: k for k, index in enumerate(wanted)}
+    return wanted, [at[i] for i in indices]
+
+
+class SpdlHandle:
+    """spdl.io: the video's packets demuxed once (the whole file: SPDL's model), then
+    ``sample_decode_video`` per clip, which decodes each GOP span the clip touches
+    (on AVI, packets without pts are put in presentation order only with +genpts:
+    without it a clip gets a neighbouring frame, a full decode an IndexError). It
+    consumes the packets it is given, so each clip gets ``packets.clone()`` (SPDL's way
+    of decoding packets more than once; timed with the read)."""
+
+    stats = None
+
+    def __init__(self, source: Any, height: int, width: int, threads: int) -> None:
+        import spdl.io
+
+        self.spdl = spdl.io
+        config = (spdl.io.demux_config(format_options={"fflags": "+genpts"})
+                  if needs_genpts(source) else None)
+        self.packets = spdl.io.demux_video(_source(source), demux_config=config)
+        self.filter = spdl_filter(height, width)
+        self.config = spdl.io.decode_config(decoder_options={"threads": str(threads)})
+
+    def read(self, indices: Sequence[int]) -> np.ndarray:
+        wanted, order = sorted_unique(indices)
+        frames = self.spdl.sample_decode_video(self.packets.clone(), wanted,
+                                               decode_config=self.config, filter_desc=self.filter)
+        out = np.stack([self.spdl.to_numpy(self.spdl.convert_frames(f)) for f in frames])
+        return out if order == list(range(len(wanted))) else out[order]
+
+    def close(self) -> None:
+        del self.packets
+
+
+def needs_genpts(source: Any) -> bool:
+    """AVI stores no pts for I/P-frames: a user matching frames by pts (PyAV) or by
+    presentation order (SPDL) has the demuxer infer them (fflags +genpts)."""
+    return isinstance(source, Path) and source.suffix == ".avi"
+
+
 def pyav_open(source: Any) -> Any:
-    """av.open; for AVI, which stores no pts for I/P-frames, with the demuxer
-    inferring them (+genpts), as a user matching frames by pts must."""
+    """av.open; for AVI with the demuxer inferring pts (``needs_genpts``)."""
     import av
 
-    if isinstance(source, Path) and source.suffix == ".avi":
+    if needs_genpts(source):
         return av.open(str(source), container_options={"fflags": "+genpts"})
     return av.open(_source(source))
 
@@ -243,11 +299,14 @@ class FluxonPoolHandle:
 
 def open_local(contender: str, path: Path, height: int, width: int, native: bool,
                threads: int) -> Handle:
-    """A handle on a local file; native: decord and torchcodec are not asked to resize."""
+    """A handle on a local file; native: decord and torchcodec are not asked to resize
+    (SPDL is given the reference's filter at the native size)."""
     if contender == "pyav":
         return PyAVHandle(path, KeyframeIndex.scan(path), height, width, threads)
     if contender == "fluxon-local":
         return FluxonLocalHandle(path, height, width, threads)
+    if contender == "spdl":
+        return SpdlHandle(path, height, width, threads)
     size = (None, None) if native else (height, width)
     return {"decord": DecordHandle, "torchcodec": TorchcodecHandle}[contender](
         path, *size, threads)

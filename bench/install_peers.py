@@ -1,7 +1,9 @@
 """Install what the benchmark needs into the running interpreter (``make bench`` calls it).
 
-1. The ``bench`` extra of pyproject.toml (decord, PyAV, matplotlib, tqdm,
-   psutil, fsspec, s3fs), without reinstalling fluxon_video itself (no rebuild).
+1. The ``bench`` extra of pyproject.toml (decord, PyAV, spdl-io, matplotlib,
+   tqdm, psutil, fsspec, s3fs), without reinstalling fluxon_video itself (no rebuild).
+   spdl-io is checked to import (it loads the system FFmpeg's shared
+   libraries); when it does not, the benchmark skips SPDL and says why.
 2. torchcodec, best effort: only when torch already imports, or when pip can
    take torch from local disk (``pip download --no-index``: no download of a
    multi-GB CUDA build). torchcodec 0.N pairs with torch 2.N. When this fails
@@ -35,6 +37,9 @@ def install_extra() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     if not pip("install", "-q", *project["optional-dependencies"]["bench"]):
         sys.exit("bench: installing the bench extra failed")
+    if not imports("spdl.io"):
+        print("bench: spdl.io does not import (no FFmpeg shared libraries it can load?); "
+              "SPDL is skipped")
 
 
 def install_torchcodec() -> None:

@@ -62,6 +62,10 @@ def peer_versions(family: str, av_libs: tuple[str, ...] = ("libavcodec", "libsws
         import decord
 
         return {"decord": decord.__version__}
+    if family == "spdl":
+        from importlib.metadata import version
+
+        return {"spdl-io": version("spdl-io")}
     if family == "torchcodec":
         import torch
         import torchcodec

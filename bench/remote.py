@@ -16,6 +16,8 @@ Rows (a "row" is one pipeline, timed over the same items as every other row):
               and "download": one GET, then decode from memory
   torchcodec  VideoDecoder(fsspec file, seek_mode="exact") at both block sizes
   decord      VideoReader(fsspec file): decord calls read() once, the whole file
+  spdl        "download": one GET, then demux_video(bytes) and sample_decode_video
+              (SPDL takes a path or bytes, no file object)
   fluxon      cold (Redis flushed, new process), warm-kv (new process, Redis
               warm, default settings), warm-kv+shared (the same with
               metadata_cache_shared: the stat the cold pass had authorised
@@ -85,7 +87,7 @@ from remote_summary import label  # noqa: E402
 from tables import MiB  # noqa: E402
 
 EXPORT = "remote"
-FAMILIES = ("pyav", "torchcodec", "decord")
+FAMILIES = ("pyav", "torchcodec", "decord", "spdl")
 DEFAULTS = {"latencies": "0,2,10", "rounds": "2", "videos": 24, "batched_items": 3,
             "block_sizes": "256K,default", "long_videos": 0, "long_items": 0}
 QUICK = {**DEFAULTS, "latencies": "10", "rounds": "1", "videos": 12, "batched_items": 2}
@@ -241,6 +243,8 @@ class Bench:
             rows += [{"family": "torchcodec", "mode": "fsspec", "block_size": b,
                       "seek_mode": "exact"} for b in blocks]
             rows.append({"family": "decord", "mode": "fsspec", "block_size": None})
+            # SPDL reads a path or bytes, no file object: its users download the file.
+            rows.append({"family": "spdl", "mode": "download"})
         elif workload == "metadata":  # the smallest block: opening reads least with it
             small = min(blocks, key=lambda b: b or 5 * MiB)
             rows.append({"family": "pyav", "mode": "fsspec", "block_size": small})

@@ -6,7 +6,7 @@ item's time, the frame check and what the store's servers counted during the
 pass (requests, body bytes, connections that carried requests).
 
 - Peer workers live for the whole run, one process per library (PyAV,
-  torchcodec, decord), like DataLoader workers with persistent_workers=True:
+  torchcodec, decord, SPDL), like DataLoader workers with persistent_workers=True:
   the fsspec filesystem (its aiohttp session and keep-alive connections) and
   the loaded codecs stay, but every item opens its file and its decoder anew.
 - Every fluxon pass is a new process: "cold" after the parent flushed Redis,
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from contenders import (DecordHandle, FluxonLocalHandle, KeyframeIndex, PyAVHandle,
-                        TorchcodecHandle)
+                        SpdlHandle, TorchcodecHandle)
 from fluxon_access import make_patcher, settle
 from frames import CheckResult, Reference
 from machine import fluxon_versions, peer_versions
@@ -59,7 +59,13 @@ def open_peer(row: dict, source: Any, video: dict, threads: int) -> Any:
                           threads)
     if family == "torchcodec":
         return TorchcodecHandle(source, SIZE, SIZE, threads, row.get("seek_mode", "exact"))
+    if family == "spdl":
+        return SpdlHandle(source, SIZE, SIZE, threads)
     return DecordHandle(source, SIZE, SIZE, threads)
+
+
+# Given a download as bytes (what their users pass); the others get io.BytesIO.
+BYTES_FAMILIES = ("torchcodec", "spdl")
 
 
 class PeerSource:
@@ -99,7 +105,8 @@ class PeerSource:
         where, mode = self.where(video), self.row["mode"]
         if mode == "download":
             data = self.fs.cat_file(where)  # one GET of the whole file
-            return (data if self.row["family"] == "torchcodec" else io.BytesIO(data)), lambda: None
+            bytes_ok = self.row["family"] in BYTES_FAMILIES
+            return (data if bytes_ok else io.BytesIO(data)), lambda: None
         if mode == "obstore":
             import obstore
 

@@ -8,7 +8,8 @@ real agent on loopback, and times, with the same seeded clips for every
 contender:
 
   1. peers on local files: decord, PyAV (seek to keyframe + decode forward),
-     torchcodec (skipped, with a note, where it does not import);
+     torchcodec, SPDL (demux, then sample_decode_video with the reference's
+     filter) (a peer is skipped, with a note, where it does not import);
   2. fluxon cold: the file not in Redis, new patcher, bytes flow agent -> client;
   3. fluxon warm KV: Redis warm, a new process, no agent bytes expected;
   4. fluxon warm reader: the same reader pool again;

@@ -241,7 +241,7 @@ TASKS: dict[str, Callable[[dict], list[Any]]] = {
 
 def versions(contender: str | None) -> dict[str, str]:
     """Library versions this child ran with."""
-    if contender in ("decord", "pyav", "torchcodec"):
+    if contender in ("decord", "pyav", "torchcodec", "spdl"):
         return peer_versions(contender)
     from fluxon_video.native import require_native
 

@@ -172,3 +172,27 @@ def test_s3_report_ratios_and_round_trips():
     assert best_exact_peer([peer, flagged, flux]) is peer
     assert ratio(flux, peer, "clips_per_s") == 2.0 and ratio(flux, peer, "mib_per_clip") == 0.5
     assert round_trips(flux) == 2.0 and round_trips(peer) == 6.0
+
+
+def test_spdl_gets_the_reference_filter_and_its_frames_back_in_the_order_asked():
+    from contenders import PEERS, sorted_unique, spdl_filter
+
+    assert "spdl" in PEERS
+    # The ffmpeg CLI reference's filter (frames.cli_reference), not SPDL's bicubic letterbox.
+    assert spdl_filter(224, 320) == "scale=320:224:flags=bilinear,format=rgb24"
+    assert sorted_unique([8, 0, 4, 4]) == ([0, 4, 8], [2, 0, 1, 1])
+    assert sorted_unique([0, 4, 8]) == ([0, 4, 8], [0, 1, 2])
+
+
+def test_avi_files_are_demuxed_with_genpts_by_pyav_and_spdl():
+    from contenders import needs_genpts
+
+    assert needs_genpts(Path("v/mpeg4_360p_gop60.avi"))
+    assert not needs_genpts(Path("v/h264.mp4")) and not needs_genpts(b"RIFF")
+
+
+def test_spdl_reads_the_remote_download_as_bytes():
+    from remote import FAMILIES
+    from remote_tasks import BYTES_FAMILIES
+
+    assert "spdl" in FAMILIES and "spdl" in BYTES_FAMILIES
