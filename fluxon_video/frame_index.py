@@ -267,6 +267,14 @@ class FrameIndex:
         return rank
 
     @cached_property
+    def _on_one_grid(self) -> bool:
+        """Whether the frames' pts are one arithmetic progression (constant rate, no gap)."""
+        if self.frame_pts.size < 2:
+            return True
+        steps = np.diff(self.frame_pts)
+        return bool(steps[0] > 0 and (steps == steps[0]).all())
+
+    @cached_property
     def reorder_distance(self) -> int:
         """The most frames any frame is shown before or after its decode rank."""
         if self.frame_dec.size == 0:
@@ -289,6 +297,14 @@ class FrameIndex:
         n = self.frame_count
         keep = np.zeros(n, np.uint8)
         if n == 0 or targets.size == 0:
+            return keep
+        if self._on_one_grid:
+            # Every frame on one constant step with no slot empty: a pts
+            # cannot move without leaving a gap or landing on another frame's
+            # (a duplicate, which distrusts the index), so no lie to witness,
+            # and the non-reference frames skip as before (a third fewer
+            # frames decoded on stride-4 clips of a GOP-250 H.264 file).
+            keep[targets] = 1
             return keep
         def around(reach: int) -> np.ndarray:
             return np.clip((targets[:, None] + np.arange(-reach, reach + 1)).ravel(), 0, n - 1)
