@@ -154,6 +154,7 @@ class _Server(_Managed):
 
     proc: subprocess.Popen[bytes] | None
     port: int
+    log: Path
 
     @property
     def running(self) -> bool:
@@ -165,6 +166,28 @@ class _Server(_Managed):
         proc, self.proc = self.proc, None
         if proc is not None:
             _terminate(proc)
+
+    def _launch(self, cmd: Sequence[str], name: str, answers: Callable[[], bool],
+                timeout: float, env: dict[str, str] | None = None) -> None:
+        """Run cmd with its output appended to ``self.log`` and wait until
+        ``answers()`` is true; a process that exits first raises ServerStartError
+        with the end of its log, and one that never answers is stopped."""
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT,
+                                         env=env)
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise ServerStartError(f"{name} exited with {proc.returncode} "
+                                       f"(port {self.port}):\n{_tail(self.log)}")
+            return answers()
+
+        try:
+            wait_until(ready, f"{name} on port {self.port}", timeout)
+        except BaseException:
+            self.stop()
+            raise
 
 
 class RedisServer(_Server):
@@ -201,29 +224,17 @@ class RedisServer(_Server):
         import redis
 
         self.workdir.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [self.executable, "--port", str(self.port), "--bind", LOOPBACK, "--save", "",
-                 "--appendonly", "no", "--dir", str(self.workdir), "--protected-mode", "no",
-                 *self.args],
-                stdout=log, stderr=subprocess.STDOUT)
-        proc = self.proc
 
-        def ready() -> bool:
-            if proc.poll() is not None:
-                raise ServerStartError(f"redis-server exited with {proc.returncode} "
-                                       f"(port {self.port}):\n{_tail(self.log)}")
+        def pings() -> bool:
             client = redis.Redis(host=LOOPBACK, port=self.port, socket_timeout=0.5)
             try:
                 return bool(client.ping())
             finally:
                 client.close()
 
-        try:
-            wait_until(ready, f"redis-server on port {self.port}", timeout)
-        except BaseException:
-            self.stop()
-            raise
+        self._launch([self.executable, "--port", str(self.port), "--bind", LOOPBACK, "--save", "",
+                      "--appendonly", "no", "--dir", str(self.workdir), "--protected-mode", "no",
+                      *self.args], "redis-server", pings, timeout)
         return self
 
     def client(self, **kwargs: object) -> redis.Redis:
@@ -551,26 +562,16 @@ class AgentProcess(_Server):
             raise ServerStartError(f"agent config {self.config_path} does not exist")
         tls_args = ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]] if self.tls else []
         context = ssl.create_default_context(cafile=self.ca_bundle) if self.tls else None
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "fluxon_video", "agent", "--config", str(self.config_path),
-                 "--listen", f"{LOOPBACK}:{self.port}", *tls_args, *self.args],
-                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        proc = self.proc
 
         def healthy() -> bool:
-            if proc.poll() is not None:
-                raise ServerStartError(f"the agent exited with {proc.returncode}:\n"
-                                       f"{_tail(self.log)}")
             with urllib.request.urlopen(self.url + "/healthz", timeout=1,
                                         context=context) as response:
                 return response.read() == b"ok"
 
-        try:
-            wait_until(healthy, f"the agent on port {self.port}", timeout)
-        except BaseException:
-            self.stop()
-            raise
+        self._launch([sys.executable, "-m", "fluxon_video", "agent", "--config",
+                      str(self.config_path), "--listen", f"{LOOPBACK}:{self.port}", *tls_args,
+                      *self.args], "the agent", healthy, timeout,
+                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
         return self
 
 
@@ -605,24 +606,13 @@ class S3Server(_Server):
         if self.running:
             return self
         self.workdir.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)],
-                stdout=log, stderr=subprocess.STDOUT)
-        proc = self.proc
 
-        def ready() -> bool:
-            if proc.poll() is not None:
-                raise ServerStartError(f"the S3 server exited with {proc.returncode}:\n"
-                                       f"{_tail(self.log)}")
+        def lists() -> bool:
             with urllib.request.urlopen(self.url + "/", timeout=1) as response:
                 return response.status == 200
 
-        try:
-            wait_until(ready, f"the S3 server on port {self.port}", timeout)
-        except BaseException:
-            self.stop()
-            raise
+        self._launch([sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)],
+                     "the S3 server", lists, timeout)
         return self
 
     def client(self) -> Any:
