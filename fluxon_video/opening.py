@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from fluxon_video import defaults
@@ -110,6 +111,45 @@ def as_range_source(source: Any) -> tuple[Any, bool]:
         f"(read_range and size), got {type(source).__name__}")
 
 
+@dataclass(frozen=True)
+class ReaderOptions:
+    """What a reader is asked for, checked: output size, threads, policies."""
+
+    height: int | None
+    width: int | None
+    num_threads: int
+    autorotate: bool
+    on_damage: str
+    resize: str
+    interpolation: str
+
+    @classmethod
+    def check(cls, height: int | None, width: int | None, num_threads: int, autorotate: bool,
+              on_damage: str, resize: str, interpolation: str) -> ReaderOptions:
+        require_native()
+        return cls(None if height is None else positive_int("height", height),
+                   None if width is None else positive_int("width", width),
+                   positive_int("num_threads", num_threads), bool(autorotate),
+                   check_policy(on_damage), check_resize(resize),
+                   check_interpolation(interpolation))
+
+    def make_reader(self, video: OpenedVideo, t0: float,
+                    on_read: Any = None) -> FluxonFsVideoReader:
+        """The reader of an opened video; if it cannot be made, what the open
+        holds is released (the reader releases it too if it got that far:
+        both are safe twice)."""
+        try:
+            return FluxonFsVideoReader(video, self.height, self.width, self.num_threads,
+                                       open_ms=(time.perf_counter() - t0) * 1e3,
+                                       autorotate=self.autorotate, on_read=on_read,
+                                       on_damage=self.on_damage, resize=self.resize,
+                                       interpolation=self.interpolation)
+        except BaseException:
+            video.byte_source.close()
+            video.close()
+            raise
+
+
 def open_video(source: Any, height: int | None = None, width: int | None = None,
                num_threads: int = 1, *, autorotate: bool = False, on_damage: str = "error",
                stream_index: int | None = None, resize: str = "stretch",
@@ -120,22 +160,10 @@ def open_video(source: Any, height: int | None = None, width: int | None = None,
     metadata, errors and frames as ``FluxonFsPatcher.open_video_reader``;
     ``settings`` sizes its page cache and fetch workers (ClientSettings)."""
     t0 = time.perf_counter()
-    require_native()
-    height = None if height is None else positive_int("height", height)
-    width = None if width is None else positive_int("width", width)
-    num_threads = positive_int("num_threads", num_threads)
-    on_damage = check_policy(on_damage)
-    resize, interpolation = check_resize(resize), check_interpolation(interpolation)
+    options = ReaderOptions.check(height, width, num_threads, autorotate, on_damage, resize,
+                                  interpolation)
     video = open_source(source, stream_choice(stream_index), settings or ClientSettings())
-    try:
-        return FluxonFsVideoReader(video, height, width, num_threads,
-                                   open_ms=(time.perf_counter() - t0) * 1e3,
-                                   autorotate=bool(autorotate), on_damage=on_damage,
-                                   resize=resize, interpolation=interpolation)
-    except BaseException:
-        video.byte_source.close()
-        video.close()
-        raise
+    return options.make_reader(video, t0)
 
 
 class VideoOpener:
@@ -175,24 +203,12 @@ class VideoOpener:
                     interpolation: str = "bilinear") -> FluxonFsVideoReader:
         """A reader (see FluxonFsPatcher.open_video_reader for the arguments)."""
         t0 = time.perf_counter()
-        require_native()
-        height = None if height is None else positive_int("height", height)
-        width = None if width is None else positive_int("width", width)
-        num_threads = positive_int("num_threads", num_threads)
+        options = ReaderOptions.check(height, width, num_threads, autorotate, on_damage, resize,
+                                      interpolation)
         ref = self.ref(export_name, relpath, identity)
-        stream_index = stream_choice(stream_index)
-        on_damage = check_policy(on_damage)
-        resize, interpolation = check_resize(resize), check_interpolation(interpolation)
-        video = open_fluxonfs_video(self.client, ref, stream_index, for_reader=True)
-        try:
-            return FluxonFsVideoReader(video, height, width, num_threads,
-                                       open_ms=(time.perf_counter() - t0) * 1e3,
-                                       autorotate=bool(autorotate), on_read=self.stats.add_read,
-                                       on_damage=on_damage, resize=resize,
-                                       interpolation=interpolation)
-        except BaseException:
-            video.byte_source.close()  # the reader closed it if it got that far: safe twice
-            raise
+        video = open_fluxonfs_video(self.client, ref, stream_choice(stream_index),
+                                    for_reader=True)
+        return options.make_reader(video, t0, self.stats.add_read)
 
     def video_index(self, export_name: str, relpath: str,
                     identity: RequestIdentity | str | None, on_damage: str = "error",
