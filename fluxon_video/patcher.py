@@ -18,6 +18,7 @@ from fluxon_video.fs.config import (
     load_config,
 )
 from fluxon_video.fs.counters import ReadCounters
+from fluxon_video.fs.file_ref import VersionedFile
 from fluxon_video.fs.kv import PieceStore
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.origin import FileStat
@@ -205,16 +206,14 @@ class FluxonFsPatcher:
                      identity: RequestIdentity | str | None = None) -> FileStat:
         """The file's current version (size, mtime_ns, ctime_ns, inode), by an
         authorised stat (cached for the export's metadata TTL)."""
-        ref = self._live().ref(export_name, relpath, identity)
-        return self.client.files.stat(ref).version
+        return self._current(export_name, relpath, identity).version
 
     def read_range(self, export_name: str, relpath: str, offset: int, length: int, *,
                    identity: RequestIdentity | str | None = None) -> bytes:
         """Bytes [offset, offset + length) of the file's current version, through
         the KV and the agent as a reader reads them."""
-        ref = self._live().ref(export_name, relpath, identity)
-        return self.client.pieces.read_range(self.client.files.stat(ref), offset, length,
-                                             ReadCounters())
+        return self.client.pieces.read_range(self._current(export_name, relpath, identity),
+                                             offset, length, ReadCounters())
 
     def warm_file(self, export_name: str, relpath: str, *,
                   identity: RequestIdentity | str | None = None,
@@ -223,9 +222,13 @@ class FluxonFsPatcher:
         """Every piece of the file's current version into the KV: pieces and bytes
         fetched. ``on_piece(stored_bytes, piece_bytes)`` after each piece (0
         stored: it was there); ``stop()`` true ends the run between pieces."""
-        ref = self._live().ref(export_name, relpath, identity)
-        return self.client.warming.warm_file(self.client.files.stat(ref), on_piece=on_piece,
-                                             stop=stop)
+        return self.client.warming.warm_file(self._current(export_name, relpath, identity),
+                                             on_piece=on_piece, stop=stop)
+
+    def _current(self, export_name: str, relpath: str,
+                 identity: RequestIdentity | str | None) -> VersionedFile:
+        """The file's current version, by an authorised stat."""
+        return self.client.files.stat(self._live().ref(export_name, relpath, identity))
 
     def _live(self) -> VideoOpener:
         if self._closed:
