@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-APT_PACKAGES := libavformat-dev libavcodec-dev libavutil-dev libswscale-dev \
+APT_PACKAGES := libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev \
                 ffmpeg pkg-config redis-server gcc
 NATIVE_SOURCES := $(wildcard fluxon_video/*.pyx fluxon_video/*.pxd fluxon_video/*.c \
                   fluxon_video/*.h fluxon_video/libav/*.pxd) setup.py pyproject.toml

@@ -9,12 +9,13 @@ import sys
 
 from setuptools import Extension, setup
 
-LIBAV_PACKAGES = ["libavformat", "libavcodec", "libavutil", "libswscale"]
+LIBAV_PACKAGES = ["libavformat", "libavcodec", "libavutil", "libswscale", "libswresample"]
 # Lowest layer first: the byte source, the container, the pipeline, conversion,
 # the decode paths, the decoder, the benchmark's floor.
 NATIVE_MODULES = ["_errors", "_avio", "_demux", "_pipeline", "_convert", "_decode_paths", "_decode",
-                  "_floor"]
-DEBIAN_PACKAGES = "libavformat-dev libavcodec-dev libavutil-dev libswscale-dev pkg-config"
+                  "_audio", "_floor"]
+DEBIAN_PACKAGES = ("libavformat-dev libavcodec-dev libavutil-dev libswscale-dev "
+                   "libswresample-dev pkg-config")
 
 
 def _fail(message: str) -> None:

@@ -455,6 +455,27 @@ cdef dict stream_header(AVFormatContext *fmt, AVStream *st, int64_t file_size):
     }
 
 
+cdef object audio_packets(AVFormatContext *fmt, int audio_index):
+    """(pts, pos, size) int64 arrays of an MP4/MOV audio stream's samples, from
+    the sample table the open parsed (no byte of media read); empty elsewhere,
+    where no table lists every packet."""
+    cdef AVStream *st
+    cdef const AVIndexEntry *e
+    cdef int i, n
+    if audio_index < 0 or not is_mov(fmt):
+        return np.empty((3, 0), np.int64)
+    st = fmt.streams[audio_index]
+    n = avformat_index_get_entries_count(st)
+    out = np.empty((3, n), np.int64)
+    cdef int64_t[:, ::1] view = out
+    # Samples the edit list cuts (AVINDEX_DISCARD_FRAME) stay: the demuxer
+    # still returns them and the decoder needs them (AAC's priming packet).
+    for i in range(n):
+        e = avformat_index_get_entry(st, i)
+        view[0, i], view[1, i], view[2, i] = e.timestamp, e.pos, e.size
+    return out
+
+
 cdef object audio_header(AVFormatContext *fmt, int video_index):
     """The audio stream av_find_best_stream pairs with the video (as ffmpeg's
     -map 0:a:0 of a typical file), as its header says it, or None."""
@@ -469,6 +490,7 @@ cdef object audio_header(AVFormatContext *fmt, int video_index):
     tb = st.time_base.num / st.time_base.den if st.time_base.den else 0.0
     return {
         "stream_index": index,
+        "time_base": (st.time_base.num, st.time_base.den),
         "codec": avcodec_get_name(st.codecpar.codec_id).decode(),
         "sample_rate": st.codecpar.sample_rate,
         "channels": st.codecpar.ch_layout.nb_channels,
@@ -529,6 +551,7 @@ def scan_packets(ByteSource source, str name=None, int stream_index=-1):
         key = (flags & 1) != 0
         cut = (flags & 4) != 0
         problem = mpeg4_problem(&log, st.codecpar, key) if log.mpeg4 else ""
+        audio = audio_header(fmt, stream_index)
         return FrameIndex(fmt.iformat.name.decode(), avcodec_get_name(st.codecpar.codec_id).decode(),
                           stream_index, pts, pos, size, key, (flags & 2) != 0,
                           trusted=not problem, reason=problem, pkt_dts=dts,
@@ -539,8 +562,9 @@ def scan_packets(ByteSource source, str name=None, int stream_index=-1):
                               int(d): "the demuxer cut it short (its size runs past the data)"
                               for d in np.flatnonzero(cut)},
                           pkt_hidden=(flags & 8) != 0, pkt_several=(flags & 16) != 0,
-                          header={**stream_header(fmt, st, source.size),
-                                  "audio": audio_header(fmt, stream_index)})
+                          header={**stream_header(fmt, st, source.size), "audio": audio},
+                          audio_packets=audio_packets(
+                              fmt, audio["stream_index"] if audio is not None else -1))
     finally:
         avformat_close_input(&fmt)
         fx_avio_close(&pb)

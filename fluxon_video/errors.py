@@ -42,6 +42,15 @@ class FluxonFsNoVideoStreamError(FluxonFsDecodeError):
     """The container holds no video stream."""
 
 
+class FluxonFsNoAudioStreamError(FluxonFsDecodeError):
+    """Audio was asked for and the container holds no audio stream."""
+
+
+class FluxonFsAudioRangeError(FluxonFsError, IndexError):
+    """Audio was asked for a span the stream has no samples for, with
+    ``pad_audio=False``."""
+
+
 class FluxonFsIOError(FluxonFsError, OSError):
     """Reading bytes from the source failed."""
 

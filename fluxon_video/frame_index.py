@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = 8
+FORMAT_VERSION = 9
 BLOB_KIND = f"frameindex-v{FORMAT_VERSION}"  # the default stream's index
 
 
@@ -103,6 +103,10 @@ class FrameIndex:
     # (offset, bytes) of container_ranges() the scan had read: served to the
     # demuxer's open without fetching.
     open_extents: list[tuple[int, bytes]] = field(default_factory=list)
+    # int64 (3, N): pts (the audio stream's time_base, header["audio"]), byte
+    # offset and size of each packet of the audio stream, in decode order,
+    # where the container lists them (MP4/MOV's sample table); (3, 0) elsewhere.
+    audio_packets: np.ndarray | None = None
     # Derived.
     frame_pts: np.ndarray = field(init=False)  # presentation order, sorted
     frame_dec: np.ndarray = field(init=False)  # decode position of each frame's packet
@@ -127,6 +131,8 @@ class FrameIndex:
         self.pkt_damaged = self._flags(self.pkt_damaged)
         if self.decoded_pts is not None:
             self.decoded_pts = np.asarray(self.decoded_pts, np.int64)
+        self.audio_packets = (np.empty((3, 0), np.int64) if self.audio_packets is None
+                              else np.asarray(self.audio_packets, np.int64).reshape(3, -1))
         shown = np.flatnonzero(~self.pkt_discard & ~self.pkt_truncated & ~self.pkt_hidden)
         order = np.argsort(self.pkt_pts[shown], kind="stable")
         self.frame_dec = shown[order]
@@ -379,7 +385,8 @@ class FrameIndex:
                  names=np.asarray([self.format_name, self.codec_name, self.reason]),
                  extent_pos=np.asarray([off for off, _ in self.open_extents], np.int64),
                  extent_len=np.asarray([len(d) for _, d in self.open_extents], np.int64),
-                 extent_bytes=np.frombuffer(b"".join(d for _, d in self.open_extents), np.uint8))
+                 extent_bytes=np.frombuffer(b"".join(d for _, d in self.open_extents), np.uint8),
+                 audio_packets=self.audio_packets)
         return zlib.compress(buf.getvalue(), 3)
 
     @classmethod
@@ -404,6 +411,7 @@ class FrameIndex:
                        damage_notes={int(k): str(v) for k, v in
                                      json.loads(str(arrays["damage_notes"][0])).items()},
                        decoded_pts=arrays["decoded_pts"] if bool(arrays["surveyed"][0]) else None,
-                       header=json.loads(str(arrays["header"][0])), open_extents=extents)
+                       header=json.loads(str(arrays["header"][0])), open_extents=extents,
+                       audio_packets=arrays["audio_packets"])
         except Exception:  # noqa: BLE001 - a damaged blob is just a miss
             return None

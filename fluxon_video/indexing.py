@@ -23,7 +23,7 @@ class BlobStore(Protocol):
 
 def load_or_build_index(byte_source: Any, name: str, stream_index: int | None = None, *,
                         stored: bytes | None = None, blobs: BlobStore | None = None,
-                        why_none: list[str] | None = None,
+                        why_none: list[Exception] | None = None,
                         ) -> tuple[FrameIndex | None, str, float]:
     """(index or None, where it came from: "kv" | "scan" | "none", milliseconds).
 
@@ -51,7 +51,7 @@ def load_or_build_index(byte_source: Any, name: str, stream_index: int | None = 
         if isinstance(exc, FluxonFsNoVideoStreamError) and stream_index is not None:
             raise  # the stream asked for is not there: no decode will find it
         if why_none is not None:
-            why_none.append(str(exc))
+            why_none.append(exc)
         return None, "none", (time.perf_counter() - t0) * 1e3
     if blobs is not None:
         blobs.store_blob(blob_kind(stream_index), index.to_bytes())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,14 @@ class FluxonFsAudioMetadata:
     layout: str                     # FFmpeg's name, e.g. "mono", "stereo", "5.1"
     start_s: float | None           # the stream's start time as the header gives it
     duration_s: float | None        # None when the header does not say
+
+
+def audio_metadata(header: dict[str, Any] | None) -> FluxonFsAudioMetadata | None:
+    """The audio metadata of an index header's audio part (None: no audio)."""
+    if not header:
+        return None
+    return FluxonFsAudioMetadata(**{f.name: header[f.name]
+                                    for f in fields(FluxonFsAudioMetadata)})
 
 
 @dataclass(frozen=True)
@@ -178,7 +186,7 @@ def build_metadata(index: FrameIndex, size_bytes: int, mtime_ns: int,
         keyframe_indices=tuple(int(k) for k in keyframes),
         size_bytes=int(size_bytes),
         mtime_ns=int(mtime_ns),
-        audio=FluxonFsAudioMetadata(**header["audio"]) if header.get("audio") else None,
+        audio=audio_metadata(header.get("audio")),
     )
 
 

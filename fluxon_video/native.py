@@ -12,9 +12,9 @@ from types import ModuleType
 from fluxon_video.errors import FluxonFsUnavailableError
 
 try:
-    from fluxon_video import _avio, _decode
+    from fluxon_video import _audio, _avio, _decode
 except ImportError as exc:  # built without FFmpeg, or not built yet
-    _avio = _decode = None  # type: ignore[assignment]
+    _audio = _avio = _decode = None  # type: ignore[assignment]
     _IMPORT_ERROR: ImportError | None = exc
 else:
     _IMPORT_ERROR = None
@@ -28,7 +28,14 @@ def require_native(what: str = "opening a video reader") -> tuple[ModuleType, Mo
         raise FluxonFsUnavailableError(
             f"{what} needs fluxon_video's FFmpeg support, which this installation lacks "
             f"({_IMPORT_ERROR}). Install the FFmpeg development packages "
-            "(libavformat-dev libavcodec-dev libavutil-dev libswscale-dev pkg-config) and "
+            "(libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev "
+            "pkg-config) and "
             "rebuild (`make build`, or `pip install -e .` without FLUXON_VIDEO_WITHOUT_FFMPEG)."
         )
     return _avio, _decode
+
+
+def require_audio(what: str = "reading audio") -> ModuleType:
+    """_audio (the audio decoder and resampler), or FluxonFsUnavailableError."""
+    require_native(what)
+    return _audio

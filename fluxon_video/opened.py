@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from fluxon_video.errors import FluxonFsNoVideoStreamError
 from fluxon_video.frame_index import FrameIndex, blob_kind
 from fluxon_video.fs.config import ClientSettings, RequestIdentity
 from fluxon_video.fs.counters import ReadCounters
@@ -89,6 +90,13 @@ class OpenedVideo:
     identity: RequestIdentity | None = None
     version: FileStat | None = None
     why_no_index: str = ""     # the scan's error when FFmpeg could not index the file
+    audio_only: bool = False   # the scan found no video stream (the audio may still be read)
+
+    def no_index(self, why: list[Exception]) -> None:
+        """Keep why the scan gave no index (empty: it did not fail)."""
+        if why:
+            self.why_no_index = str(why[0])
+            self.audio_only = isinstance(why[0], FluxonFsNoVideoStreamError)
 
     def close(self) -> None:
         """Release what the source holds (a local file's descriptor). Safe twice."""

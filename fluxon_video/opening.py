@@ -59,7 +59,7 @@ def open_fluxonfs_video(client: FluxonFsClient, ref: FileRef, stream_index: int 
 
     if for_reader:
         video.byte_source = scan_source()
-    why: list[str] = []
+    why: list[Exception] = []
     try:
         video.index, video.index_source, video.index_ms = load_or_build_index(
             video.byte_source if for_reader else scan_source, video.source.name, stream_index,
@@ -70,7 +70,7 @@ def open_fluxonfs_video(client: FluxonFsClient, ref: FileRef, stream_index: int 
         raise
     video.round_trips = open_round_trips(opened.round_trips, video.index_source,
                                          scanned[0] if scanned else None)
-    video.why_no_index = why[0] if why else ""
+    video.no_index(why)
     return video
 
 
@@ -84,10 +84,10 @@ def open_source(source: Any, stream_index: int | None, settings: ClientSettings,
                         relpath=plain.name, version=version)
     try:
         video.byte_source = video.make_byte_source()
-        why: list[str] = []
+        why: list[Exception] = []
         video.index, video.index_source, video.index_ms = load_or_build_index(
             video.byte_source, plain.name, stream_index, why_none=why)
-        video.why_no_index = why[0] if why else ""
+        video.no_index(why)
     except BaseException:
         if video.byte_source is not None:
             video.byte_source.close()

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fluxon_video.audio import AudioSamples, AudioSpec
 from fluxon_video.damage import check_policy
 from fluxon_video.errors import (
     FluxonFsClosedError,
@@ -32,7 +33,7 @@ from fluxon_video.errors import (
     FluxonFsError,
     FluxonFsFrameIndexError,
 )
-from fluxon_video.frames import as_torch
+from fluxon_video.frames import as_torch, frame_durations
 from fluxon_video.fs.config import RequestIdentity
 from fluxon_video.fs.paths import check_relpath
 from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
@@ -61,6 +62,9 @@ class FluxonFsVideoReadRequest:
     ``open_video_reader``); negative indices count from the end.
     ``stream_index``: the container stream (None: the default rule's).
     ``resize`` and ``interpolation`` as for ``open_video_reader``.
+    ``audio``: also read the audio of the span the frames cover (from the
+    first frame's time to the end of the last one's display, or exactly
+    ``audio_span_s`` when given) into the result's ``audio``.
     """
 
     export_name: str
@@ -72,6 +76,8 @@ class FluxonFsVideoReadRequest:
     stream_index: int | None = None
     resize: str = "stretch"
     interpolation: str = "bilinear"
+    audio: AudioSpec | None = None
+    audio_span_s: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.export_name, str) or not self.export_name:
@@ -85,6 +91,14 @@ class FluxonFsVideoReadRequest:
         object.__setattr__(self, "stream_index", stream_choice(self.stream_index))
         object.__setattr__(self, "resize", check_resize(self.resize))
         object.__setattr__(self, "interpolation", check_interpolation(self.interpolation))
+        if self.audio is not None and not isinstance(self.audio, AudioSpec):
+            raise TypeError(f"audio must be an AudioSpec or None, got {type(self.audio).__name__}")
+        if self.audio_span_s is not None:
+            start_s, end_s = (float(t) for t in self.audio_span_s)
+            if not end_s >= start_s:
+                raise FluxonFsConfigError(f"audio_span_s must be (start_s, end_s) with end_s >= "
+                                          f"start_s, got {self.audio_span_s!r}")
+            object.__setattr__(self, "audio_span_s", (start_s, end_s))
 
 
 @dataclass(frozen=True)
@@ -99,6 +113,7 @@ class FluxonFsVideoReadResult:
     stats: FluxonFsVideoReadStats
     reader_reused: bool
     group_size: int = 1
+    audio: AudioSamples | None = None  # when the request asked for audio
 
     @property
     def open_ms(self) -> float:
@@ -254,17 +269,24 @@ class FluxonFsVideoReaderPool:
                                      height: int | None, width: int | None, num_threads: int,
                                      indices: Sequence[int], out: np.ndarray | None = None,
                                      stream_index: int | None = None, resize: str = "stretch",
-                                     interpolation: str = "bilinear") -> FluxonFsVideoReadResult:
+                                     interpolation: str = "bilinear",
+                                     audio: AudioSpec | None = None,
+                                     audio_span_s: tuple[float, float] | None = None,
+                                     ) -> FluxonFsVideoReadResult:
+        """The frames with what reading them cost, and with ``audio`` the audio
+        of their span (see FluxonFsVideoReadRequest)."""
         request = FluxonFsVideoReadRequest(export_name, relpath, height, width, num_threads,
-                                           tuple(indices), stream_index, resize, interpolation)
+                                           tuple(indices), stream_index, resize, interpolation,
+                                           audio, audio_span_s)
         t0 = time.perf_counter()
         with self._lease(self._key(request)) as (reader, reused):
             frames = reader.read_frames_numpy(request.indices, out=out)
             stats = reader.last_stats
             self._count_native_call()
+            samples = _audio_of(reader, request) if audio is not None else None
         assert stats is not None
         stats = replace(stats, total_ms=(time.perf_counter() - t0) * 1e3)
-        return FluxonFsVideoReadResult(frames, stats, reused)
+        return FluxonFsVideoReadResult(frames, stats, reused, audio=samples)
 
     def read_many_numpy_with_stats(
             self, requests: Sequence[FluxonFsVideoReadRequest],
@@ -363,6 +385,8 @@ class FluxonFsVideoReaderPool:
                 frames = reader.read_frames_numpy(wanted)
                 stats = reader.last_stats
                 self._count_native_call()
+                audio = {p: _audio_of(reader, requests[p]) for p in positions
+                         if requests[p].audio is not None}
         except FluxonFsError as exc:
             raise _name_requests(exc, positions) from exc
         assert stats is not None
@@ -371,7 +395,8 @@ class FluxonFsVideoReaderPool:
         start = 0
         for position, size in zip(positions, sizes):
             out.append((position, FluxonFsVideoReadResult(frames[start:start + size], stats, reused,
-                                                           group_size=len(positions))))
+                                                           group_size=len(positions),
+                                                           audio=audio.get(position))))
             start += size
         return out
 
@@ -446,6 +471,22 @@ class FluxonFsVideoReaderPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _audio_of(reader: FluxonFsVideoReader, request: FluxonFsVideoReadRequest) -> AudioSamples:
+    """The audio a request asked for: its span, or the span its frames cover."""
+    assert request.audio is not None
+    if request.audio_span_s is not None:
+        start_s, end_s = request.audio_span_s
+    elif request.indices:
+        times = reader.timestamps_s()
+        count = len(times)
+        chosen = [i + count if i < 0 else i for i in request.indices]
+        ends = frame_durations(times, reader.metadata.end_s)[chosen] + times[chosen]
+        start_s, end_s = float(times[chosen].min()), float(ends.max())
+    else:
+        start_s = end_s = 0.0
+    return reader.read_audio(start_s, end_s, request.audio)
 
 
 def _split_by_gop(positions: list[int], requests: Sequence[FluxonFsVideoReadRequest],

@@ -10,11 +10,13 @@ from typing import Any
 
 import numpy as np
 
+from fluxon_video.audio import AudioSamples, AudioSpec, AudioTrack, AVClip
 from fluxon_video.errors import (
     FluxonFsClosedError,
     FluxonFsConfigError,
     FluxonFsDecodeError,
     FluxonFsFrameIndexError,
+    FluxonFsNoVideoStreamError,
 )
 from fluxon_video.frame_index import FrameIndex
 from fluxon_video.frames import FrameBatch, as_torch, frame_durations
@@ -75,6 +77,7 @@ class FluxonFsVideoReader:
         self._closed = False
         self._byte_source: Any = video.byte_source
         self._decoder: Any = None
+        self._audio: AudioTrack | None = None  # opened by the first audio read
         self._metadata: FluxonFsVideoMetadata | None = None
         # Client counters already reported; the first read also reports what
         # opening (the stat and the frame index) fetched.
@@ -93,7 +96,9 @@ class FluxonFsVideoReader:
                                                 self.name, self.on_damage)
             if autorotate:
                 self._decoder.orient = self._orientation(index)
-            if height is None or width is None:
+            if video.audio_only:  # no frames to size: clips of it carry only audio
+                height, width = height or 0, width or 0
+            elif height is None or width is None:
                 height, width = output_size(self.metadata, height, width, autorotate)
         except BaseException:
             self.close()
@@ -128,6 +133,9 @@ class FluxonFsVideoReader:
         """A decoder of this process over byte_source (a new one after fork)."""
         self._byte_source = (byte_source if byte_source is not None
                              else self._video.make_byte_source())
+        if self._audio is not None:
+            self._audio.close()  # over the byte source it replaces (or the parent's)
+            self._audio = None
         # The decoder lives as long as the reader: a request ahead of where it
         # stands continues without seeking.
         orient = self._decoder.orient if self._decoder is not None else 0
@@ -228,6 +236,84 @@ class FluxonFsVideoReader:
         for start in range(0, len(self), ITER_CHUNK):
             yield from self.read_frames_numpy(range(start, min(start + ITER_CHUNK, len(self))))
 
+    # ---- audio on the frames' clock (fluxon_video/audio.py) ----
+
+    def read_audio(self, start_s: float, end_s: float, spec: AudioSpec = AudioSpec(),
+                   num_samples: int | None = None) -> AudioSamples:
+        """The audio of ``[start_s, end_s)`` (``num_samples`` samples from its
+        first, when given) as ``spec`` asks, from this reader's byte source."""
+        with self._lock:
+            self._check_open()
+            t0 = time.perf_counter()
+            self._range_source.check_current()  # the version rule: fs/file_metadata.py
+            if self._audio is None:
+                self._audio = self._open_audio()
+            samples = self._audio.read(start_s, end_s, spec, num_samples)
+            self._report(self._stats(None, 0, time.perf_counter() - t0))
+            return samples
+
+    def _open_audio(self) -> AudioTrack:
+        """The audio stream the frame index names (with its packet table), or
+        for a file without an index the one FFmpeg picks."""
+        index = self._decoder.index
+        header = index.header.get("audio") if index is not None else None
+        if header is None:
+            return AudioTrack(self._byte_source, self.name)
+        return AudioTrack(self._byte_source, self.name, header["stream_index"],
+                          (index.audio_packets, tuple(header["time_base"])))
+
+    def get_audio_played_in_range(self, start_s: float, stop_s: float, *,
+                                  sample_rate: int | None = None, channels: int | None = None,
+                                  pad_audio: bool = True, exact_audio: bool = True
+                                  ) -> AudioSamples:
+        """float32 ``(channels, samples)`` covering ``[start_s, stop_s)`` on the
+        frames' clock, at ``sample_rate`` / ``channels`` (None: the stream's)."""
+        return self.read_audio(start_s, stop_s, AudioSpec(sample_rate, channels, pad_audio,
+                                                          exact_audio))
+
+    def get_clip_played_in_range(self, start_s: float, stop_s: float, *,
+                                 fps: float | None = None, sample_rate: int | None = None,
+                                 channels: int | None = None, pad_audio: bool = True,
+                                 exact_audio: bool = True) -> AVClip:
+        """The frames of ``[start_s, stop_s)`` (as ``get_frames_played_in_range``)
+        and the audio of exactly that span; a file without video gives no frames."""
+        frames = (self.get_frames_played_in_range(start_s, stop_s, fps) if self.has_video
+                  else self._no_frames())
+        return AVClip(frames, self.get_audio_played_in_range(
+            start_s, stop_s, sample_rate=sample_rate, channels=channels, pad_audio=pad_audio,
+            exact_audio=exact_audio))
+
+    def get_clip_at(self, indices: Sequence[int] | np.ndarray, *,
+                    sample_rate: int | None = None, channels: int | None = None,
+                    pad_audio: bool = True, exact_audio: bool = True) -> AVClip:
+        """The frames at ``indices`` and the audio from the first one's time to
+        the end of the last one's display (the span the frames cover)."""
+        frames = self.get_frames_at(indices)
+        if len(frames) == 0:
+            raise FluxonFsFrameIndexError(f"{self.name}: a clip needs at least one frame index")
+        start_s = float(frames.pts_s.min())
+        stop_s = float((frames.pts_s + frames.duration_s).max())
+        return AVClip(frames, self.get_audio_played_in_range(
+            start_s, stop_s, sample_rate=sample_rate, channels=channels, pad_audio=pad_audio,
+            exact_audio=exact_audio))
+
+    @property
+    def has_video(self) -> bool:
+        """Whether the file has a video stream (False: an audio-only file)."""
+        return self._metadata is not None or not self._video.audio_only
+
+    def _no_frames(self) -> FrameBatch:
+        empty = np.empty(0, np.float64)
+        return FrameBatch(np.empty((0, self.height, self.width, 3), np.uint8), empty, empty,
+                          np.empty(0, np.int64))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FluxonFsClosedError(f"{self.name}: the reader is closed")
+        if self._byte_source.pid != os.getpid():
+            # Forked: the parent's fetch workers and page cache are not ours.
+            self._make_decoder(self._decoder.index)
+
     def _index(self) -> FrameIndex:
         decoder = self._decoder
         if decoder is None:
@@ -249,24 +335,28 @@ class FluxonFsVideoReader:
         it is returned.
         """
         with self._lock:
-            if self._closed:
-                raise FluxonFsClosedError(f"{self.name}: the reader is closed")
-            if self._byte_source.pid != os.getpid():
-                # Forked: the parent's fetch workers and page cache are not ours.
-                self._make_decoder(self._decoder.index)
+            self._check_open()
             t0 = time.perf_counter()
             self._range_source.check_current()  # the version rule: fs/file_metadata.py
+            if self._video.audio_only:  # a clip of an audio-only file has no frames
+                if len(indices):
+                    raise FluxonFsNoVideoStreamError(self._video.why_no_index)
+                self._report(self._stats(None, 0, time.perf_counter() - t0))
+                return self._no_frames().data
             frames, native = self._decoder.decode(indices, self.height, self.width, out)
-            self.last_stats = self._stats(native, len(frames), time.perf_counter() - t0)
-            if self.last_stats.fallback:
-                log.info("%s: the decode disagreed with the frame index (%s); read sequentially, "
-                         "and this reader stays on the sequential path", self.name,
-                         self.last_stats.fallback)
-            if self._on_read is not None:
-                self._on_read(self.last_stats)
+            self._report(self._stats(native, len(frames), time.perf_counter() - t0))
             return frames
 
+    def _report(self, stats: FluxonFsVideoReadStats) -> None:
+        self.last_stats = stats
+        if stats.fallback:
+            log.info("%s: the decode disagreed with the frame index (%s); read sequentially, "
+                     "and this reader stays on the sequential path", self.name, stats.fallback)
+        if self._on_read is not None:
+            self._on_read(stats)
+
     def _stats(self, native: Any, returned: int, seconds: float) -> FluxonFsVideoReadStats:
+        """A read's stats: the decoder's (None for an audio read) and what was fetched."""
         after = self._range_source.counters.snapshot()
         fetched = {k: after[k] - self._counted[k] for k in after}
         self._counted = after
@@ -274,7 +364,7 @@ class FluxonFsVideoReader:
         open_trips, self._open_round_trips = self._open_round_trips, 0
         index_ms, self._index_ms = self._index_ms, 0.0
         return FluxonFsVideoReadStats(
-            **native.as_dict(), **fetched, open_ms=open_ms, index_ms=index_ms,
+            **(native.as_dict() if native is not None else {}), **fetched, open_ms=open_ms, index_ms=index_ms,
             index_source=self._index_source, total_ms=seconds * 1e3, frames_returned=returned,
             open_round_trips=open_trips)
 
@@ -284,6 +374,9 @@ class FluxonFsVideoReader:
             if self._closed:
                 return
             self._closed = True
+            if self._audio is not None:
+                self._audio.close()
+                self._audio = None
             if self._decoder is not None:
                 self._decoder.close()
                 self._decoder = None

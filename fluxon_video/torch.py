@@ -9,7 +9,10 @@ imports torch; this module does.
   frame rates), the same clip for the same ``(seed, epoch, i)``. Items are
   dicts: ``frames`` (uint8 tensor, ``(T, H, W, C)`` or ``(T, C, H, W)``,
   sharing memory with the decoded array), ``relpath``, ``indices``,
-  ``timestamps_s``. Each process reads through its own reader pool, built on
+  ``timestamps_s``, and with ``audio`` (an :class:`~fluxon_video.AudioSpec`,
+  time-based clips) ``audio`` (float32 ``(C, round(clip_duration_s * R))``),
+  ``audio_start_s`` and ``sample_rate``: the samples of the clip's span on
+  the frames' clock. Each process reads through its own reader pool, built on
   first use; the dataset pickles as configuration, so it works under fork,
   spawn and forkserver.
 - When the DataLoader fetches a batch, the dataset reads it with one
@@ -40,6 +43,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a process without 
         "pip install 'fluxon-video[torch]' (for the CPU build, install torch first from "
         "the CPU wheel index)") from exc
 
+from fluxon_video.audio import AudioSamples, AudioSpec
 from fluxon_video.damage import check_policy
 from fluxon_video.metadata import FluxonFsVideoMetadata, indices_at_times
 from fluxon_video.patcher import FluxonFsPatcher
@@ -68,7 +72,10 @@ class VideoClipDataset(Dataset):
     video (None: the default rule's, see ``open_video_reader``). ``resize``
     and ``interpolation`` as for ``open_video_reader``: ``"shorter_side_crop"``
     or ``"letterbox"`` give every clip ``height`` x ``width`` whatever its
-    video's aspect ratio, so videos of mixed shapes batch together.
+    video's aspect ratio, so videos of mixed shapes batch together. ``audio``
+    (time-based clips only) adds each clip's audio, ``round(clip_duration_s *
+    rate)`` samples from the clip's start; give ``AudioSpec(sample_rate=...,
+    channels=...)`` so clips of videos with different audio batch together.
     """
 
     def __init__(self, source: FluxonFsPatcher | FluxonFsVideoReaderPool, export_name: str,
@@ -78,7 +85,8 @@ class VideoClipDataset(Dataset):
                  num_threads: int = 1, layout: str = "THWC", seed: int = 0,
                  max_readers: int = 16, autorotate: bool = False,
                  on_damage: str = "error", stream_index: int | None = None,
-                 resize: str = "stretch", interpolation: str = "bilinear") -> None:
+                 resize: str = "stretch", interpolation: str = "bilinear",
+                 audio: AudioSpec | None = None) -> None:
         if isinstance(source, FluxonFsVideoReaderPool):
             self._patcher, self._given_pool = None, source
         elif isinstance(source, FluxonFsPatcher):
@@ -113,6 +121,10 @@ class VideoClipDataset(Dataset):
         self.stream_index = stream_choice(stream_index)
         self.resize = check_resize(resize)
         self.interpolation = check_interpolation(interpolation)
+        if audio is not None and (not isinstance(audio, AudioSpec) or clip_duration_s is None):
+            raise ValueError("audio needs an AudioSpec and time-based clips (clip_duration_s "
+                             "and fps): a clip's audio is the span of its duration")
+        self.audio = audio
         self._local: tuple[int, FluxonFsVideoReaderPool, dict[str, Any]] | None = None
 
     # ---- per process: the pool and what is known of each video ----
@@ -183,22 +195,36 @@ class VideoClipDataset(Dataset):
 
     def __getitems__(self, items: Sequence[int]) -> list[dict[str, Any]]:
         """The items of one batch, read with one batched call (one decode per video)."""
-        clips = [self.clip(int(i)) for i in items]
-        requests = [FluxonFsVideoReadRequest(self.export_name, relpath, self.height, self.width,
-                                             self.num_threads, tuple(indices), self.stream_index,
-                                             self.resize, self.interpolation)
-                    for relpath, indices in clips]
+        clips = [self.clip_with_times(int(i)) for i in items]
+        requests = [FluxonFsVideoReadRequest(
+            self.export_name, relpath, self.height, self.width, self.num_threads, tuple(indices),
+            self.stream_index, self.resize, self.interpolation, self.audio,
+            None if self.audio is None else (when[0], when[0] + self.clip_duration_s))
+            for relpath, indices, when in clips]
         results = self.pool.read_many_numpy_with_stats(requests)
         out = []
-        for (relpath, indices), result in zip(clips, results):
+        for (relpath, indices, _), result in zip(clips, results):
             frames = torch.from_numpy(result.frames)
             if self.layout == "TCHW":
                 frames = frames.permute(0, 3, 1, 2)
             _, times = self._video(relpath)
-            out.append({"frames": frames, "relpath": relpath,
-                        "indices": torch.as_tensor(indices, dtype=torch.int64),
-                        "timestamps_s": torch.from_numpy(times[indices])})
+            item = {"frames": frames, "relpath": relpath,
+                    "indices": torch.as_tensor(indices, dtype=torch.int64),
+                    "timestamps_s": torch.from_numpy(times[indices])}
+            if result.audio is not None:
+                item.update(self._audio_item(result.audio))
+            out.append(item)
         return out
+
+    def _audio_item(self, audio: AudioSamples) -> dict[str, Any]:
+        """The clip's audio at a fixed length (a span's sample count varies by
+        one with where it starts on the sample grid), padded with zeros."""
+        assert self.clip_duration_s is not None
+        count = round(self.clip_duration_s * audio.sample_rate)
+        data = np.zeros((audio.channels, count), np.float32)
+        data[:, :min(count, audio.num_samples)] = audio.data[:, :count]
+        return {"audio": torch.from_numpy(data), "audio_start_s": audio.start_s,
+                "sample_rate": audio.sample_rate}
 
 
 class SameVideoBatchSampler(Sampler[list[int]]):

@@ -1,6 +1,7 @@
 """The public facade the design names: everything a data loader needs."""
 
 from fluxon_video.errors import *  # noqa: F401,F403
+from fluxon_video.audio import AudioSamples, AudioSpec, AVClip
 from fluxon_video.errors import __all__ as _error_names
 from fluxon_video.fs.config import (
     ClientSettings,
@@ -24,6 +25,9 @@ from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats
 
 __all__ = [
     *_error_names,
+    "AVClip",
+    "AudioSamples",
+    "AudioSpec",
     "ClientSettings",
     "FluxonFsAudioMetadata",
     "FluxonFsConfig",

@@ -52,6 +52,8 @@ cdef extern from "libavcodec/codec_par.h" nogil:
         AVColorSpace color_space
         int sample_rate
         AVChannelLayout ch_layout
+        int frame_size
+        int seek_preroll
 
 
 # https://ffmpeg.org/doxygen/5.1/group__lavc__packet.html

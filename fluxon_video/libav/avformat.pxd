@@ -39,6 +39,7 @@ cdef extern from "libavformat/avformat.h" nogil:
     # https://ffmpeg.org/doxygen/5.1/structAVIndexEntry.html (flags and size are bitfields)
     ctypedef struct AVIndexEntry:
         int64_t pos
+        int64_t timestamp
         int flags
         int size
 

@@ -77,6 +77,23 @@ cdef extern from "libavutil/pixdesc.h" nogil:
     const char *av_color_space_name(AVColorSpace space)
 
 
+# https://ffmpeg.org/doxygen/5.1/group__lavu__audio__channels.html
+cdef extern from "libavutil/channel_layout.h" nogil:
+    cdef enum AVChannelOrder:
+        AV_CHANNEL_ORDER_UNSPEC
+
+    ctypedef struct AVChannelLayout:
+        AVChannelOrder order
+        int nb_channels
+
+    void av_channel_layout_default(AVChannelLayout *ch_layout, int nb_channels)
+    int av_channel_layout_copy(AVChannelLayout *dst, const AVChannelLayout *src)
+    void av_channel_layout_uninit(AVChannelLayout *channel_layout)
+
+    int av_channel_layout_describe(const AVChannelLayout *channel_layout, char *buf,
+                                   size_t buf_size)
+
+
 # https://ffmpeg.org/doxygen/5.1/structAVFrame.html
 cdef extern from "libavutil/frame.h" nogil:
     ctypedef struct AVFrame:
@@ -91,6 +108,11 @@ cdef extern from "libavutil/frame.h" nogil:
         int flags
         int decode_error_flags
         int64_t best_effort_timestamp
+        # audio frames
+        uint8_t **extended_data
+        int nb_samples
+        int sample_rate
+        AVChannelLayout ch_layout
 
     int AV_FRAME_FLAG_CORRUPT
 
@@ -101,10 +123,7 @@ cdef extern from "libavutil/frame.h" nogil:
     int av_frame_copy_props(AVFrame *dst, const AVFrame *src)
 
 
-# https://ffmpeg.org/doxygen/5.1/group__lavu__audio__channels.html
-cdef extern from "libavutil/channel_layout.h" nogil:
-    ctypedef struct AVChannelLayout:
-        int nb_channels
-
-    int av_channel_layout_describe(const AVChannelLayout *channel_layout, char *buf,
-                                   size_t buf_size)
+# https://ffmpeg.org/doxygen/5.1/group__lavu__sampfmts.html
+cdef extern from "libavutil/samplefmt.h" nogil:
+    cdef enum AVSampleFormat:
+        AV_SAMPLE_FMT_FLTP

@@ -1,0 +1,449 @@
+# cython: language_level=3
+"""Audio side: decode one audio stream over the reader's byte source, at the
+stream's own rate and channels, as float32 planes placed by sample position.
+
+A sample's position counts samples from the first one the decoder outputs
+for the stream (after the codec's priming samples and the edit list are
+dropped): the numbering the ``ffmpeg`` CLI's ``-map 0:a:0 -f f32le`` output
+has. audio.py turns seconds into positions; this unit only decodes and
+converts, the GIL released around every libav call.
+
+Where a seek lands must be known to the sample. It is, when the container
+stores timestamps in units that resolve one sample (MP4/MOV, WAV, FLAC,
+Matroska at a rate whose samples fall on its millisecond ticks); anywhere
+else a read decodes the stream from its first packet and counts.
+"""
+from libc.errno cimport EAGAIN, EINVAL
+from libc.stdint cimport int64_t, uint8_t
+from libc.string cimport memcpy, strncmp
+
+import numpy as np
+
+from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
+from fluxon_video._errors cimport FX_ERROR_OUT_OF_MEMORY, err_check
+from fluxon_video.libav.avcodec cimport (
+    AVDISCARD_ALL, AVCodec, AVCodecContext, AVPacket, av_packet_alloc, av_packet_free, av_packet_unref,
+    avcodec_alloc_context3, avcodec_find_decoder, avcodec_flush_buffers, avcodec_free_context,
+    avcodec_get_name, avcodec_open2, avcodec_parameters_to_context, avcodec_receive_frame,
+    avcodec_send_packet,
+)
+from fluxon_video.libav.avformat cimport (
+    AVFMT_FLAG_CUSTOM_IO, AVFormatContext, AVIOContext, AVSEEK_FLAG_BACKWARD, AVStream,
+    av_find_best_stream, av_read_frame, av_seek_frame, avformat_alloc_context,
+    avformat_close_input, avformat_find_stream_info, avformat_open_input,
+)
+from fluxon_video.libav.avutil cimport (
+    AV_CHANNEL_ORDER_UNSPEC, AV_NOPTS_VALUE, AV_SAMPLE_FMT_FLTP, AVChannelLayout, AVERROR,
+    AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVFrame, AVMEDIA_TYPE_AUDIO, AVSampleFormat,
+    av_channel_layout_copy, av_channel_layout_default, av_channel_layout_uninit, av_frame_alloc,
+    av_frame_free, av_frame_unref,
+)
+from fluxon_video.libav.swresample cimport (
+    SwrContext, swr_alloc_set_opts2, swr_convert, swr_free, swr_get_out_samples, swr_init,
+)
+
+from fluxon_video import errors
+
+# Containers whose seeks land on packets with exact timestamps (a sample
+# table, or a constant number of bytes per sample). Elsewhere a seek
+# estimates by bytes (MP3, ADTS, Ogg) or lands on rounded times (Matroska's
+# millisecond ticks: a 20 ms Opus packet after a 6.5 ms pre-skip is stamped 14).
+EXACT_SEEK_FORMATS = ("mov", "mp4", "wav", "flac", "w64", "aiff")
+# Decoders whose output after a pre-roll is what a decode from the start
+# gives, bit for bit: no state outlives MIN_PREROLL_SAMPLES. AAC's noise
+# substitution and Opus's CELT draw from a random generator that runs for
+# the whole stream, so only a decode from the start reproduces them exactly.
+FORGETFUL_CODECS = ("flac", "mp3", "mp2", "vorbis", "alac")
+# Samples decoded before the first one a read wants, so that decoders whose
+# output depends on earlier packets (MDCT overlap, MP3's bit reservoir,
+# Opus's pre-roll) reach the state a decode from the start has there.
+MIN_PREROLL_SAMPLES = 8192
+# A read this close ahead of where the decoder stands continues instead of seeking.
+CONTINUE_WITHIN_SAMPLES = 1 << 17
+
+
+cdef int layout_of(AVChannelLayout *out, const AVChannelLayout *src) noexcept nogil:
+    """src, or the default layout for its channel count when it names no order."""
+    if src.order == AV_CHANNEL_ORDER_UNSPEC:
+        av_channel_layout_default(out, src.nb_channels)
+        return 0
+    return av_channel_layout_copy(out, src)
+
+
+cdef bint has_described_audio(AVFormatContext *fmt) noexcept nogil:
+    """Every audio stream's header gives its rate and channels (av_find_best_stream
+    passes over one that does not)."""
+    cdef unsigned i
+    for i in range(fmt.nb_streams):
+        if (fmt.streams[i].codecpar.codec_type == AVMEDIA_TYPE_AUDIO
+                and (fmt.streams[i].codecpar.sample_rate <= 0
+                     or fmt.streams[i].codecpar.ch_layout.nb_channels <= 0)):
+            return False
+    return True
+
+
+cdef class AudioDecoder:
+    """One audio stream of a byte source, decoded to float32 planes.
+
+    Owns its AVIOContext (a cursor on the source's shared page cache), format
+    and codec contexts, packet, frame and sample converter; ``close()``
+    releases them and is safe to call twice.
+    """
+    cdef ByteSource source
+    cdef AVIOContext *pb
+    cdef AVFormatContext *fmt
+    cdef AVCodecContext *codec
+    cdef AVPacket *pkt
+    cdef AVFrame *frame
+    cdef SwrContext *to_planar
+    cdef int to_planar_format
+    cdef int stream_index
+    cdef bint draining
+    cdef readonly str name
+    cdef readonly str codec_name
+    cdef readonly int sample_rate
+    cdef readonly int channels
+    cdef readonly bint seeks_exactly   # the container's seeks land to the sample
+    cdef readonly bint forgets         # a pre-roll gives the decode-from-start output
+    cdef int64_t tb_num, tb_den
+    cdef object first_pts      # pts of the stream's first decoded sample (None: not known yet)
+    cdef int64_t next_position  # where the decoder's next frame starts (-1: unknown)
+    cdef object carry           # (position, planes) of the last frame a read did not use up
+
+    def __cinit__(self):
+        self.pb = NULL
+        self.fmt = NULL
+        self.codec = NULL
+        self.pkt = NULL
+        self.frame = NULL
+        self.to_planar = NULL
+
+    def __init__(self, ByteSource source, str name=None, int stream_index=-1):
+        self.source = source
+        self.name = name or source.name
+        self.stream_index = stream_index
+        self.first_pts = None
+        self.next_position = -1
+        self.carry = None
+        try:
+            self._open()
+            self.first_pts = self._first_pts()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        """Release every libav object this decoder holds. Safe to call twice."""
+        swr_free(&self.to_planar)
+        av_frame_free(&self.frame)
+        av_packet_free(&self.pkt)
+        avcodec_free_context(&self.codec)
+        avformat_close_input(&self.fmt)
+        fx_avio_close(&self.pb)
+        self.carry = None
+
+    def __dealloc__(self):
+        self.close()
+
+    @property
+    def first_time_s(self):
+        """The stream's first sample on the container's clock, in seconds."""
+        return self.first_pts * self.tb_num / self.tb_den
+
+    # ---- opening ----
+
+    cdef int _raise(self, int ret, str what) except -1:
+        if self.pb != NULL and fx_avio_cursor(self.pb).error:
+            raise self.source.fetch_error(fx_avio_cursor(self.pb))
+        if ret == AVERROR_STREAM_NOT_FOUND:
+            raise errors.FluxonFsNoAudioStreamError(f"{self.name}: no audio stream")
+        return err_check(ret, what, self.name)
+
+    cdef _open(self):
+        cdef int ret = 0, index = self.stream_index
+        cdef const char *what = "avformat_open_input"
+        cdef AVStream *st
+        cdef const AVCodec *dec
+        self.pb = fx_avio_open(self.source)
+        self.fmt = avformat_alloc_context()
+        if self.fmt == NULL:
+            raise MemoryError(f"{self.name}: avformat_alloc_context: out of memory")
+        self.fmt.pb = self.pb
+        self.fmt.flags |= AVFMT_FLAG_CUSTOM_IO
+        with nogil:
+            ret = avformat_open_input(&self.fmt, "", NULL, NULL)
+            if ret >= 0 and not (has_described_audio(self.fmt)
+                                 and strncmp(self.fmt.iformat.name, "mov,", 4) == 0):
+                # Only MP4/MOV headers say all a decode needs; elsewhere the
+                # probe reads the first packets, as the CLI does: without it a
+                # Matroska AAC stream's first packets come without timestamps,
+                # and FLAC's header leaves the rate and channels out.
+                what = "avformat_find_stream_info"
+                ret = avformat_find_stream_info(self.fmt, NULL)
+            if ret >= 0:
+                what = "finding an audio stream"
+                index = av_find_best_stream(self.fmt, AVMEDIA_TYPE_AUDIO, index, -1, NULL, 0)
+                ret = index if index < 0 else 0
+        if ret < 0:
+            self._raise(ret, what.decode())
+        self.stream_index = index
+        for i in range(<int> self.fmt.nb_streams):
+            if i != index:
+                self.fmt.streams[i].discard = AVDISCARD_ALL
+        st = self.fmt.streams[index]
+        self.tb_num, self.tb_den = st.time_base.num, st.time_base.den
+        self.codec_name = avcodec_get_name(st.codecpar.codec_id).decode()
+        dec = avcodec_find_decoder(st.codecpar.codec_id)
+        if dec == NULL:
+            raise errors.FluxonFsDecodeError(
+                f"{self.name}: this FFmpeg has no decoder for {self.codec_name} audio")
+        self.codec = avcodec_alloc_context3(dec)
+        self.pkt = av_packet_alloc()
+        self.frame = av_frame_alloc()
+        if self.codec == NULL or self.pkt == NULL or self.frame == NULL:
+            raise MemoryError(f"{self.name}: allocating the audio decoder: out of memory")
+        ret = avcodec_parameters_to_context(self.codec, st.codecpar)
+        if ret >= 0:
+            self.codec.pkt_timebase = st.time_base
+            with nogil:
+                ret = avcodec_open2(self.codec, dec, NULL)
+        if ret < 0:
+            self._raise(ret, "avcodec_open2")
+        self.sample_rate = st.codecpar.sample_rate
+        self.channels = st.codecpar.ch_layout.nb_channels
+        self.seeks_exactly = (
+            any(name in self.fmt.iformat.name.decode().split(",") for name in EXACT_SEEK_FORMATS)
+            and self.tb_num == 1 and self.sample_rate > 0 and self.tb_den % self.sample_rate == 0)
+        self.forgets = (self.codec_name in FORGETFUL_CODECS or self.codec_name.startswith("pcm_"))
+        self.draining = False
+
+    cdef object _first_pts(self):
+        """The pts the decoder gives the stream's first sample."""
+        ret = self._next_frame()
+        if ret == AVERROR_EOF:
+            return 0  # a stream without samples: every position is padding
+        if ret < 0:
+            self._raise(ret, "decoding audio")
+        pts = self.frame.best_effort_timestamp
+        if pts == AV_NOPTS_VALUE:
+            pts = 0
+        self.sample_rate = self.frame.sample_rate or self.sample_rate
+        self.channels = self.frame.ch_layout.nb_channels
+        self.carry = (0, self._planes())
+        self.next_position = self.frame.nb_samples
+        return pts
+
+    # ---- decoding ----
+
+    cdef int _next_frame(self) except? -1:
+        """Decode the next frame of the stream into self.frame: 0, AVERROR_EOF
+        after the last one, or the failing call's AVERROR."""
+        cdef int ret
+        with nogil:
+            while True:
+                ret = avcodec_receive_frame(self.codec, self.frame)
+                if ret != AVERROR(EAGAIN) or self.draining:
+                    break
+                ret = av_read_frame(self.fmt, self.pkt)
+                if ret == AVERROR_EOF:
+                    self.draining = True
+                    avcodec_send_packet(self.codec, NULL)
+                    continue
+                if ret < 0:
+                    break
+                if self.pkt.stream_index == self.stream_index:
+                    ret = avcodec_send_packet(self.codec, self.pkt)
+                av_packet_unref(self.pkt)
+                if ret < 0:
+                    break
+        if ret == AVERROR(EAGAIN):
+            ret = AVERROR_EOF
+        return ret
+
+    cdef object _planes(self):
+        """self.frame as float32 (channels, nb_samples): a copy of planar float,
+        else swresample's conversion (the one the CLI's f32le output applies)."""
+        cdef int c, n = self.frame.nb_samples, ch = self.frame.ch_layout.nb_channels, ret
+        cdef AVChannelLayout layout
+        out = np.empty((ch, n), np.float32)
+        cdef float[:, ::1] view = out
+        cdef uint8_t *planes[64]
+        if ch > 64:
+            raise errors.FluxonFsDecodeError(f"{self.name}: {ch} audio channels (at most 64)")
+        if n == 0:
+            return out
+        if self.frame.format == AV_SAMPLE_FMT_FLTP:
+            for c in range(ch):
+                memcpy(&view[c, 0], self.frame.extended_data[c], n * sizeof(float))
+            return out
+        if self.to_planar == NULL or self.to_planar_format != self.frame.format:
+            swr_free(&self.to_planar)
+            layout_of(&layout, &self.frame.ch_layout)
+            ret = swr_alloc_set_opts2(&self.to_planar, &layout, AV_SAMPLE_FMT_FLTP,
+                                      self.frame.sample_rate, &layout,
+                                      <AVSampleFormat> self.frame.format,
+                                      self.frame.sample_rate, 0, NULL)
+            av_channel_layout_uninit(&layout)
+            if ret >= 0:
+                ret = swr_init(self.to_planar)
+            if ret < 0:
+                swr_free(&self.to_planar)
+                err_check(ret, "swr_init", self.name)
+            self.to_planar_format = self.frame.format
+        for c in range(ch):
+            planes[c] = <uint8_t *> &view[c, 0]
+        with nogil:
+            ret = swr_convert(self.to_planar, planes, n,
+                              <const uint8_t **> self.frame.extended_data, n)
+        err_check(ret, "swr_convert", self.name)
+        return out
+
+    cdef object _position(self, int64_t pts):
+        """The sample position of a frame with this pts, or None when the
+        stream's time base cannot say it to the sample."""
+        if pts == AV_NOPTS_VALUE:
+            return None
+        ticks = (pts - self.first_pts) * self.tb_num * self.sample_rate
+        return ticks // self.tb_den if ticks % self.tb_den == 0 else None
+
+    cdef int _restart(self, object position) except -1:
+        """Put the decoder before `position` (None: at the stream's start)."""
+        cdef int ret
+        cdef int64_t target
+        self.carry = None
+        self.next_position = -1
+        self.draining = False
+        if position is None:
+            # From the first packet, as the CLI decodes it: reopen (the header's
+            # pages are cached) rather than trust a seek to 0 in every demuxer.
+            first, self.first_pts = self.first_pts, None
+            self.close()
+            self._open()
+            self.first_pts = first
+            self.next_position = 0
+            return 0
+        target = self.first_pts + (position * self.tb_den) // (self.tb_num * self.sample_rate)
+        with nogil:
+            ret = av_seek_frame(self.fmt, self.stream_index, target, AVSEEK_FLAG_BACKWARD)
+            avcodec_flush_buffers(self.codec)
+        if ret < 0:
+            self._raise(ret, "av_seek_frame")
+        return 0
+
+    def plan(self, int64_t start, bint exact=True):
+        """How a read from position ``start`` begins: ("continue", where the
+        decoder stands), ("seek", the pre-roll's first position) or ("start", 0)."""
+        if self.fmt == NULL:
+            raise errors.FluxonFsClosedError(f"{self.name}: the audio decoder is closed")
+        preroll = max(MIN_PREROLL_SAMPLES,
+                      2 * self.fmt.streams[self.stream_index].codecpar.seek_preroll)
+        carry = self.carry
+        ahead = 0 <= self.next_position and (carry[0] if carry else self.next_position) <= start
+        can_seek = self.seeks_exactly and (self.forgets or not exact) and start - preroll > 0
+        if ahead and (start - self.next_position < CONTINUE_WITHIN_SAMPLES or not can_seek):
+            return "continue", self.next_position
+        return ("seek", start - preroll) if can_seek else ("start", 0)
+
+    def samples(self, int64_t start, int64_t stop, bint exact=True):
+        """float32 (channels, stop - start) for positions [start, stop), and the
+        span (first, end) of those positions the stream had samples for; the
+        rest is zeros (before the stream's first sample or after its last).
+
+        exact: the samples a decode from the stream's start gives, bit for bit;
+        for a decoder that does not forget (AAC, Opus) that means decoding from
+        the start unless the decoder stands before ``start`` already. False:
+        seek wherever the container allows, and pre-roll."""
+        out = np.zeros((self.channels, max(stop - start, 0)), np.float32)
+        covered = [stop, start]
+        if stop <= start or self.fmt == NULL:
+            return out, (start, start)
+        carry = self.carry
+        how, position = self.plan(start, exact)
+        if how != "continue":
+            self._restart(position if how == "seek" else None)
+            carry = None
+        if carry is not None:
+            self._place(out, start, carry[0], carry[1], covered)
+        position = self.next_position
+        while position < stop:
+            ret = self._next_frame()
+            if ret == AVERROR_EOF:
+                break
+            if ret < 0:
+                self._raise(ret, "decoding audio")
+            at = self._position(self.frame.best_effort_timestamp)
+            if position < 0:  # the first frame after a seek: its pts places it
+                if at is None:  # not to the sample: count from the start instead
+                    self._restart(None)
+                    position = 0
+                    continue
+                position = at
+            elif at is not None and abs(at - position) > self.frame.nb_samples:
+                position = at  # a gap (or overlap) in the stream: placed by its pts
+            planes = self._planes()
+            self._place(out, start, position, planes, covered)
+            self.carry = (position, planes)
+            position += planes.shape[1]
+            self.next_position = position
+        return out, (min(covered[0], stop), max(covered[1], covered[0]))
+
+    cdef _place(self, out, int64_t start, int64_t position, planes, list covered):
+        """Copy the part of a frame (its first sample at position) that falls in out."""
+        cdef int64_t lo = max(position, start), hi = min(position + planes.shape[1],
+                                                         start + out.shape[1])
+        if hi <= lo or planes.shape[0] != out.shape[0]:
+            if hi > lo:
+                raise errors.FluxonFsDecodeError(
+                    f"{self.name}: the audio changes its channel count mid-stream "
+                    f"({out.shape[0]} to {planes.shape[0]})")
+            return
+        out[:, lo - start:hi - start] = planes[:, lo - position:hi - position]
+        covered[0] = min(covered[0], lo)
+        covered[1] = max(covered[1], hi)
+
+
+def resample(planes, int in_rate, int out_rate, int out_channels):
+    """float32 (channels, n) at in_rate as float32 (out_channels, m) at
+    out_rate with swresample's defaults (what the CLI's aresample and -ac use);
+    the first output sample sits at the first input sample's time."""
+    cdef int ret, c, in_channels = planes.shape[0], n = planes.shape[1], room, made = 0
+    cdef AVChannelLayout in_layout, out_layout
+    cdef SwrContext *swr = NULL
+    cdef uint8_t *inp[64]
+    cdef uint8_t *outp[64]
+    if in_channels > 64 or out_channels > 64:
+        raise ValueError("at most 64 audio channels")
+    planes = np.ascontiguousarray(planes, np.float32)
+    cdef float[:, ::1] src = planes
+    room = int(n * <double> out_rate / in_rate) + 256
+    out = np.zeros((out_channels, room), np.float32)
+    cdef float[:, ::1] dst = out
+    av_channel_layout_default(&in_layout, in_channels)
+    av_channel_layout_default(&out_layout, out_channels)
+    try:
+        ret = swr_alloc_set_opts2(&swr, &out_layout, AV_SAMPLE_FMT_FLTP, out_rate,
+                                  &in_layout, AV_SAMPLE_FMT_FLTP, in_rate, 0, NULL)
+        if ret >= 0:
+            ret = swr_init(swr)
+        err_check(ret, "swr_init", "resample")
+        if n == 0:
+            return out[:, :0]
+        for c in range(in_channels):
+            inp[c] = <uint8_t *> &src[c, 0]
+        for c in range(out_channels):
+            outp[c] = <uint8_t *> &dst[c, 0]
+        with nogil:
+            ret = swr_convert(swr, outp, room, <const uint8_t **> inp, n)
+            if ret >= 0:
+                made = ret
+                for c in range(out_channels):
+                    outp[c] = <uint8_t *> &dst[c, made]
+                ret = swr_convert(swr, outp, room - made, NULL, 0)  # flush the filter's tail
+                if ret >= 0:
+                    made += ret
+        err_check(ret, "swr_convert", "resample")
+        return out[:, :made]
+    finally:
+        swr_free(&swr)
+        av_channel_layout_uninit(&in_layout)
+        av_channel_layout_uninit(&out_layout)

@@ -1,0 +1,329 @@
+"""Audio on the frames' clock, checked against the ffmpeg CLI.
+
+Oracles: the CLI's whole-stream decode (``-map 0:a:0 -f f32le``, and with
+``-af aresample=R -ac C`` for converted audio), and ffprobe's pts of the
+stream's first decoded audio frame, which places CLI sample j at
+``first + j / rate``. Frames are checked against the CLI's frames and
+ffprobe's frame times, so a clip's frames and samples line up with the CLI's
+to the sample.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fluxon_video as fv
+from fluxon_video.errors import FluxonFsAudioRangeError, FluxonFsNoAudioStreamError
+from fluxon_video.testing import AgentProcess
+from tests.helpers import agent_config_text, make_patcher
+from tests.media import reference_frames
+
+LAVFI_VIDEO = ["-f", "lavfi", "-i", "testsrc2=size=96x64:rate=25"]
+H264 = ["-c:v", "libx264", "-bf", "2", "-g", "25"]
+
+
+def tone(rate: int, layout: str = "mono", seconds: float = 4, offset: float | None = None) -> list[str]:
+    """A lavfi audio input: a tone plus noise (noise makes AAC code bands as noise)."""
+    source = (f"sine=f=330:r={rate},aformat=channel_layouts={layout}[s];"
+              f"anoisesrc=r={rate}:a=0.05,aformat=channel_layouts={layout}[n];"
+              f"[s][n]amix=normalize=0,atrim=0:{seconds}")
+    return [*(["-itsoffset", str(offset)] if offset else []), "-f", "lavfi", "-i", source]
+
+
+# name: ffmpeg arguments after the inputs' common prefix (made once per session)
+MEDIA: dict[str, list[str]] = {
+    "aac_stereo.mp4": [*LAVFI_VIDEO, *tone(44100, "stereo"), "-t", "4", *H264, "-c:a", "aac",
+                       "-movflags", "+faststart"],
+    "opus_stereo.webm": [*LAVFI_VIDEO, *tone(48000, "stereo"), "-t", "4", "-c:v", "libvpx-vp9",
+                         "-deadline", "realtime", "-c:a", "libopus"],
+    "mp3_mono.mkv": [*LAVFI_VIDEO, *tone(22050), "-t", "4", *H264, "-c:a", "libmp3lame"],
+    "pcm_8k.mov": [*LAVFI_VIDEO, *tone(8000), "-t", "4", *H264, "-c:a", "pcm_s16le"],
+    "flac_51.mkv": [*LAVFI_VIDEO, *tone(32000, "5.1"), "-t", "4", *H264, "-c:a", "flac"],
+    "aac_51_48k.mp4": [*LAVFI_VIDEO, *tone(48000, "5.1"), "-t", "4", *H264, "-c:a", "aac"],
+    # audio starting after the video (0.5 s) and shorter than it (ends at 2.5 s)
+    "late_short_audio.mp4": [*LAVFI_VIDEO, *tone(16000, seconds=2, offset=0.5), "-t", "4",
+                             *H264, "-c:a", "aac"],
+    # audio starting before the video (the video 0.6 s later)
+    "early_audio.mkv": ["-itsoffset", "0.6", *LAVFI_VIDEO, *tone(48000), "-t", "3", *H264,
+                        "-c:a", "libvorbis"],
+    "m4a_aac.m4a": [*tone(24000, "stereo"), "-c:a", "aac"],
+    "mp3_only.mp3": [*tone(44100, "stereo"), "-c:a", "libmp3lame"],
+    "wav_only.wav": [*tone(11025), "-c:a", "pcm_s16le"],
+    "flac_only.flac": [*tone(16000), "-c:a", "flac"],
+}
+# Derived by stream copy: an MP4 cut at a non-keyframe, so its edit list
+# starts both streams inside their first packets (video packets stamped from
+# -1.28 s, audio from before 0 s with its priming samples).
+DERIVED = {"edit_list.mp4": ("aac_stereo.mp4", ["-ss", "1.3"], ["-c", "copy"])}
+AUDIO_ONLY = ("m4a_aac.m4a", "mp3_only.mp3", "wav_only.wav", "flac_only.flac")
+WITH_VIDEO = tuple(n for n in [*MEDIA, *DERIVED] if n not in AUDIO_ONLY)
+
+
+@pytest.fixture(scope="session")
+def audio_media(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("audio_media")
+    cli = ["ffmpeg", "-nostdin", "-v", "error", "-y"]
+    for name, args in MEDIA.items():
+        subprocess.run([*cli, *args, str(root / name)], check=True)
+    for name, (source, before, after) in DERIVED.items():
+        subprocess.run([*cli, *before, "-i", str(root / source), *after, str(root / name)],
+                       check=True)
+    return root
+
+
+def probe(path: Path, stream: str, entries: str) -> dict:
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", stream, "-show_entries",
+                          entries, "-of", "json", str(path)], capture_output=True, check=True)
+    return json.loads(out.stdout)
+
+
+class CliAudio:
+    """The CLI's decode of a file's first audio stream, and where its samples lie."""
+
+    def __init__(self, path: Path, *filters: str) -> None:
+        info = probe(path, "a:0", "stream=time_base,channels,sample_rate")["streams"][0]
+        first = next(f for f in probe(path, "a:0", "frame=pts")["frames"] if "pts" in f)
+        self.first = Fraction(first["pts"]) * Fraction(info["time_base"])
+        self.rate = int(info["sample_rate"])
+        channels = int(info["channels"])
+        for f in filters:
+            if f.startswith("-ac"):
+                channels = int(f.split()[1])
+            if f.startswith("aresample="):
+                self.rate = int(f.split("=")[1])
+        args = [a for f in filters for a in (["-af", f] if f.startswith("aresample") else f.split())]
+        raw = subprocess.run(["ffmpeg", "-v", "error", "-i", str(path), "-map", "0:a:0", *args,
+                              "-f", "f32le", "-"], capture_output=True, check=True).stdout
+        self.samples = np.frombuffer(raw, np.float32).reshape(-1, channels).T
+
+    def span(self, start_s: float, end_s: float) -> tuple[int, np.ndarray]:
+        """(first position, samples) of [start_s, end_s), zeros outside the stream."""
+        j0 = math.ceil((Fraction(start_s) - self.first) * self.rate - Fraction(1, 10**6))
+        j1 = max(math.ceil((Fraction(end_s) - self.first) * self.rate - Fraction(1, 10**6)), j0)
+        out = np.zeros((self.samples.shape[0], j1 - j0), np.float32)
+        lo, hi = max(j0, 0), min(j1, self.samples.shape[1])
+        if hi > lo:
+            out[:, lo - j0:hi - j0] = self.samples[:, lo:hi]
+        return j0, out
+
+
+def video_times(path: Path) -> np.ndarray:
+    """ffprobe's presentation time of every shown frame, in display order."""
+    info = probe(path, "v:0", "stream=time_base")["streams"][0]
+    frames = probe(path, "v:0", "frame=pts,best_effort_timestamp")["frames"]
+    base = Fraction(info["time_base"])
+    return np.array(sorted(float(int(f.get("pts", f.get("best_effort_timestamp"))) * base)
+                           for f in frames))
+
+
+@pytest.mark.parametrize("name", WITH_VIDEO)
+def test_a_clip_is_the_clis_frames_and_samples_on_one_clock(audio_media, name):
+    path = audio_media / name
+    cli = CliAudio(path)
+    times = video_times(path)
+    with fv.open_video(path) as reader:
+        np.testing.assert_allclose(reader.timestamps_s(), times, atol=1e-9)
+        begin, end = reader.metadata.begin_s, reader.metadata.end_s
+        for start_s, stop_s in [(begin, begin + 0.7), (begin + 1.13, begin + 2.0),
+                                (end - 0.61, end)]:
+            clip = reader.get_clip_played_in_range(start_s, stop_s)
+            j0, want = cli.span(start_s, stop_s)
+            assert clip.sample_rate == cli.rate
+            assert np.array_equal(clip.audio.data, want), (name, start_s, stop_s)
+            assert clip.audio_start_s == pytest.approx(float(cli.first + Fraction(j0, cli.rate)),
+                                                       abs=1e-9)
+            assert -1e-9 <= clip.audio_start_s - start_s < 1 / cli.rate + 1e-9
+            shown = np.flatnonzero((times >= start_s) & (times < stop_s))
+            np.testing.assert_array_equal(clip.frames.indices, shown)
+            np.testing.assert_allclose(clip.frames.pts_s, times[shown], atol=1e-9)
+            reference = reference_frames(path, reader.height, reader.width)
+            assert np.array_equal(clip.frames.data, reference[shown])
+
+
+@pytest.mark.parametrize("name", ["aac_stereo.mp4", "opus_stereo.webm", "flac_51.mkv",
+                                  "early_audio.mkv", "edit_list.mp4", "wav_only.wav"])
+def test_resampled_and_remixed_audio_is_the_clis_aresample(audio_media, name):
+    path = audio_media / name
+    for rate, channels in [(16000, 1), (None, 1), (48000, 2)]:
+        filters = ([f"aresample={rate}"] if rate else []) + [f"-ac {channels}"]
+        cli = CliAudio(path, *filters)
+        with fv.open_video(path) as reader:
+            for start_s, stop_s in [(0.0, 0.4), (0.9, 2.2), (2.6, 3.0)]:
+                got = reader.get_audio_played_in_range(start_s, stop_s, sample_rate=rate,
+                                                       channels=channels)
+                j0, want = cli.span(start_s, stop_s)
+                assert got.sample_rate == cli.rate and got.channels == channels
+                # Measured: bit-exact (0.0 max difference) on every file and span here.
+                assert np.array_equal(got.data, want), (name, rate, channels, start_s)
+                assert got.start_s == pytest.approx(float(cli.first + Fraction(j0, cli.rate)))
+
+
+@pytest.mark.parametrize("name", AUDIO_ONLY)
+def test_audio_only_files_read_through_the_same_api(audio_media, name):
+    path = audio_media / name
+    cli = CliAudio(path)
+    with fv.open_video(path) as reader:
+        assert not reader.has_video
+        clip = reader.get_clip_played_in_range(0.25, 1.75)
+        assert clip.frames.data.shape[0] == 0
+        j0, want = cli.span(0.25, 1.75)
+        assert np.array_equal(clip.audio.data, want)
+        # reads out of order: a seek back (or a decode from the start) gives the same
+        again = reader.get_audio_played_in_range(3.1, 3.4)
+        assert np.array_equal(again.data, cli.span(3.1, 3.4)[1])
+        assert np.array_equal(reader.get_audio_played_in_range(0.25, 1.75).data, want)
+
+
+def test_audio_outside_the_stream_pads_with_zeros_or_raises(audio_media):
+    path = audio_media / "late_short_audio.mp4"
+    cli = CliAudio(path)
+    assert 0.4 < cli.first < 0.5  # the audio starts after the video
+    with fv.open_video(path) as reader:
+        head = reader.get_audio_played_in_range(0.0, 1.0)
+        j0, want = cli.span(0.0, 1.0)
+        assert j0 < 0 and np.array_equal(head.data, want)
+        assert not head.data[:, :-j0].any() and head.data[:, -j0:].any()
+        tail = reader.get_audio_played_in_range(2.0, 4.0)  # the audio ends before the video
+        assert np.array_equal(tail.data, cli.span(2.0, 4.0)[1])
+        assert not tail.data[:, -8000:].any()
+        for span in [(0.0, 1.0), (2.0, 4.0)]:
+            with pytest.raises(FluxonFsAudioRangeError, match="late_short_audio.mp4"):
+                reader.get_audio_played_in_range(*span, pad_audio=False)
+        inside = reader.get_audio_played_in_range(1.0, 2.0, pad_audio=False)
+        assert np.array_equal(inside.data, cli.span(1.0, 2.0)[1])
+
+
+def test_seeking_audio_without_exactness_matches_where_the_codec_forgets(audio_media):
+    """exact_audio=False seeks with a pre-roll: bit-exact for FLAC and PCM (no
+    state outlives the pre-roll); for AAC the noise bands may differ, never the place."""
+    for name in ("flac_only.flac", "pcm_8k.mov"):
+        cli = CliAudio(audio_media / name)
+        with fv.open_video(audio_media / name) as reader:
+            got = reader.get_audio_played_in_range(2.5, 3.0, exact_audio=False)
+            assert np.array_equal(got.data, cli.span(2.5, 3.0)[1])
+    cli = CliAudio(audio_media / "aac_stereo.mp4")
+    with fv.open_video(audio_media / "aac_stereo.mp4") as reader:
+        got = reader.get_audio_played_in_range(2.5, 3.0, exact_audio=False).data
+        want = cli.span(2.5, 3.0)[1]
+        # the 330 Hz tone dominates: misplaced by one sample, the correlation drops
+        assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.99
+        assert np.corrcoef(got[:, 1:].ravel(), want[:, :-1].ravel())[0, 1] < 0.99
+
+
+def test_a_clip_by_indices_carries_the_audio_of_its_frames(audio_media):
+    path = audio_media / "aac_stereo.mp4"
+    cli = CliAudio(path, "aresample=16000", "-ac 1")
+    with fv.open_video(path, height=32, width=48) as reader:
+        clip = reader.get_clip_at([30, 34, 38], sample_rate=16000, channels=1)
+        times = reader.timestamps_s()
+        assert clip.audio_start_s >= times[30] and clip.audio.duration_s == pytest.approx(
+            times[39] - times[30], abs=1 / 16000)
+        assert np.array_equal(clip.audio.data, cli.span(times[30], times[39])[1])
+
+
+def test_no_audio_stream_is_a_clear_error(media):
+    with fv.open_video(media.path("hevc.mp4")) as reader:
+        assert reader.metadata.audio is None
+        with pytest.raises(FluxonFsNoAudioStreamError, match="hevc.mp4"):
+            reader.get_audio_played_in_range(0.0, 1.0)
+
+
+def test_pool_read_many_returns_each_requests_audio(audio_media, tmp_path):
+    names = ["aac_stereo.mp4", "opus_stereo.webm", "m4a_aac.m4a"]
+    root = tmp_path / "root"
+    (root / "av").mkdir(parents=True)
+    for name in names:
+        (root / "av" / name).write_bytes((audio_media / name).read_bytes())
+    spec = fv.AudioSpec(sample_rate=16000, channels=1)
+    with make_patcher(None, root) as patcher, patcher.open_video_reader_pool() as pool:
+        requests = [
+            fv.FluxonFsVideoReadRequest("train", "av/aac_stereo.mp4", 32, 48, 1, (10, 11, 12),
+                                        audio=spec),
+            fv.FluxonFsVideoReadRequest("train", "av/opus_stereo.webm", 32, 48, 1, (50,),
+                                        audio=spec, audio_span_s=(1.0, 1.5)),
+            fv.FluxonFsVideoReadRequest("train", "av/m4a_aac.m4a", None, None, 1, (),
+                                        audio=spec, audio_span_s=(0.5, 2.5)),
+            fv.FluxonFsVideoReadRequest("train", "av/aac_stereo.mp4", 32, 48, 1, (70,)),
+        ]
+        results = pool.read_many_numpy_with_stats(requests)
+    spans = [(0.4, 0.52), (1.0, 1.5), (0.5, 2.5)]
+    for name, result, span in zip(names, results, spans):
+        want = CliAudio(audio_media / name, "aresample=16000", "-ac 1").span(*span)[1]
+        assert np.array_equal(result.audio.data, want), name
+    assert results[2].frames.shape[0] == 0
+    assert results[3].audio is None
+
+
+def test_dataset_workers_on_a_second_node_read_the_audio_from_the_kv(audio_media, tmp_path,
+                                                                     redis_url):
+    """Node A reads the clips through a real agent and Redis; node B (another
+    patcher: its own page cache) reads them in spawned DataLoader workers, from
+    the KV alone, frames and samples as the CLI's."""
+    pytest.importorskip("torch")
+    from torch.utils.data import DataLoader
+
+    from fluxon_video.torch import LoaderStats, StatsCollate, VideoClipDataset
+
+    names = ["aac_stereo.mp4", "opus_stereo.webm", "early_audio.mkv"]
+    root = tmp_path / "root"
+    (root / "av").mkdir(parents=True)
+    for name in names:
+        (root / "av" / name).write_bytes((audio_media / name).read_bytes())
+    config = tmp_path / "agent.toml"
+    config.write_text(agent_config_text(root))
+    relpaths = [f"av/{name}" for name in names]
+    options = dict(clip_duration_s=1.0, fps=8, clips_per_video=2, height=32, width=48, seed=3,
+                   audio=fv.AudioSpec(sample_rate=16000, channels=1))
+    clis = {name: CliAudio(audio_media / name, "aresample=16000", "-ac 1") for name in names}
+    with AgentProcess(config) as agent:
+        with make_patcher(agent.url, root, redis_url) as node_a:
+            warm = VideoClipDataset(node_a, "train", relpaths, **options)
+            first = warm.__getitems__(list(range(len(warm))))
+            assert node_a.client.backfill.wait_idle()
+        with make_patcher(agent.url, root, redis_url) as node_b:
+            dataset = VideoClipDataset(node_b, "train", relpaths, **options)
+            loader = DataLoader(dataset, batch_size=2, num_workers=2,
+                                multiprocessing_context="spawn", collate_fn=StatsCollate(dataset))
+            stats, item = LoaderStats(), 0
+            for batch in loader:
+                stats.update(batch)
+                assert batch["audio"].shape == (2, 1, 16000) and batch["audio"].dtype.is_floating_point
+                for k, relpath in enumerate(batch["relpath"]):
+                    start_s = float(dataset.clip_with_times(item)[2][0])
+                    want = clis[relpath.split("/")[1]].span(start_s, start_s + 1.0)[1][:, :16000]
+                    assert np.array_equal(batch["audio"][k].numpy(), want), (relpath, start_s)
+                    assert np.array_equal(first[item]["audio"].numpy(), want)
+                    ref = reference_frames(audio_media / relpath.split("/")[1], 32, 48)
+                    indices = batch["indices"][k].tolist()
+                    assert np.array_equal(batch["frames"][k].numpy(), ref[indices])
+                    item += 1
+            assert item == len(dataset) == 6
+            total = stats.total()
+            assert total.remote_bytes == 0 and total.kv_hits > 0, total
+
+
+@pytest.mark.parametrize("name", ["aac_stereo.mp4", "edit_list.mp4", "pcm_8k.mov"])
+def test_the_frame_index_lists_the_audio_packets_as_ffprobe_does(audio_media, name):
+    """MP4/MOV: every audio packet's pts, byte offset and size, from the sample
+    table (no payload read), so a clip's audio bytes can be fetched ahead."""
+    path = audio_media / name
+    info = probe(path, "a:0", "stream=time_base")["streams"][0]
+    packets = probe(path, "a:0", "packet=pts,pos,size")["packets"]
+    want = np.array([[int(p["pts"]), int(p["pos"]), int(p["size"])] for p in packets]).T
+    with fv.open_video(path) as reader:
+        index = reader._decoder.index
+        assert tuple(index.header["audio"]["time_base"]) == tuple(
+            int(x) for x in info["time_base"].split("/"))
+        got = index.audio_packets
+        # ffprobe lists what the demuxer returns: the packets the edit list keeps
+        np.testing.assert_array_equal(got, want)
+        assert fv.FluxonFsVideoMetadata is type(reader.metadata)
+        restored = type(index).from_bytes(index.to_bytes())
+        np.testing.assert_array_equal(restored.audio_packets, want)
