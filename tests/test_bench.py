@@ -17,7 +17,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
 from dataset import Video, VideoSpec  # noqa: E402
-from decode_floor import decode_floor_ms  # noqa: E402
+from contenders import decode_floor_ms  # noqa: E402
 from frames import CheckResult, cli_reference  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
