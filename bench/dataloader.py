@@ -1,26 +1,6 @@
 #!/usr/bin/env python3
-"""DataLoader-shaped benchmark: fluxon_video.torch vs decord and torchcodec in a real DataLoader.
-
-    python bench/dataloader.py                 # ~2-3 min on 2 cores, results to bench/results/
-    python bench/dataloader.py --quick         # ~1 min smoke run, results to bench/.data/
-    python bench/dataloader.py --agent-latency-ms 2
-
-Makes (once, cached under --data) 24 short testsrc2 videos at 640x360, 4-6 s
-each (18 H.264 GOP 60, half faststart and half moov-at-end, 3 HEVC, 3 VP9
-WebM), starts a private redis-server and the real agent on loopback, and
-draws one clip plan: --items random 16-frame clips, stride 4, at 224x224,
---per-video (4) of each of --items/4 videos. Every contender reads exactly
-these clips inside a torch.utils.data.DataLoader with --workers (2) fresh
-worker processes every epoch and batch size 8, in two orders: per-clip (a
-random video per item, DataLoader shuffle=True with the same seeded
-generator for every row) and batched (SameVideoBatchSampler's batches, the
-same for every row; peers open each video once per batch and read the union
-of its clips in one call). fluxon reads through FluxonFS with Redis warm (and,
-unless --no-cold, after FLUSHALL); peers read the local files. fluxon's frames
-must equal the ffmpeg CLI's bit for bit; peers must show the right frame
-within bench/frames.py's tolerance. Writes dataloader.md and dataloader.json
-to --out (dataloader.md says what each row and column is).
-"""
+"""The DataLoader-shaped benchmark: fluxon_video.torch vs decord and torchcodec in a real
+DataLoader (see --help or bench/README.md)."""
 
 from __future__ import annotations
 
@@ -497,7 +477,7 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def parse_args() -> argparse.Namespace:
-    ap = scenario_parser("dataloader.py", __doc__, "a smoke run: 32 items, 1 epoch per row",
+    ap = scenario_parser("dataloader.py", None, "a smoke run: 32 items, 1 epoch per row",
                          "dataloader.md and dataloader.json")
     add = ap.add_argument
     add("--items", type=int, help="clips per epoch (default: 96, quick: 32)")

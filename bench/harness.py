@@ -40,11 +40,18 @@ def parse_size(text: str) -> int:
     return int(float(text.rstrip("KM")) * scale)
 
 
-def scenario_parser(script: str, doc: str | None, quick: str, outputs: str,
+def doc(script: str) -> str:
+    """The section of bench/README.md about ``script``: its --help."""
+    text = (BENCH / "README.md").read_text().split(f"## bench/{script}\n", 1)[-1]
+    return text.split("\n## ", 1)[0].strip()
+
+
+def scenario_parser(script: str, about: str | None, quick: str, outputs: str,
                     render: bool = True) -> argparse.ArgumentParser:
-    """A scenario's parser with the options every scenario has: --quick, --data, --out
-    (and --render, which redraws the outputs from a saved JSON)."""
-    ap = argparse.ArgumentParser(prog=f"python bench/{script}", description=doc,
+    """A scenario's parser (described by ``about``, else by its section of bench/README.md)
+    with the options every scenario has: --quick, --data, --out (and --render, which
+    redraws the outputs from a saved JSON)."""
+    ap = argparse.ArgumentParser(prog=f"python bench/{script}", description=about or doc(script),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true",
                     help=f"{quick}; results to <data>/quick-results unless --out is given")

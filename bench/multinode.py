@@ -1,40 +1,6 @@
 #!/usr/bin/env python3
-"""Multi-node benchmark: three "nodes" (separate processes, separate patchers) share one
-3-master Redis Cluster and one agent.
-
-    python bench/multinode.py                       # ~1 min on 2 cores, results to bench/results/
-    python bench/multinode.py --quick               # ~20 s smoke run, results to bench/.data/
-    python bench/multinode.py --agent-latency-ms 2  # the agent waits 2 ms per stat/read
-
-Makes (once, cached under --data) --videos testsrc2 videos of --seconds at
-640x360, 30 fps, GOP 60 (H.264 half faststart and half moov-at-end, one
-HEVC, one VP9 WebM), starts a real 3-master Redis Cluster
-(``fluxon_video.testing.RedisCluster``: ``redis-server --cluster-enabled
-yes`` x3 + ``redis-cli --cluster create``) and the real agent (``python -m
-fluxon_video agent``) on loopback, and draws per epoch --clips random
-16-frame clips, stride 4, 224x224, the same number of each video, in a
-shuffled order (epoch 2 is a new draw, as a training epoch is). Every node
-reads exactly the epoch's clips, one ``pool.read_frames_numpy`` per clip, in
-a fresh spawned process with its own patcher (pickled as config, as a
-DataLoader worker gets it). One run, from a flushed cluster:
-
-  epoch 1  node 1 reads the epoch alone (cold), then node 2, then node 3
-           (each alone: warm KV, 0 bytes from the agent)
-  epoch 2  the three nodes read the new draw at the same time (they start
-           together); pieces epoch 1 touched are warm, new ones come from
-           the agent, possibly to more than one node
-
---repeat runs (default 3); clips/s is the median. Reported per node per
-epoch: bytes and reads from the agent, KV hits, misses, round trips (one per
-range read: its pieces in one pipelined read per cluster node; one per
-frame-index load) and errors, frame indexes scanned / taken from the KV,
-clips/s (clips / wall time of the node's reads, process start-up excluded;
-backfills drained after the clock stops), CPU seconds, and whether every
-frame equals the ffmpeg CLI's (bilinear, rgb24) bit for bit. Per epoch: the
-agent's own count of bytes served (its /metrics) and the bytes of the pieces
-the epoch added to the cluster (touched for the first time, once). Writes
-multinode.md and multinode.json to --out.
-"""
+"""The multi-node benchmark: three node processes share one 3-master Redis Cluster and one
+agent (see --help or bench/README.md)."""
 
 from __future__ import annotations
 
@@ -302,8 +268,7 @@ def render(record: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = scenario_parser(
-        "multinode.py", "Three nodes (processes) sharing a 3-master Redis Cluster and one agent: "
-        "agent bytes, KV hits/misses/round trips and clips/s per node per epoch.",
+        "multinode.py", None,
         "smoke run: 6 videos of 6 s, 12 clips per epoch, 1 run", "multinode.md and multinode.json",
         render=False)
     add = parser.add_argument

@@ -1,65 +1,6 @@
 #!/usr/bin/env python3
-"""Remote-store benchmark: fluxon through FluxonFS vs peers the way their users
-read remote videos, under one model of the remote store.
-
-The store model, the same for every contender: each origin server waits L ms
-(--latencies) before answering each request (the fluxon agent with
---inject-latency-ms before every stat and read; bench/range_server.py, an
-aiohttp HTTP Range server over the dataset, before every GET and HEAD), and
-every connection goes through the same TCP relay (bench/range_server.py),
-which caps each connection at --bandwidth-mbps MB/s (token bucket) and counts
-connections. Requests and bytes are the servers' own counters (the agent's
-/metrics: fluxon_agent_requests_total, fluxon_agent_served_bytes_total).
-
-Rows (a "row" is one pipeline, timed over the same items as every other row):
-  pyav        fsspec HTTP file object (block 256 KiB, fsspec's default 5 MiB),
-              and "download": one GET, then decode from memory
-  torchcodec  VideoDecoder(fsspec file, seek_mode="exact") at both block sizes
-  decord      VideoReader(fsspec file): decord calls read() once, the whole file
-  spdl        "download": one GET, then demux_video(bytes) and sample_decode_video
-              (SPDL takes a path or bytes, no file object)
-  fluxon      cold (Redis flushed, new process), warm-kv (new process, Redis
-              warm, default settings), warm-kv+shared (the same with
-              metadata_cache_shared: the stat the cold pass had authorised
-              comes with the index in one KV round trip, no agent request),
-              warm-reader (the cold process's pool again)
-
-Workloads, at every latency (default 0, 2 and 10 ms):
-  clips     a random 16-frame clip (stride 4, 224x224) of each of 24 videos,
-            shuffled, a new open per item
-  batched   K=8 clips of one video per item: fluxon read_many_numpy_with_stats
-            vs the best peers of "clips" reading them one by one (one open)
-  metadata  time until frame count, fps and duration are known: fluxon
-            video_metadata cold and warm vs opening the file with each peer
-
-A reference row, "fluxon local file" (fluxon's decoder on the local files, no
-store), runs at the target latency (10 ms, or the highest): what decoding
-alone costs. The metadata rows of PyAV and torchcodec (approximate) use the
-smallest block size (opening reads least with it).
-
-Rows are interleaved (the order rotates every round); figures are medians
-over --rounds with their ranges; nothing fails on a timing. Frames are
-checked as in bench/run.py: fluxon bit-exact against the ffmpeg CLI, peers
-the right frame within tolerance, else the row is flagged and is never the
-"best exact peer". Writes remote.md, remote.json and remote.png to --out.
-
---store s3: the origin is an object store instead. moto's S3 server (buckets
-in memory, fluxon_video.testing.S3Server) holds the videos under
-s3://bench/videos; in front of it, bench/range_server.py --proxy sleeps L ms
-before forwarding each request and counts requests and body bytes (moto has
-no metrics), and its relay caps each connection: every contender's S3
-requests, the agent's included, go through that one proxy. fluxon reads
-through the agent (export root s3://bench/videos, the store options and
-credentials in the agent's config, no injected latency; its relay is not
-shaped: the agent is the cache service next to the trainers, like Redis).
-Peers: PyAV and torchcodec (exact) over an s3fs file object and over an
-obstore reader (obstore.open_reader, its read() copied into bytes) at each
---block-sizes, and PyAV after one GET of the whole file (s3fs cat_file).
-Workloads: "clips" over the short videos, and "long": --long-items random
-clips of each of --long-videos 2-minute 720p videos (about 45 MB each), a
-new open per item. fluxon rows as above. Writes
-remote-s3.md and remote-s3.json.
-"""
+"""The remote-store benchmark: fluxon through FluxonFS vs peers the way their users read
+remote videos, under one model of the store (see --help or bench/README.md)."""
 
 from __future__ import annotations
 
@@ -102,7 +43,7 @@ METADATA_STATS = ("kv_round_trips", "kv_hits", "kv_misses", "remote_reads", "rem
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = scenario_parser("remote.py", __doc__, "smoke run (~2-3 min): 10 ms only, 1 round, "
+    ap = scenario_parser("remote.py", None, "smoke run (~2-3 min): 10 ms only, 1 round, "
                          "12 videos, 2 batched items", "remote.md/.json/.png")
     ap.add_argument("--store", choices=("dir", "s3"), default="dir",
                     help="the origin: 'dir', the agent's directory export and the HTTP Range "

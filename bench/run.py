@@ -1,30 +1,6 @@
 #!/usr/bin/env python3
-"""fluxon_video benchmark: peers on local files vs fluxon_video through FluxonFS.
-
-Generates (once, cached under --data) a small dataset of testsrc2 videos
-(H.264 GOP 250 and GOP 30, faststart and moov-at-end, HEVC, VP9, AV1,
-MPEG-4 part 2 in AVI, one 60 s video), starts a private redis-server and the
-real agent on loopback, and times, with the same seeded clips for every
-contender:
-
-  1. peers on local files: decord, PyAV (seek to keyframe + decode forward),
-     torchcodec, SPDL (demux, then sample_decode_video with the reference's
-     filter) (a peer is skipped, with a note, where it does not import);
-  2. fluxon cold: the file not in Redis, new patcher, bytes flow agent -> client;
-  3. fluxon warm KV: Redis warm, a new process, no agent bytes expected;
-  4. fluxon warm reader: the same reader pool again;
-  5. batched: N clips of the 60 s video in one read_many_numpy_with_stats
-     call vs one by one;
-
-on three workloads: random 16-frame clips with stride 4 at 224x224 and at
-native size, and a full sequential decode at 224x224. Then a piece-size
-sweep (remote bytes, cold and warm time). Every contender's frames are
-checked against the ffmpeg CLI's sequential decode; a contender returning
-wrong frames is flagged in the table. Figures are medians of --repeat runs.
-Every measurement runs in a process of its own (its peak RSS is its own; a
-"new process" starts with nothing cached). Writes latest.json, latest.md
-and PNG charts to --out.
-"""
+"""The local benchmark: peers on local files vs fluxon_video through FluxonFS (its
+--help and bench/README.md say what it measures and how)."""
 
 from __future__ import annotations
 
@@ -68,7 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from fluxon_video.fs.config import FluxonFsExport
 
     piece = FluxonFsExport.__dataclass_fields__["piece_size"].default
-    ap = scenario_parser("run.py", __doc__, "a ~1 minute smoke run: shorter videos, 2 clips, "
+    ap = scenario_parser("run.py", None, "a ~1 minute smoke run: shorter videos, 2 clips, "
                          "1 repeat", "latest.json, latest.md and the charts")
     add = ap.add_argument
     add("--repeat", type=int, help="timed runs of every measurement; figures are medians "
