@@ -1,27 +1,6 @@
-"""Who is timed: the peers and fluxon_video, each behind a *handle* on one video.
-
-A handle is what a competent user keeps per video while reading several
-clips of it; ``read(indices)`` returns the frames (N, H, W, 3 uint8), and
-``stats`` what the last read counted (None where the library counts
-nothing). Every scenario opens its peers through these classes, on a local
-path or on a file object of the remote store:
-
-- decord: ``VideoReader(source, width, height)``, ``get_batch(indices)`` (decord
-  seeks to the keyframe and resizes itself; on a file object it reads it whole).
-- PyAV: an open container plus a frame index -> pts table (``KeyframeIndex``:
-  a packet scan, timed apart, or the dataset's ffprobe table); each clip seeks
-  to the keyframe before its first frame and decodes forward, converting only
-  the targets (what Daft's LeRobot reader does).
-- torchcodec: ``VideoDecoder(source, dimension_order="NHWC", seek_mode=...)``
-  with a decoder-side ``Resize``, ``get_frames_at(indices)``.
-- SPDL (spdl-io): ``demux_video(source)`` once per handle (a path, or the bytes of
-  a downloaded file: SPDL takes no file object), then per clip
-  ``sample_decode_video(packets.clone(), indices, filter_desc=...)`` with the reference's
-  own filter (``scale=W:H:flags=bilinear,format=rgb24``, see ``spdl_filter``), not
-  SPDL's default (bicubic, letterboxed), so that its frames are compared fairly.
-- fluxon: a ``FluxonFsVideoReaderPool`` (readers open lazily on the first
-  read), or ``LocalVideoReader`` on the local file.
-"""
+"""Who is timed: the peers and fluxon_video, each behind a *handle* on one video (what a
+competent user keeps per video while reading several clips of it; bench/README.md says
+how each library is used)."""
 
 from __future__ import annotations
 
