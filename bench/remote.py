@@ -77,7 +77,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--piece-size", type=int, default=None,
                     help="FluxonFS piece size, bytes (default: the export default)")
     ap.add_argument("--seed", type=int, default=15, help="clip sampling seed (default: 15)")
-    args = ap.parse_args(argv)
+    return checked(ap, ap.parse_args(argv))
+
+
+def checked(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """The options with their defaults (the store's), checked, and the lists they name."""
     s3 = args.store == "s3"
     args = finish(ap, args, S3_DEFAULTS if s3 else DEFAULTS, S3_QUICK if s3 else QUICK,
                   ("videos", "batched_items", "batched_clips", "threads"))

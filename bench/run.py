@@ -506,38 +506,47 @@ BATCHED_HEADER = ["video", "contender", "how", "clips", "ms for all", "clips/s",
                   "frames decoded", "remote MiB", "peak RSS MiB", "frames"]
 
 
+def find(rows: list[dict], workload: str, video: str, contender: str,
+         cache: str) -> dict | None:
+    return next(iter(select(rows, workload, video=video, contender=contender, cache=cache)),
+                None)
+
+
+def best_peer(rows: list[dict], workload: str, video: str, key: str = "clips_per_s",
+              lowest: bool = False) -> tuple[dict | None, str]:
+    """The fastest peer whose frames passed the check, and its cell."""
+    from contenders import PEERS
+
+    top = best((s for s in select(rows, workload, video=video) if s["contender"] in PEERS),
+               key, lowest)
+    return top, (f"{top['contender']} {fmt(top[key], 1 if lowest else 2)} "
+                 f"{'ms' if lowest else 'clips/s'}" if top else DASH)
+
+
+def rate(s: dict | None, key: str = "clips_per_s") -> float | None:
+    """A row's figure, or None when it is missing or its frames were flagged."""
+    return s[key] if s and s["ok"] else None
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return times(a / b if a and b else None, "n/a")
+
+
 def targets(results: dict, rows: list[dict]) -> list[Target]:
     """(a) warm-KV clips/s and (c) clip time ÷ decode floor on the first clip video, (b)
     read_many against the best peer one by one, per clip video (e) fluxon's decoder on the
     local file against the best exact peer and (d) cold remote bytes against the needed."""
-    from contenders import PEERS
-
-    def find(workload: str, video: str, contender: str, cache: str) -> dict | None:
-        return next(iter(select(rows, workload, video=video, contender=contender,
-                                cache=cache)), None)
-
-    def peer(workload: str, video: str, key: str = "clips_per_s", lowest: bool = False) -> Any:
-        top = best((s for s in select(rows, workload, video=video) if s["contender"] in PEERS),
-                   key, lowest)
-        return top, (f"{top['contender']} {fmt(top[key], 1 if lowest else 2)} "
-                     f"{'ms' if lowest else 'clips/s'}" if top else DASH)
-
-    def rate(s: dict | None, key: str = "clips_per_s") -> float | None:
-        return s[key] if s and s["ok"] else None
-
-    def ratio(a: float | None, b: float | None) -> float | None:
-        return a / b if a and b else None
-
     clip_videos = [v["video"] for v in results["videos"] if select(rows, "clips224",
                                                                     video=v["video"])]
     long = next((s["video"] for s in select(rows, "batched")), None)
     out = []
     for video in clip_videos[:1]:
-        warm, (top, other) = find("clips224", video, "fluxon", "warm-kv"), peer("clips224", video)
+        warm = find(rows, "clips224", video, "fluxon", "warm-kv")
+        top, other = best_peer(rows, "clips224", video)
         out += [Target(target="(a) clips/s, warm KV vs best peer on local files",
                        condition=f"{video}, {WORKLOADS['clips224']}",
                        fluxon=f"{fmt(rate(warm), 2)} clips/s", other=other,
-                       ratio=times(ratio(rate(warm), top and top["clips_per_s"]), "n/a"),
+                       ratio=ratio(rate(warm), top and top["clips_per_s"]),
                        status="fluxon ÷ peer; > 1 is fluxon faster"),
                 Target(target="(c) per-clip time ÷ decode floor",
                        condition=f"{video}, clips224, fluxon warm KV",
@@ -547,27 +556,26 @@ def targets(results: dict, rows: list[dict]) -> list[Target]:
                        status="1: decode-bound; < 1: skipped non-reference frames or a decoder "
                               "kept from the previous clip beat the floor")]
     if long:
-        many = find("batched", long, "fluxon read_many", "warm-kv")
-        top, other = peer("batched", long, "pass_ms", lowest=True)
+        many = find(rows, "batched", long, "fluxon read_many", "warm-kv")
+        top, other = best_peer(rows, "batched", long, "pass_ms", lowest=True)
         out.append(Target(target="(b) N clips of one video: read_many vs best peer one by one",
                           condition=f"{long}, {many['info']['clips'] if many else '?'} clips, "
                                     "224x224, warm KV",
                           fluxon=f"{fmt(rate(many, 'pass_ms'))} ms", other=other,
-                          ratio=times(ratio(top and top["pass_ms"], rate(many, "pass_ms")), "n/a"),
+                          ratio=ratio(top and top["pass_ms"], rate(many, "pass_ms")),
                           status="peer time ÷ fluxon time; > 1 is fluxon faster"))
     for video in clip_videos:
-        local, (top, other) = find("clips224", video, "fluxon-local", "local"), peer("clips224",
-                                                                                     video)
+        local = find(rows, "clips224", video, "fluxon-local", "local")
+        top, other = best_peer(rows, "clips224", video)
         out.append(Target(target="(e) local file, 1 thread: fluxon ÷ best exact peer (goal ≥ "
                                  "1.5×; clip ÷ floor ≤ 0.8×)", condition=f"{video}, clips224",
                           fluxon=(f"{fmt(rate(local), 2)} clips/s; clip/floor "
                                   f"{cells(local, 'clip/floor')[0]}" if rate(local) else DASH),
-                          other=other, ratio=times(ratio(rate(local), top and top["clips_per_s"]),
-                                                   "n/a"),
+                          other=other, ratio=ratio(rate(local), top and top["clips_per_s"]),
                           status="fluxon ÷ peer; > 1 is fluxon faster"))
     piece = results["conditions"]["export"]["piece_size"] >> 10
     for video in clip_videos:
-        cold = find("clips224", video, "fluxon", "cold")
+        cold = find(rows, "clips224", video, "fluxon", "cold")
         need = sum(results["ideal_bytes"][video].values())
         remote = stat(cold, "remote_bytes") if cold else None
         out.append(Target(target="(d) cold remote bytes ÷ (GOP spans touched + container)",
