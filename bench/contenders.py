@@ -1,37 +1,19 @@
-"""Who is timed: the peers and fluxon_video, each behind a *handle* on one video.
-
-A handle is what a competent user keeps per video while reading several
-clips of it; ``read(indices)`` returns the frames (N, H, W, 3 uint8), and
-``stats`` what the last read counted (None where the library counts
-nothing). Every scenario opens its peers through these classes, on a local
-path or on a file object of the remote store:
-
-- decord: ``VideoReader(source, width, height)``, ``get_batch(indices)`` (decord
-  seeks to the keyframe and resizes itself; on a file object it reads it whole).
-- PyAV: an open container plus a frame index -> pts table (``KeyframeIndex``:
-  a packet scan, timed apart, or the dataset's ffprobe table); each clip seeks
-  to the keyframe before its first frame and decodes forward, converting only
-  the targets (what Daft's LeRobot reader does).
-- torchcodec: ``VideoDecoder(source, dimension_order="NHWC", seek_mode=...)``
-  with a decoder-side ``Resize``, ``get_frames_at(indices)``.
-- SPDL (spdl-io): ``demux_video(source)`` once per handle (a path, or the bytes of
-  a downloaded file: SPDL takes no file object), then per clip
-  ``sample_decode_video(packets.clone(), indices, filter_desc=...)`` with the reference's
-  own filter (``scale=W:H:flags=bilinear,format=rgb24``, see ``spdl_filter``), not
-  SPDL's default (bicubic, letterboxed), so that its frames are compared fairly.
-- fluxon: a ``FluxonFsVideoReaderPool`` (readers open lazily on the first
-  read), or ``LocalVideoReader`` on the local file.
-"""
+"""Who is timed: the peers and fluxon_video, each behind a *handle* on one video (what a
+competent user keeps per video while reading several clips of it; bench/README.md says
+how each library is used)."""
 
 from __future__ import annotations
 
 import bisect
+import io
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+
+from harness import error_text
 
 PEERS = ("decord", "pyav", "torchcodec", "spdl")
 MODULES = {"decord": "decord", "pyav": "av", "torchcodec": "torchcodec.decoders",
@@ -297,19 +279,22 @@ class FluxonPoolHandle:
         pass
 
 
-def open_local(contender: str, path: Path, height: int, width: int, native: bool,
-               threads: int) -> Handle:
-    """A handle on a local file; native: decord and torchcodec are not asked to resize
-    (SPDL is given the reference's filter at the native size)."""
-    if contender == "pyav":
-        return PyAVHandle(path, KeyframeIndex.scan(path), height, width, threads)
-    if contender == "fluxon-local":
-        return FluxonLocalHandle(path, height, width, threads)
-    if contender == "spdl":
-        return SpdlHandle(path, height, width, threads)
+def open_handle(family: str, source: Any, height: int, width: int, threads: int, *,
+                native: bool = False, seek_mode: str = "exact",
+                index: KeyframeIndex | None = None) -> Handle:
+    """A handle of ``family`` on a local path or a file object; native: decord and
+    torchcodec are not asked to resize (SPDL is given the reference's filter at the
+    native size). PyAV takes the frame -> pts table ``index`` (else a packet scan)."""
+    if family == "pyav":
+        return PyAVHandle(source, index or KeyframeIndex.scan(source), height, width, threads)
+    if family == "fluxon-local":
+        return FluxonLocalHandle(source, height, width, threads)
+    if family == "spdl":
+        return SpdlHandle(source, height, width, threads)
     size = (None, None) if native else (height, width)
-    return {"decord": DecordHandle, "torchcodec": TorchcodecHandle}[contender](
-        path, *size, threads)
+    if family == "torchcodec":
+        return TorchcodecHandle(source, *size, threads, seek_mode)
+    return DecordHandle(source, *size, threads)
 
 
 def index_ms(contender: str, path: Path) -> float | None:
@@ -327,5 +312,141 @@ def unavailable(contender: str) -> str | None:
     try:
         __import__(module)
     except Exception as exc:  # noqa: BLE001 - any import failure means "skip, with a note"
-        return f"{module} does not import: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        return f"{module} does not import: {error_text(exc, 120)}"
     return None
+
+
+def decode_floor_ms(path: Path, indices: Sequence[int], num_threads: int) -> float:
+    """The "decode floor" of a clip: what libavcodec alone needs to decode from the keyframe
+    before its first frame to its last, nothing converted (``fluxon_video._floor``): no
+    reader is faster with the same threads, so clip time ÷ floor is what is left to win."""
+    from fluxon_video import _avio, _floor
+    from fluxon_video.sources import LocalFileRangeSource
+
+    with LocalFileRangeSource(path) as source:
+        with _avio.ByteSource(source, source.size, name=source.name) as byte_source:
+            return float(_floor.decode_floor(byte_source, list(indices), num_threads,
+                                             source.name)["decode_ms"])
+
+
+def peer_versions(family: str, av_libs: tuple[str, ...] = ("libavcodec", "libswscale")
+                  ) -> dict[str, str]:
+    """A peer library's version (PyAV: and the ``av_libs`` it was built with)."""
+    if family == "decord":
+        import decord
+
+        return {"decord": decord.__version__}
+    if family == "spdl":
+        from importlib.metadata import version
+
+        return {"spdl-io": version("spdl-io")}
+    if family == "torchcodec":
+        import torch
+        import torchcodec
+
+        return {"torchcodec": torchcodec.__version__, "torch": torch.__version__}
+    import av
+
+    return {"av": av.__version__, **{f"av's {lib}": ".".join(map(str, v))
+                                     for lib, v in av.library_versions.items() if lib in av_libs}}
+
+
+# ---- remote byte sources ----
+
+# Given a download as bytes (what their users pass); the others get io.BytesIO.
+BYTES_FAMILIES = ("torchcodec", "spdl")
+
+
+class PeerSource:
+    """A row's remote access: an fsspec HTTP file object or one GET into memory (the HTTP
+    Range server); with ``s3``: an s3fs file object, an obstore reader (ObstoreFile) or
+    one GET through s3fs."""
+
+    def __init__(self, row: dict, s3: dict | None = None) -> None:
+        self.row, self.s3 = row, s3
+        self.block = {"block_size": row["block_size"]} if row.get("block_size") else {}
+        if s3 is None:
+            import fsspec
+
+            self.fs = fsspec.filesystem("http", **self.block)  # the instance fsspec.open reuses
+        elif row["mode"] == "obstore":
+            from obstore.store import S3Store
+
+            self.store = S3Store(s3["bucket"], endpoint=s3["endpoint"], region=s3["region"],
+                                 access_key_id=s3["key"], secret_access_key=s3["secret"],
+                                 client_options={"allow_http": True})
+        else:
+            import s3fs
+
+            self.fs = s3fs.S3FileSystem(key=s3["key"], secret=s3["secret"],
+                                        endpoint_url=s3["endpoint"],
+                                        client_kwargs={"region_name": s3["region"]})
+
+    def where(self, video: dict) -> str:
+        if self.s3 is None:
+            return video["url"]
+        key = f"{self.s3['prefix']}/{video['relpath']}"
+        return key if self.row["mode"] == "obstore" else f"{self.s3['bucket']}/{key}"
+
+    def read(self, video: dict, use: Any) -> Any:
+        """``use(file)`` on the video's file (HEAD for the size, then ranged GETs; or
+        "download": one GET of the whole file), closed afterwards."""
+        import fsspec
+
+        where, mode = self.where(video), self.row["mode"]
+        if mode == "download":
+            data = self.fs.cat_file(where)
+            return use(data if self.row["family"] in BYTES_FAMILIES else io.BytesIO(data))
+        if mode == "obstore":
+            import obstore
+
+            f: Any = ObstoreFile(obstore.open_reader(self.store, where,
+                                                     buffer_size=self.row["block_size"]))
+        elif mode == "s3fs":
+            f = self.fs.open(where, "rb", **self.block)
+        else:
+            f = fsspec.open(where, "rb", **self.block).open()
+        try:
+            return use(f)
+        finally:
+            f.close()
+
+
+class ObstoreFile:
+    """obstore.open_reader's file as PyAV and torchcodec take it: read() copies obstore.Bytes
+    (which both refuse) into bytes; seek, tell and the buffering are obstore's own."""
+
+    def __init__(self, reader: Any) -> None:
+        self.reader = reader
+        self.seek, self.tell, self.close = reader.seek, reader.tell, reader.close
+
+    def read(self, size: int = -1) -> bytes:
+        return bytes(self.reader.read(size) if size is not None and size >= 0
+                     else self.reader.read())
+
+    def seekable(self) -> bool:
+        return True
+
+
+def peer_metadata(row: dict, f: Any) -> tuple[int, float, float]:
+    """Frame count, fps and duration, opening the file with the row's peer."""
+    if row["family"] == "pyav":
+        import av
+
+        with av.open(f) as container:
+            stream = container.streams.video[0]
+            frames = stream.frames or sum(1 for p in container.demux(stream)  # Matroska: none
+                                          if p.pts is not None)
+            duration = (float(stream.duration * stream.time_base) if stream.duration
+                        else container.duration / 1e6)
+            return frames, float(stream.average_rate), duration
+    if row["family"] == "torchcodec":
+        from torchcodec.decoders import VideoDecoder
+
+        meta = VideoDecoder(f, seek_mode=row.get("seek_mode", "approximate")).metadata
+        return int(meta.num_frames), float(meta.average_fps), float(meta.duration_seconds)
+    import decord
+
+    reader = decord.VideoReader(f, ctx=decord.cpu(0))
+    frames, fps = len(reader), float(reader.get_avg_fps())
+    return frames, fps, frames / fps

@@ -1,172 +1,230 @@
 #!/usr/bin/env python3
-"""DataLoader-shaped benchmark: fluxon_video.torch vs decord and torchcodec in a real DataLoader.
-
-    python bench/dataloader.py                 # ~2-3 min on 2 cores, results to bench/results/
-    python bench/dataloader.py --quick         # ~1 min smoke run, results to bench/.data/
-    python bench/dataloader.py --agent-latency-ms 2
-
-Makes (once, cached under --data) 24 short testsrc2 videos at 640x360, 4-6 s
-each (18 H.264 GOP 60, half faststart and half moov-at-end, 3 HEVC, 3 VP9
-WebM), starts a private redis-server and the real agent on loopback, and
-draws one clip plan: --items random 16-frame clips, stride 4, at 224x224,
---clips-per-video (4) of each of --items/4 videos. Every contender reads
-exactly these clips, inside a torch.utils.data.DataLoader with --workers (2)
-non-persistent worker processes (fresh ones every epoch) and batch size 8:
-
-  per-clip order (a random video per item; DataLoader shuffle=True with the
-  same seeded generator for every row, so every row reads the same order):
-    fluxon       VideoClipDataset (items forced to the plan's clips)
-    decord       VideoReader(path, width=224, height=224) per item, get_batch
-    torchcodec   VideoDecoder(path, seek_mode="exact", Resize((224, 224)))
-                 per item, get_frames_at
-  batched order (8 = 2 videos x 4 clips per batch; the batches of
-  SameVideoBatchSampler, the same list for every row):
-    fluxon       VideoClipDataset(clips_per_video=4) + SameVideoBatchSampler:
-                 one read_many_numpy_with_stats call per batch
-    decord / torchcodec: __getitems__ opens each video of the batch once and
-                 reads the union of its 4 clips' frames in one call
-
-fluxon rows read through FluxonFS with Redis warm (an untimed warm-up epoch
-first, then a top-up pass in this process for pieces whose background
-backfill was still queued when the warm-up workers exited); with --cold
-(default on) fluxon is also timed after FLUSHALL (cold: agent bytes, index
-scans). Peers read the local files (page cache warm after their own untimed
-warm-up epoch). clips/s = items / (iter(loader) .. last batch), worker
-start-up included; "first batch" and "workers up" are reported apart.
-fluxon's frames must equal the ffmpeg CLI's (bilinear, rgb24) bit for bit;
-peers must show the right frame within bench/frames.py's tolerance. Writes
-dataloader.md and dataloader.json to --out.
-"""
+"""The DataLoader-shaped benchmark: fluxon_video.torch vs decord and torchcodec in a real
+DataLoader (see --help or bench/README.md)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import sys
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from torch.utils.data import DataLoader, default_collate  # noqa: E402
+from torch.utils.data import DataLoader, Dataset, default_collate  # noqa: E402
 
-import fluxon_video as fv  # noqa: E402
-from scenario import finish, header, scenario_parser, write_outputs  # noqa: E402
-from dataset import HEVC, X264, Video, VideoSpec, prepare, sample_clips, vp9  # noqa: E402
-from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
-from fluxon_video.testing import AgentProcess, RedisServer  # noqa: E402
-from fluxon_video.torch import LoaderStats, SameVideoBatchSampler, StatsCollate  # noqa: E402
-from frames import CheckResult, Reference, count_note, needed, references  # noqa: E402
-from loader_datasets import (CpuMeter, PeerClips, PlannedClips,  # noqa: E402
-                             TimedCollate, note_worker_up)
-from loader_records import Epoch, LoaderRow  # noqa: E402
-from loader_report import markdown  # noqa: E402
-from machine import machine, versions  # noqa: E402
+from fluxon_video.torch import (LoaderStats, SameVideoBatchSampler, StatsCollate,  # noqa: E402
+                                VideoClipDataset)
+from harness import (DASH, error_text, fill, finish, header, kinds_of, listing,  # noqa: E402
+                     machine, machine_line, mib, num, scenario_parser, table, versions,
+                     write_outputs)
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 EXPORT = "loader"
-VP9 = vp9("600k")
 
 
-def loader_specs() -> list[VideoSpec]:
-    """24 videos, 640x360, 4-6 s: 18 H.264 (half faststart), 3 HEVC, 3 VP9."""
-    specs = []
-    for k in range(18):
-        layout = "faststart" if k % 2 == 0 else "moovend"
-        specs.append(VideoSpec(f"h264_360p_{layout}_{k:02d}.mp4", 640, 360, 4 + k % 3, 60, X264,
-                               faststart=k % 2 == 0))
-    for k in range(3):
-        specs.append(VideoSpec(f"hevc_360p_{k:02d}.mp4", 640, 360, 4 + k % 3, 60, HEVC,
-                               faststart=True))
-    for k in range(3):
-        specs.append(VideoSpec(f"vp9_360p_{k:02d}.webm", 640, 360, 4 + k % 3, 60, VP9))
-    return specs
+# ---- what the workers run ----
+
+class PlannedClips(VideoClipDataset):
+    """VideoClipDataset whose item i is the plan's clip i (instead of a seeded draw)."""
+
+    def __init__(self, *args: Any, plan: list[list[Any]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.plan = plan
+
+    def clip_with_times(self, i: int) -> tuple[str, list[int], None]:
+        relpath, indices = self.plan[i]
+        return relpath, list(indices), None
 
 
-# ---- the clip plan ----
+class PeerClips(Dataset):
+    """A peer on the local files: a new reader per item, or (share_open) one per video per
+    batch reading the sorted union of its clips, split back. A failing read does not stop
+    the epoch: the item carries zero frames and the error, and the row is flagged."""
 
-def make_plan(videos: list[Video], items: int, per_video: int, seed: int) -> list[list[Any]]:
-    """items // per_video groups of per_video clips of one video (videos in a seeded random
-    order, each once before any repeats): [[relpath, [indices...]], ...], group after group."""
-    rng = np.random.default_rng([seed, 11])
-    groups = items // per_video
-    order: list[int] = []
-    while len(order) < groups:
-        order += rng.permutation(len(videos)).tolist()
-    return [[videos[v].name, clip] for v in order[:groups]
-            for clip in sample_clips(videos[v].frames, per_video, CLIP_LEN, STRIDE, rng)]
+    def __init__(self, peer: str, root: Path, plan: list[list[Any]], threads: int,
+                 share_open: bool) -> None:
+        self.peer, self.root, self.plan = peer, root, plan
+        self.threads, self.share_open = threads, share_open
+
+    def __len__(self) -> int:
+        return len(self.plan)
+
+    def items(self, items: Sequence[int]) -> list[dict[str, Any]]:
+        from contenders import open_handle
+
+        groups: dict[Any, list[int]] = {}
+        for i in items:
+            groups.setdefault(self.plan[i][0] if self.share_open else i, []).append(i)
+        out: dict[int, dict[str, Any]] = {}
+        for members in groups.values():
+            relpath = self.plan[members[0]][0]
+            union = sorted({f for i in members for f in self.plan[i][1]})
+            error = ""
+            try:
+                handle = open_handle(self.peer, self.root / relpath, SIZE, SIZE, self.threads)
+                frames = torch.from_numpy(handle.read(union))
+                if tuple(frames.shape) != (len(union), SIZE, SIZE, 3):
+                    raise ValueError(f"frames of shape {tuple(frames.shape)}")
+            except Exception as exc:  # noqa: BLE001 - a failing peer is a finding
+                error = f"{relpath}: {error_text(exc, 160)}"
+                frames = torch.zeros((len(union), SIZE, SIZE, 3), dtype=torch.uint8)
+            at = {f: k for k, f in enumerate(union)}
+            for i in members:
+                indices = self.plan[i][1]
+                out[i] = {"frames": frames[[at[f] for f in indices]], "relpath": relpath,
+                          "indices": torch.as_tensor(indices, dtype=torch.int64), "error": error}
+        return [out[i] for i in items]
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.items([int(i)])[0]
+
+    def __getitems__(self, items: Sequence[int]) -> list[dict[str, Any]]:
+        return self.items([int(i) for i in items])
 
 
-# ---- the benchmark ----
+_WORKER_UP: float | None = None
+
+
+def note_worker_up(worker_id: int) -> None:
+    global _WORKER_UP
+    _WORKER_UP = time.monotonic()
+
+
+class TimedCollate:
+    """The inner collate, plus when this worker came up (time.monotonic, system-wide)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        return {**self.inner(items), "worker": {"pid": os.getpid(), "up": _WORKER_UP}}
+
+
+class CpuMeter:
+    """How busy the machine was with work that is not this benchmark's during an epoch:
+    busy CPU time minus this process, its reaped children (the epoch's workers) and the
+    agent and redis-server."""
+
+    def __init__(self, pids: list[int]) -> None:
+        import psutil
+
+        self.psutil, self.servers = psutil, [psutil.Process(pid) for pid in pids]
+
+    def sample(self) -> tuple[float, float]:
+        t = self.psutil.cpu_times()
+        busy = sum(t) - sum(getattr(t, k, 0.0) for k in ("idle", "iowait", "steal", "guest",
+                                                          "guest_nice"))
+        own = os.times()
+        ours = own.user + own.system + own.children_user + own.children_system
+        for proc in self.servers:
+            try:
+                ours += sum(proc.cpu_times()[:2])
+            except self.psutil.Error:
+                pass
+        return busy, ours
+
+    def other_cores(self, before: tuple[float, float], seconds: float) -> float:
+        busy, ours = self.sample()
+        return max(0.0, (busy - before[0]) - (ours - before[1])) / seconds
+
+
+# ---- the parent ----
+
+@dataclass
+class Epoch:
+    """One epoch with fresh workers: wall time, start-up, failures, other load, checks."""
+
+    items: int
+    seconds: float
+    first_batch_s: float | None
+    workers_up_s: float | None
+    errors: int
+    first_error: str | None
+    other_cpu_cores: float
+    fluxon_stats: dict | None = None
+    check: dict | None = None
+    redone: int = 0  # epochs thrown away first: other work loaded the machine
+    clips_per_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.clips_per_s = self.items / self.seconds
+
+
+def row_of(row: str, cache: str, epochs: list[Epoch]) -> dict[str, Any]:
+    """A contender, read order and cache state over its timed epochs (medians; the counts
+    and the frame check are the first epoch's)."""
+    rates, first = [e.clips_per_s for e in epochs], epochs[0]
+
+    def mid(k: str) -> float | None:
+        values = [getattr(e, k) for e in epochs if getattr(e, k) is not None]
+        return statistics.median(values) if values else None
+    return {"row": row, "contender": row.split(" ")[0], "order": row.split(" ", 1)[1],
+            "cache": cache, "items": first.items, "clips_per_s": statistics.median(rates),
+            "clips_per_s_min": min(rates), "clips_per_s_max": max(rates),
+            "epoch_s": mid("seconds"), "first_batch_s": mid("first_batch_s"),
+            "workers_up_s": mid("workers_up_s"), "errors": sum(e.errors for e in epochs),
+            "other_cpu_cores": mid("other_cpu_cores"), "redone": sum(e.redone for e in epochs),
+            "first_error": next((e.first_error for e in epochs if e.first_error), None),
+            "fluxon_stats": first.fluxon_stats, "check": first.check,
+            "epochs": [asdict(e) for e in epochs]}
+
 
 class LoaderBench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.video_dir = (args.data / "loader-videos").resolve()
-        self.videos: list[Video] = []
-        self.plan: list[list[Any]] = []
-        self.refs: dict[str, Reference] = {}
-        self.rows: dict[str, dict[str, Any]] = {}
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}
-        self.redis: RedisServer | None = None
-        self.agent: AgentProcess | None = None
         self.orders: dict[str, list[tuple[str, int]]] = {}
+        self.runs: dict[str, list[Epoch]] = {}
 
-    # ---- setup ----
+    def prepare(self) -> None:
+        """The videos (made once), the clip plan (per_video clips of each of items/per_video
+        videos, videos in a seeded order, each once before any repeats), the references."""
+        from dataset import prepare_all, sample_clips, small_specs
+        from frames import Reference, needed, reference_files
 
-    def make_videos(self) -> None:
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as ex:
-            self.videos = [v[0] for v in ex.map(lambda s: prepare([s], self.video_dir),
-                                                loader_specs())]
-        print(f"videos: {len(self.videos)} under {self.video_dir} "
-              f"({time.perf_counter() - t0:.1f} s)", flush=True)
-
-    def make_references(self) -> None:
-        t0 = time.perf_counter()
+        a = self.args
+        self.videos = prepare_all(small_specs(18, 3, 3, lambda k: 4 + k % 3), self.video_dir)
+        rng, order = np.random.default_rng([a.seed, 11]), []
+        while len(order) < a.items // a.per_video:
+            order += rng.permutation(len(self.videos)).tolist()
+        self.plan = [[self.videos[v].name, clip] for v in order[:a.items // a.per_video]
+                     for clip in sample_clips(self.videos[v].frames, a.per_video, CLIP_LEN,
+                                              STRIDE, rng)]
+        by_name = {v.name: v for v in self.videos}
         wanted: dict[str, list[list[int]]] = {}
         for relpath, indices in self.plan:
             wanted.setdefault(relpath, []).append(indices)
-        by_name = {v.name: v for v in self.videos}
-        self.refs = references({name: (by_name[name].path, SIZE, SIZE, needed(clips))
-                                for name, clips in wanted.items()})
-        self.notes += filter(None, (count_note(name, by_name[name].frames, ref)
-                                    for name, ref in self.refs.items()))
-        print(f"references: {len(self.refs)} videos ({time.perf_counter() - t0:.1f} s)",
-              flush=True)
-
-    def patcher(self) -> fv.FluxonFsPatcher:
-        assert self.agent is not None and self.redis is not None
-        return make_patcher(store(EXPORT, self.video_dir, self.agent.url, self.redis.url))
+        paths = reference_files({n: (by_name[n], SIZE, SIZE, needed(c)) for n, c in
+                                 wanted.items()}, a.data / "loader-refs", self.notes)
+        self.refs = {n: Reference.load(p) for n, p in paths.items()}
+        print(f"videos: {len(self.videos)} under {self.video_dir}; references made", flush=True)
 
     def check_peers(self) -> list[str]:
+        """The peers that work here; each loaded and initialised untimed (a training process
+        imports it once, and forked workers inherit it)."""
         peers = []
-        for peer, module in (("decord", "decord"), ("torchcodec", "torchcodec.decoders")):
+        for peer in ("decord", "torchcodec"):
             try:
-                __import__(module)
-                # Load and initialise the library here, untimed: a training process
-                # imports it once, and forked workers inherit it.
                 error = PeerClips(peer, self.video_dir, self.plan, 1, False)[0]["error"]
                 if error:
                     raise RuntimeError(error)
                 peers.append(peer)
             except Exception as exc:  # noqa: BLE001 - skip with a note
-                why = f"{module} does not work here: {type(exc).__name__}: {str(exc)[:160]}"
-                self.skipped[peer] = why
-                print(f"note: {peer} skipped: {why}", flush=True)
+                self.skipped[peer] = f"{peer} does not work here: {error_text(exc, 160)}"
+                print(f"note: {peer} skipped: {self.skipped[peer]}", flush=True)
         return peers
-
-    # ---- loaders ----
 
     def loader(self, row: str) -> DataLoader:
         a = self.args
@@ -179,82 +237,80 @@ class LoaderBench:
             dataset = self.fluxon_dataset(batched)
             collate = TimedCollate(StatsCollate(dataset))
         else:
-            dataset = PeerClips(contender, self.video_dir, self.plan, a.threads,
-                                share_open=batched)
+            dataset = PeerClips(contender, self.video_dir, self.plan, a.threads, batched)
             collate = TimedCollate(default_collate)
-        if batched:
-            return DataLoader(dataset, batch_sampler=self.batches(), collate_fn=collate, **common)
-        return DataLoader(dataset, batch_size=a.batch_size, shuffle=True,
-                          generator=torch.Generator().manual_seed(a.seed), collate_fn=collate,
-                          **common)
+        if batched:  # SameVideoBatchSampler reads only relpaths and clips_per_video
+            return DataLoader(dataset, batch_sampler=SameVideoBatchSampler(
+                self.fluxon_dataset(True), a.batch_size, seed=a.seed), collate_fn=collate,
+                **common)
+        return DataLoader(dataset, batch_size=a.batch_size, shuffle=True, collate_fn=collate,
+                          generator=torch.Generator().manual_seed(a.seed), **common)
 
     def fluxon_dataset(self, batched: bool) -> PlannedClips:
         a = self.args
         per_video = a.per_video if batched else 1
-        return PlannedClips(self.fluxon_patcher, EXPORT,
-                            [c[0] for c in self.plan[::per_video]], clip_len=CLIP_LEN,
-                            stride=STRIDE, height=SIZE, width=SIZE, clips_per_video=per_video,
-                            num_threads=a.threads, seed=a.seed, plan=self.plan)
-
-    def batches(self) -> SameVideoBatchSampler:
-        """The batched rows' batches: SameVideoBatchSampler over the plan's groups (the
-        same batches for every row: the sampler only reads relpaths and clips_per_video)."""
-        return SameVideoBatchSampler(self.fluxon_dataset(batched=True), self.args.batch_size,
-                                     seed=self.args.seed)
+        return PlannedClips(self.patcher, EXPORT, [c[0] for c in self.plan[::per_video]],
+                            clip_len=CLIP_LEN, stride=STRIDE, height=SIZE, width=SIZE,
+                            clips_per_video=per_video, num_threads=a.threads, seed=a.seed,
+                            plan=self.plan)
 
     def epoch(self, row: str, check: bool) -> Epoch:
         """One epoch with fresh workers: wall time, start-up, fluxon stats, frame check."""
-        loader = self.loader(row)
-        stats = LoaderStats()
-        kept: list[dict[str, Any]] = []
-        errors: list[str] = []
-        items, first, ups = 0, None, {}
-        cpu0 = self.cpu.sample()
-        t0 = time.monotonic()
+        from frames import CheckResult
+
+        loader, stats = self.loader(row), LoaderStats()
+        exact = row.startswith("fluxon")
+        result, by_codec, codec = CheckResult(exact), {}, {v.name: v.codec for v in self.videos}
+        errors, items, first, ups, order = [], 0, None, {}, []
+        cpu0, t0 = self.cpu.sample(), time.monotonic()
         for batch in loader:
-            if first is None:
-                first = time.monotonic() - t0
+            first = first if first is not None else time.monotonic() - t0
             items += len(batch["relpath"])
             stats.update(batch)
-            worker = batch["worker"]
-            if worker["up"] is not None:
-                ups[worker["pid"]] = worker["up"] - t0
+            if batch["worker"]["up"] is not None:
+                ups[batch["worker"]["pid"]] = batch["worker"]["up"] - t0
             errors += [e for e in batch.get("error", []) if e]
-            if check:
-                kept.append({k: batch[k] for k in ("frames", "relpath", "indices")})
+            for frames, relpath, indices in zip(batch["frames"], batch["relpath"],
+                                                batch["indices"]) if check else ():
+                order.append((relpath, int(indices[0])))
+                for one in (result, by_codec.setdefault(codec[relpath], CheckResult(exact))):
+                    one.add(frames.numpy(), indices.tolist(), self.refs[relpath])
         seconds = time.monotonic() - t0
         del loader
         out = Epoch(items, seconds, first, max(ups.values(), default=None), len(errors),
-                    errors[0] if errors else None, self.cpu.other_cores(cpu0, seconds))
-        if row.startswith("fluxon"):
-            out.fluxon_stats = stats.total().as_dict()
-        if check:
-            out.check = self.check(row, kept)
-            self.orders[row] = [(r, int(ix[0])) for b in kept
-                                for r, ix in zip(b["relpath"], b["indices"])]
+                    errors[0] if errors else None, self.cpu.other_cores(cpu0, seconds),
+                    stats.total().as_dict() if exact else None)
+        if check:  # per codec too: a peer may fail on one codec
+            out.check = {**result.as_dict(), "by_codec": {
+                c: {"ok": r.ok, "verdict": r.verdict(), "worst_mean_abs_diff":
+                    r.worst_mean_abs_diff} for c, r in sorted(by_codec.items())}}
+            self.orders[row] = order
         return out
 
-    def check(self, row: str, batches: list[dict[str, Any]]) -> dict[str, Any]:
-        """The frame check over every item, and per codec (a peer may fail on one codec)."""
-        exact = row.startswith("fluxon")
-        codec = {v.name: v.codec for v in self.videos}
-        result = CheckResult(exact_required=exact)
-        by_codec: dict[str, CheckResult] = {}
-        for batch in batches:
-            for frames, relpath, indices in zip(batch["frames"], batch["relpath"],
-                                                batch["indices"]):
-                for check in (result, by_codec.setdefault(codec[relpath],
-                                                          CheckResult(exact_required=exact))):
-                    check.add(frames.numpy(), indices.tolist(), self.refs[relpath])
-        return {**result.as_dict(),
-                "by_codec": {c: {"ok": r.ok, "verdict": r.verdict(),
-                                 "worst_mean_abs_diff": r.worst_mean_abs_diff}
-                             for c, r in sorted(by_codec.items())}}
+    def timed(self, row: str, cache: str, check: bool) -> None:
+        """A timed epoch, redone (at most --retries times) while other work on the machine
+        used more than --max-other-cpu cores during it; cold: Redis flushed before it."""
+        print(f"  {row} {cache} (run {len(self.runs.get(f'{row}|{cache}', [])) + 1})",
+              flush=True)
+        for attempt in range(self.args.retries + 1):
+            if cache == "cold":
+                self.redis.client().flushall()
+            result = self.epoch(row, check)
+            result.redone = attempt
+            if result.other_cpu_cores <= self.args.max_other_cpu:
+                break
+            print(f"    other work used {result.other_cpu_cores:.2f} cores during the epoch"
+                  + ("; again" if attempt < self.args.retries else "; kept"), flush=True)
+        self.runs.setdefault(f"{row}|{cache}", []).append(result)
 
     def top_up(self) -> dict[str, Any]:
         """Read every planned clip in this process and wait for the backfill: pieces the
         warm-up workers queued but did not write before they exited go to Redis now."""
-        with self.patcher() as patcher, patcher.open_video_reader_pool() as pool:
+        import fluxon_video as fv
+
+        from stores import make_patcher
+
+        with make_patcher(self.fx) as patcher, patcher.open_video_reader_pool() as pool:
             groups: dict[str, list[list[int]]] = {}
             for relpath, indices in self.plan:
                 groups.setdefault(relpath, []).append(indices)
@@ -267,142 +323,184 @@ class LoaderBench:
                 self.notes.append("top-up: the backfill did not finish within 120 s")
         return stats
 
-    # ---- run ----
-
     def run(self) -> dict[str, Any]:
-        a = self.args
-        started = time.monotonic()
-        self.make_videos()
-        self.plan = make_plan(self.videos, a.items, a.per_video, a.seed)
-        self.make_references()
-        work = Path(tempfile.mkdtemp(prefix="fluxon-loader-", dir=a.data))
-        config = write_agent_config(work / "agent.toml", EXPORT, self.video_dir)
+        from fluxon_video.testing import RedisServer
+
+        from stores import agent, make_patcher, store
+
+        a, started = self.args, time.monotonic()
+        self.prepare()
+        work = a.data / "loader-work"
+        work.mkdir(parents=True, exist_ok=True)
         peers = self.check_peers()
-        per_clip = ["fluxon per-clip", *(f"{p} per-clip" for p in peers)]
-        batched = ["fluxon batched", *(f"{p} batched" for p in peers)]
-        rows = per_clip + batched
-        with RedisServer(work) as redis_server, AgentProcess(
-                config, ["--inject-latency-ms", str(a.agent_latency_ms)]) as agent:
-            self.redis, self.agent = redis_server, agent
+        rows = [f"{c} {o}" for o in ("per-clip", "batched") for c in ("fluxon", *peers)]
+        self.redis = RedisServer(work).start()
+        server = agent(work, EXPORT, self.video_dir, a.agent_latency_ms)
+        try:
+            self.fx = store(EXPORT, self.video_dir, server.url, self.redis.url)
             # One patcher for every fluxon dataset; never used in this process (each worker
             # builds its own client and readers on first use).
-            self.fluxon_patcher = self.patcher()
-            self.cpu = CpuMeter([redis_server.proc.pid, agent.proc.pid])
-            runs: dict[str, list[Epoch]] = {}
-            redis_server.client().flushall()
+            self.patcher = make_patcher(self.fx)
+            self.cpu = CpuMeter([self.redis.proc.pid, server.proc.pid])
+            self.redis.client().flushall()
             for row in rows:  # untimed: Redis warm for fluxon, page cache and imports for peers
-                self.progress(f"{row} warm-up", 0)
+                print(f"  {row} warm-up", flush=True)
                 warm = self.epoch(row, check=False)
                 if row == "fluxon per-clip":
-                    self.warmup_stats = warm.fluxon_stats
-                    self.topup_stats = self.top_up()
-            # Rounds: cold epochs (Redis flushed before each), a top-up that makes Redis
-            # warm again, then every row warm; the row order rotates from round to round,
-            # so that a busy moment of the machine does not always hit the same row.
+                    self.warmup_stats, self.topup_stats = warm.fluxon_stats, self.top_up()
+            # Rounds: cold epochs and a top-up that makes Redis warm again, then every row
+            # warm, the row order rotating so that a busy moment does not hit one row.
             for r in range(a.repeat):
+                for row in ("fluxon per-clip", "fluxon batched") if a.cold else ():
+                    self.timed(row, "cold", r == 0)
                 if a.cold:
-                    for row in ("fluxon per-clip", "fluxon batched"):
-                        self.progress(f"{row} cold", r)
-                        runs.setdefault(f"{row}|cold", []).append(
-                            self.timed(row, r == 0, before=redis_server.client().flushall))
                     self.top_up()
                 for row in rows[r % len(rows):] + rows[:r % len(rows)]:
-                    cache = "warm KV" if row.startswith("fluxon") else "local file"
-                    self.progress(f"{row} {cache}", r)
-                    runs.setdefault(f"{row}|{cache}", []).append(self.timed(row, r == 0))
-            self.fluxon_patcher.close()
-        self.summarise(runs)
+                    self.timed(row, "warm KV" if row.startswith("fluxon") else "local file",
+                               r == 0)
+            self.patcher.close()
+        finally:
+            server.stop()
+            self.redis.stop()
         return self.results(time.monotonic() - started)
 
-    def timed(self, row: str, check: bool, before: Any = None) -> Epoch:
-        """A timed epoch, redone (at most --retries times) while other work on the machine
-        used more than --max-other-cpu cores during it."""
-        for attempt in range(self.args.retries + 1):
-            if before is not None:
-                before()
-            result = self.epoch(row, check)
-            result.redone = attempt
-            if result.other_cpu_cores <= self.args.max_other_cpu:
-                break
-            print(f"    other work used {result.other_cpu_cores:.2f} cores during the epoch"
-                  + ("; again" if attempt < self.args.retries else "; kept"), flush=True)
-        return result
-
-    def progress(self, what: str, r: int) -> None:
-        print(f"  {what} (run {r + 1})", flush=True)
-
-    def summarise(self, runs: dict[str, list[Epoch]]) -> None:
-        for key, epochs in runs.items():
-            self.rows[key] = asdict(LoaderRow.of(*key.split("|"), epochs))
-        for group in ("per-clip", "batched"):
-            orders = {row: o for row, o in self.orders.items() if row.endswith(group)}
-            if len({tuple(o) for o in orders.values()}) > 1:
-                self.notes.append(f"{group}: the rows did not read the items in the same order")
-
-    # ---- results ----
-
     def results(self, seconds: float) -> dict[str, Any]:
+        import multiprocessing
+
         a = self.args
+        for group in ("per-clip", "batched"):
+            orders = {tuple(o) for row, o in self.orders.items() if row.endswith(group)}
+            if len(orders) > 1:
+                self.notes.append(f"{group}: the rows did not read the items in the same order")
+        found = {**versions(), "torch": torch.__version__}
+        for name in ("decord", "torchcodec"):
+            try:
+                found[name] = __import__(name).__version__
+            except Exception:  # noqa: BLE001
+                found[name] = "not installed"
         return {
             **header("dataloader.py", None, seconds, a),
-            "conditions": conditions(a, self.video_dir),
-            "videos": [v.facts() for v in self.videos],
-            "plan": self.plan,
+            "conditions": {
+                "machine": machine(), "versions": found,
+                "loader": {"workers": a.workers, "batch_size": a.batch_size,
+                           "persistent_workers": False,
+                           "start_method": a.context or multiprocessing.get_start_method(),
+                           "decoder_threads": a.threads, "items": a.items,
+                           "clip": f"{CLIP_LEN} frames, stride {STRIDE}, {SIZE}x{SIZE}",
+                           "clips_per_video_batched": a.per_video},
+                "export": {"where": "agent process on loopback (127.0.0.1), HTTP/1.1",
+                           "root": str(self.video_dir), "agent_latency_ms": a.agent_latency_ms,
+                           "kv": "redis-server on loopback, no persistence"}},
+            "videos": [v.facts() for v in self.videos], "plan": self.plan,
             "warmup_fluxon_stats": getattr(self, "warmup_stats", None),
             "topup_fluxon_stats": getattr(self, "topup_stats", None),
-            "rows": list(self.rows.values()),
-            "skipped": self.skipped,
-            "notes": self.notes,
-        }
+            "rows": [row_of(*k.split("|"), epochs) for k, epochs in self.runs.items()],
+            "skipped": self.skipped, "notes": self.notes}
 
 
-def conditions(a: argparse.Namespace, video_dir: Path) -> dict[str, Any]:
-    found = {**versions(), "torch": torch.__version__}
-    for name in ("decord", "torchcodec"):
-        try:
-            found[name] = __import__(name).__version__
-        except Exception:  # noqa: BLE001
-            found[name] = "not installed"
-    import multiprocessing
+# ---- dataloader.md ----
 
-    return {
-        "machine": machine(),
-        "versions": found,
-        "loader": {"workers": a.workers, "batch_size": a.batch_size,
-                   "persistent_workers": False,
-                   "start_method": a.context or multiprocessing.get_start_method(),
-                   "decoder_threads": a.threads, "clip": f"{CLIP_LEN} frames, stride {STRIDE}, "
-                   f"{SIZE}x{SIZE}", "items": a.items, "clips_per_video_batched": a.per_video},
-        "export": {"where": "agent process on loopback (127.0.0.1), HTTP/1.1",
-                   "root": str(video_dir), "agent_latency_ms": a.agent_latency_ms,
-                   "kv": "redis-server on loopback, no persistence"},
-    }
+def frames_cell(r: dict[str, Any]) -> str:
+    """The frame verdict; for a flagged row, per codec (the full verdicts are in the JSON)."""
+    def short(check: dict[str, Any]) -> str:
+        if check["verdict"].startswith("OFF"):
+            return f"OFF (right frames, mad up to {check['worst_mean_abs_diff']:.1f} > 3)"
+        if check["verdict"].startswith("WRONG"):
+            return f"WRONG ({check['verdict'].split(': ', 1)[1]})"
+        return check["verdict"]
+    if r["errors"]:
+        return f"⚠ {r['errors']} failed reads: {r['first_error']}"
+    if r["check"] and not r["check"]["ok"]:
+        return "⚠ " + " · ".join(f"{c} {short(v)}" for c, v in r["check"]["by_codec"].items())
+    return r["check"]["verdict"] if r["check"] else DASH
+
+
+def row_cells(r: dict[str, Any]) -> list[str]:
+    s = r["fluxon_stats"]
+    fluxon = ([str(s["reads"]), f"{s['kv_hits']}/{s['kv_misses']}", mib(s["remote_bytes"]),
+               f"{s['index_scans']}/{s['index_from_kv']}"] if s else [DASH] * 4)
+    return [r["contender"], r["order"], r["cache"],
+            f"{r['clips_per_s']:.1f} ({r['clips_per_s_min']:.1f}–{r['clips_per_s_max']:.1f})",
+            num(r["epoch_s"]), num(r["workers_up_s"]), num(r["first_batch_s"]),
+            f"{r['other_cpu_cores']:.2f}" + (f" ({r['redone']} redone)" if r["redone"] else ""),
+            *fluxon, frames_cell(r)]
+
+
+def summary(results: dict[str, Any]) -> str:
+    """fluxon warm KV against each peer, per order (> 1: fluxon faster)."""
+    rows = {(r["contender"], r["order"], r["cache"]): r for r in results["rows"]}
+    out = []
+    for order in ("per-clip", "batched"):
+        flux = rows.get(("fluxon", order, "warm KV"))
+        parts = [f"{flux['clips_per_s'] / r['clips_per_s']:.2f}× {c}" + (
+            "" if r["check"]["ok"] and not r["errors"] else " (⚠ frames)")
+            for (c, o, _), r in rows.items() if flux and c != "fluxon" and o == order]
+        if parts:
+            out.append(f"- {order}: fluxon warm KV {flux['clips_per_s']:.1f} clips/s = "
+                       + ", ".join(parts))
+    return "\n".join(["fluxon warm KV ÷ peer, clips/s (> 1: fluxon faster; ⚠: the peer's "
+                      "frames did not pass the check, see the frames column):", "", *out,
+                      "", ""]) if out else ""
+
+
+def markdown(results: dict[str, Any]) -> str:
+    c, s = results["conditions"], results["settings"]
+    loader, export, videos = c["loader"], c["export"], results["videos"]
+    topup, warmup = results.get("topup_fluxon_stats"), results.get("warmup_fluxon_stats")
+    tail = [f"- warm-up: the per-clip warm-up epoch's workers missed {warmup['kv_misses']} "
+            f"pieces and queued {warmup['backfills_queued']} backfills; the top-up pass "
+            f"afterwards (every planned clip read in this process) missed {topup['kv_misses']} "
+            "pieces (> 0: backfills still queued when a warm-up worker exited were lost)"
+            ] if topup and warmup else []
+    tail += [f"- {peer} skipped: {why}" for peer, why in results["skipped"].items()]
+    tail += [f"- note: {n}" for n in results["notes"]]
+    frames = [v["frames"] for v in videos]
+    return fill(
+        "dataloader", command=results["command"], generated=results["generated"],
+        duration=f"{results['duration_s']:.0f}", summary=summary(results),
+        table=table(["contender", "reads", "cache", "clips/s (min–max)", "epoch s",
+                     "workers up s", "first batch s", "other CPU", "fluxon reads",
+                     "KV hit/miss", "agent MiB", "index scan/KV", "frames"],
+                    map(row_cells, results["rows"])),
+        items=loader["items"], clip=loader["clip"], videos=len(videos),
+        groups=loader["items"] // loader["clips_per_video_batched"],
+        per_video=loader["clips_per_video_batched"], seed=s["seed"], repeat=s["repeat"],
+        cores=c["machine"]["cores"], max_other_cpu=s["max_other_cpu"], retries=s["retries"],
+        kinds=", ".join(f"{len(vs)} × {k}" for k, vs in kinds_of(videos).items()),
+        frames=f"{min(frames)}–{max(frames)}",
+        dataset_mib=f"{sum(v['file_bytes'] for v in videos) / 2**20:.1f}",
+        workers=loader["workers"], start_method=loader["start_method"],
+        batch_size=loader["batch_size"], threads=loader["decoder_threads"],
+        where=export["where"], latency=f"{export['agent_latency_ms']:g}", kv=export["kv"],
+        machine=machine_line(c["machine"]), versions=listing(c["versions"].items()),
+        tail="".join("\n" + line for line in tail))
 
 
 def parse_args() -> argparse.Namespace:
-    ap = scenario_parser("dataloader.py", __doc__, "a smoke run: 32 items, 1 epoch per row",
+    ap = scenario_parser("dataloader.py", None, "a smoke run: 32 items, 1 epoch per row",
                          "dataloader.md and dataloader.json")
-    ap.add_argument("--items", type=int, help="clips per epoch (default: 96, quick: 32)")
-    ap.add_argument("--repeat", type=int,
-                    help="timed epochs per row; figures are medians (default: 3, quick: 1)")
-    ap.add_argument("--workers", type=int, default=2, help="DataLoader workers (default: 2)")
-    ap.add_argument("--batch-size", type=int, default=8, help="(default: 8)")
-    ap.add_argument("--per-video", type=int, default=4,
-                    help="clips per video in the batched rows (default: 4)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="decoder threads per read, every contender (default: 1)")
-    ap.add_argument("--context", choices=["fork", "spawn", "forkserver"],
-                    help="worker start method (default: the platform's)")
-    ap.add_argument("--no-cold", dest="cold", action="store_false",
-                    help="skip the cold (Redis flushed) fluxon epochs")
-    ap.add_argument("--max-other-cpu", type=float, default=0.25,
-                    help="redo a timed epoch during which other work on the machine used more "
-                         "than this many cores (default: 0.25)")
-    ap.add_argument("--retries", type=int, default=3,
-                    help="at most this many redos per timed epoch (default: 3)")
-    ap.add_argument("--seed", type=int, default=7, help="clip plan and shuffle seed (default: 7)")
-    ap.add_argument("--agent-latency-ms", type=float, default=0.0,
-                    help="latency the agent adds to every stat and read (default: 0)")
+    add = ap.add_argument
+    add("--items", type=int, help="clips per epoch (default: 96, quick: 32)")
+    add("--repeat", type=int, help="timed epochs per row; figures are medians (default: 3, "
+                                   "quick: 1)")
+    add("--workers", type=int, default=2, help="DataLoader workers (default: 2)")
+    add("--batch-size", type=int, default=8, help="(default: 8)")
+    add("--per-video", type=int, default=4, help="clips per video in the batched rows "
+                                                 "(default: 4)")
+    add("--threads", type=int, default=1, help="decoder threads per read, every contender "
+                                               "(default: 1)")
+    add("--context", choices=["fork", "spawn", "forkserver"],
+        help="worker start method (default: the platform's)")
+    add("--no-cold", dest="cold", action="store_false",
+        help="skip the cold (Redis flushed) fluxon epochs")
+    add("--max-other-cpu", type=float, default=0.25,
+        help="redo a timed epoch during which other work on the machine used more than this "
+             "many cores (default: 0.25)")
+    add("--retries", type=int, default=3, help="at most this many redos per timed epoch "
+                                               "(default: 3)")
+    add("--seed", type=int, default=7, help="clip plan and shuffle seed (default: 7)")
+    add("--agent-latency-ms", type=float, default=0.0,
+        help="latency the agent adds to every stat and read (default: 0)")
     args = finish(ap, ap.parse_args(), {"items": 96, "repeat": 3}, {"items": 32, "repeat": 1},
                   ("items", "repeat", "workers", "batch_size", "per_video", "threads"))
     if args.retries < 0:
@@ -414,18 +512,12 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    if args.render:
-        results = json.loads(args.render.read_text())
-        write_outputs(args.out, "dataloader", None, markdown(results))
-        print(markdown(results))
-        return 0
     args.data.mkdir(parents=True, exist_ok=True)
-    results = LoaderBench(args).run()
-    write_outputs(args.out, "dataloader", json.dumps(results, indent=1), markdown(results))
-    print()
-    print(markdown(results))
-    print(f"wrote {args.out / 'dataloader.md'}, {args.out / 'dataloader.json'} "
-          f"({results['duration_s']:.0f} s)")
+    results = (json.loads(args.render.read_text()) if args.render
+               else LoaderBench(args).run())
+    text = markdown(results)
+    written = write_outputs(args.out, "dataloader", None if args.render else results, text)
+    print(f"\n{text}\nwrote " + ", ".join(str(p) for p in written))
     return 0
 
 

@@ -15,6 +15,7 @@ import os
 import subprocess
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -178,3 +179,52 @@ def sample_clips(frames: int, count: int, length: int, stride: int,
         raise ValueError(f"a clip spans {span} frames, the video has {frames}")
     starts = rng.integers(0, frames - span + 1, size=count)
     return [[int(s) + k * stride for k in range(length)] for s in starts]
+
+
+def small_specs(h264: int, hevc: int, vp9_count: int, seconds: Any) -> list[VideoSpec]:
+    """640x360 GOP 60 videos (the DataLoader and multi-node scenarios): H.264 faststart and
+    moov-at-end in turn, then HEVC, then VP9 WebM; ``seconds(k)`` long."""
+    out = [VideoSpec(f"h264_360p_{('faststart', 'moovend')[k % 2]}_{k:02d}.mp4", 640, 360,
+                     seconds(k), 60, X264, faststart=k % 2 == 0) for k in range(h264)]
+    out += [VideoSpec(f"hevc_360p_{k:02d}.mp4", 640, 360, seconds(k), 60, HEVC, faststart=True)
+            for k in range(hevc)]
+    return out + [VideoSpec(f"vp9_360p_{k:02d}.webm", 640, 360, seconds(k), 60, vp9("600k"))
+                  for k in range(vp9_count)]
+
+
+def remote_specs() -> list[VideoSpec]:
+    """24 videos of 4-7.5 s: 16 H.264 720p (8 MP4 faststart, 6 moov-at-end, 2 MKV),
+    4 HEVC 720p, 4 H.264 1080p; 30 fps, GOP 60 (30 for half the moov-at-end ones)."""
+    secs = [4, 4.5, 5, 5.5, 6, 6.5, 7, 7.5]
+    specs = [VideoSpec(f"h264_720p_faststart_{k:02d}.mp4", 1280, 720, secs[k], 60, X264,
+                       faststart=True) for k in range(8)]
+    specs += [VideoSpec(f"h264_720p_moovend_{k:02d}.mp4", 1280, 720, secs[k + 1],
+                        30 if k % 2 else 60, X264) for k in range(6)]
+    specs += [VideoSpec(f"h264_720p_{k:02d}.mkv", 1280, 720, secs[2 * k + 1], 60, X264)
+              for k in range(2)]
+    specs += [VideoSpec(f"hevc_720p_{k:02d}.mp4", 1280, 720, secs[2 * k], 60, HEVC,
+                        faststart=True) for k in range(4)]
+    return specs + [VideoSpec(f"h264_1080p_faststart_{k:02d}.mp4", 1920, 1080, secs[k], 60,
+                              X264, faststart=True) for k in range(4)]
+
+
+def long_specs(n: int) -> list[VideoSpec]:
+    """n 2-minute 720p H.264 MP4s at 3 Mb/s (about 45 MB each), GOP 250 faststart and
+    GOP 120 moov-at-end in turn (the remote "long" workload)."""
+    rate = ("-b:v", "3M", "-maxrate", "3M", "-bufsize", "6M")
+    return [VideoSpec(f"h264_720p_long_{k:02d}.mp4", 1280, 720, 120, (250, 120)[k % 2],
+                      X264 + rate, faststart=k % 2 == 0, role="long") for k in range(n)]
+
+
+def long_order(names: list[str], per_video: int, rng: Any) -> list[str]:
+    """Each long video ``per_video`` times, shuffled (each item one clip and a new open)."""
+    order = [n for n in names for _ in range(per_video)]
+    return [order[i] for i in rng.permutation(len(order))]
+
+
+def prepare_all(specs: list[VideoSpec], root: Path, workers: int = 2) -> list[Video]:
+    """``prepare`` of every spec, ``workers`` at a time, in the specs' order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers) as pool:
+        return [v for made in pool.map(lambda s: prepare([s], root), specs) for v in made]

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -114,6 +114,26 @@ def references(jobs: dict[K, tuple[Path, int, int, Iterable[int]]],
 
     with ThreadPoolExecutor(workers or os.cpu_count() or 2) as pool:
         return dict(zip(jobs, pool.map(one, jobs)))
+
+
+def reference_files(jobs: dict[K, tuple[Any, int, int, Iterable[int]]], directory: Path,
+                    notes: list[str]) -> dict[K, Path]:
+    """The references of jobs (a dataset.Video, height, width, frames) saved under
+    ``directory``, made once per file, size and set of frames (a note where ffprobe and
+    the CLI count the frames differently)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths, todo = {}, {}
+    for key, (video, height, width, indices) in jobs.items():
+        wanted = sorted(set(indices))
+        tag = hashlib.sha1(f"{video.spec.spec_hash()}:{wanted}".encode()).hexdigest()[:12]
+        paths[key] = directory / f"{video.name}-{height}x{width}-{tag}.npz"
+        if not paths[key].exists():
+            todo[key] = (video.path, height, width, wanted)
+    for key, ref in references(todo).items():
+        notes += filter(None, [count_note(jobs[key][0].name, jobs[key][0].frames, ref)])
+        ref.save(paths[key].with_suffix(".part.npz"))
+        os.replace(paths[key].with_suffix(".part.npz"), paths[key])
+    return paths
 
 
 def count_note(name: str, packets: int, ref: Reference) -> str | None:

@@ -61,5 +61,9 @@ def install_torchcodec() -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(prog="python bench/install_peers.py", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     install_extra()
     install_torchcodec()

@@ -1,45 +1,10 @@
 #!/usr/bin/env python3
-"""Multi-node benchmark: three "nodes" (separate processes, separate patchers) share one
-3-master Redis Cluster and one agent.
-
-    python bench/multinode.py                       # ~1 min on 2 cores, results to bench/results/
-    python bench/multinode.py --quick               # ~20 s smoke run, results to bench/.data/
-    python bench/multinode.py --agent-latency-ms 2  # the agent waits 2 ms per stat/read
-
-Makes (once, cached under --data) --videos testsrc2 videos of --seconds at
-640x360, 30 fps, GOP 60 (H.264 half faststart and half moov-at-end, one
-HEVC, one VP9 WebM), starts a real 3-master Redis Cluster
-(``fluxon_video.testing.RedisCluster``: ``redis-server --cluster-enabled
-yes`` x3 + ``redis-cli --cluster create``) and the real agent (``python -m
-fluxon_video agent``) on loopback, and draws per epoch --clips random
-16-frame clips, stride 4, 224x224, the same number of each video, in a
-shuffled order (epoch 2 is a new draw, as a training epoch is). Every node
-reads exactly the epoch's clips, one ``pool.read_frames_numpy`` per clip, in
-a fresh spawned process with its own patcher (pickled as config, as a
-DataLoader worker gets it). One run, from a flushed cluster:
-
-  epoch 1  node 1 reads the epoch alone (cold), then node 2, then node 3
-           (each alone: warm KV, 0 bytes from the agent)
-  epoch 2  the three nodes read the new draw at the same time (they start
-           together); pieces epoch 1 touched are warm, new ones come from
-           the agent, possibly to more than one node
-
---repeat runs (default 3); clips/s is the median. Reported per node per
-epoch: bytes and reads from the agent, KV hits, misses, round trips (one per
-range read: its pieces in one pipelined read per cluster node; one per
-frame-index load) and errors, frame indexes scanned / taken from the KV,
-clips/s (clips / wall time of the node's reads, process start-up excluded;
-backfills drained after the clock stops), CPU seconds, and whether every
-frame equals the ffmpeg CLI's (bilinear, rgb24) bit for bit. Per epoch: the
-agent's own count of bytes served (its /metrics) and the bytes of the pieces
-the epoch added to the cluster (touched for the first time, once). Writes
-multinode.md and multinode.json to --out.
-"""
+"""The multi-node benchmark: three node processes share one 3-master Redis Cluster and one
+agent (see --help or bench/README.md)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import statistics
@@ -48,101 +13,85 @@ import tempfile
 import time
 import urllib.request
 from concurrent.futures import ProcessPoolExecutor
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
-ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 import numpy as np  # noqa: E402
 
-import fluxon_video as fv  # noqa: E402
-from dataset import HEVC, X264, Video, VideoSpec, prepare, sample_clips, vp9  # noqa: E402
-from fluxon_video.testing import AgentProcess, RedisCluster  # noqa: E402
-from scenario import finish, scenario_parser, write_outputs  # noqa: E402
-from fluxon_access import make_patcher, store, write_agent_config  # noqa: E402
-from frames import digest  # noqa: E402
-from frames import references as make_references  # noqa: E402
-from machine import machine, versions  # noqa: E402
-from tables import fill, listing, machine_line, mib, table  # noqa: E402
+from dataset import prepare, sample_clips, small_specs  # noqa: E402
+from frames import reference_files  # noqa: E402
+from harness import (fill, finish, header, kinds_of, listing, machine,  # noqa: E402
+                     machine_line, mib, scenario_parser, table, versions, write_outputs)
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 EXPORT = "multinode"
-NODES = 3
-VP9 = vp9("600k")
+PHASES = [  # (epoch, nodes, KV at start, run together)
+    (1, (1,), "cold", False), (1, (2,), "warm", False), (1, (3,), "warm", False),
+    (2, (1, 2, 3), "warm", True)]
 
 
-def specs(count: int, seconds: float) -> list[VideoSpec]:
-    """count videos at 640x360, GOP 60: H.264 (faststart / moov-at-end) plus one HEVC, one VP9."""
-    out = []
-    for k in range(count):
-        if k == count - 1:
-            out.append(VideoSpec(f"vp9_360p_{k:02d}.webm", 640, 360, seconds, 60, VP9))
-        elif k == count - 2:
-            out.append(VideoSpec(f"hevc_360p_{k:02d}.mp4", 640, 360, seconds, 60, HEVC,
-                                 faststart=True))
-        else:
-            layout = "faststart" if k % 2 == 0 else "moovend"
-            out.append(VideoSpec(f"h264_360p_{layout}_{k:02d}.mp4", 640, 360, seconds, 60, X264,
-                                 faststart=k % 2 == 0))
-    return out
-
-
-def draw_epoch(videos: list[Video], clips: int, seed: int, epoch: int) -> list[list[Any]]:
-    """clips // len(videos) random clips of each video, in a shuffled order:
-    [[relpath, [indices...]], ...]."""
-    rng = np.random.default_rng([seed, epoch])
-    plan = [[video.name, clip] for video in videos
-            for clip in sample_clips(video.frames, clips // len(videos), CLIP_LEN, STRIDE, rng)]
-    return [plan[i] for i in rng.permutation(len(plan))]
-
-
-# ---- one node (runs in its own spawned process) ----
-
-def node_epoch(patcher: fv.FluxonFsPatcher, plan: list[list[Any]], threads: int,
+def node_epoch(fx: dict, plan: list[list[Any]], refs: dict[str, str], threads: int,
                start_at: float | None) -> dict[str, Any]:
-    """Read the plan's clips through a fresh pool; digests of every frame and the stats back."""
+    """One node (a spawned process, its own patcher) reads the plan's clips through a fresh
+    pool, each clip's frames checked bit for bit; its stats after the backfill drained."""
+    from frames import CheckResult, Reference
+    from stores import make_patcher
+
     if start_at is not None:  # nodes that run together start together
         time.sleep(max(0.0, start_at - time.time()))
     late_s = max(0.0, time.time() - start_at) if start_at is not None else 0.0
-    with patcher:
+    loaded = {name: Reference.load(Path(path)) for name, path in refs.items()}
+    check = CheckResult(exact_required=True)
+    with make_patcher(fx, redis_cluster=True) as patcher:
         pool = patcher.open_video_reader_pool()
-        digests, clip_ms = [], []
-        cpu0 = time.process_time()
-        started = time.perf_counter()
+        clip_ms, cpu0, started = [], time.process_time(), time.perf_counter()
         for relpath, indices in plan:
             t0 = time.perf_counter()
             frames = pool.read_frames_numpy(export_name=EXPORT, relpath=relpath, height=SIZE,
                                             width=SIZE, num_threads=threads, indices=indices)
             clip_ms.append((time.perf_counter() - t0) * 1e3)
-            digests.append([digest(frame).hex() for frame in frames])
-        seconds = time.perf_counter() - started
-        cpu_s = time.process_time() - cpu0
+            check.add(frames, indices, loaded[relpath])
+        seconds, cpu_s = time.perf_counter() - started, time.process_time() - cpu0
         t0 = time.perf_counter()
         drained = patcher.client.backfill.wait_idle(timeout=60)
         backfill_wait_s = time.perf_counter() - t0
         stats = patcher.stats().as_dict()
         pool.close()
-    return {"pid": os.getpid(), "seconds": seconds, "cpu_s": cpu_s, "clip_ms": clip_ms, "digests": digests,
+    return {"pid": os.getpid(), "seconds": seconds, "cpu_s": cpu_s, "clip_ms": clip_ms,
             "stats": stats, "backfill_drained": drained, "backfill_wait_s": backfill_wait_s,
-            "late_s": late_s}
+            "late_s": late_s, "check": check.as_dict()}
 
 
-# ---- the run ----
+def run_nodes(fx: dict, plan: list[list[Any]], refs: dict[str, str], nodes: list[int],
+              threads: int, together: bool) -> dict[int, dict[str, Any]]:
+    """Each node in a fresh spawned process; one after another, or all started together."""
+    spawn = multiprocessing.get_context("spawn")
+    executors = {n: ProcessPoolExecutor(max_workers=1, mp_context=spawn) for n in nodes}
+    try:
+        start_at = time.time() + 5.0 if together else None  # time to spawn and import
+        futures = {}
+        for n in nodes:
+            futures[n] = executors[n].submit(node_epoch, fx, plan, refs, threads, start_at)
+            if not together:
+                futures[n].result(timeout=600)
+        return {n: future.result(timeout=600) for n, future in futures.items()}
+    finally:
+        for executor in executors.values():
+            executor.shutdown()
 
-def agent_served_bytes(agent: AgentProcess) -> float:
+
+def agent_served_bytes(agent: Any) -> float:
     with urllib.request.urlopen(agent.url + "/metrics", timeout=5) as response:
         text = response.read().decode()
     prefix = f'fluxon_agent_served_bytes_total{{export="{EXPORT}"}}'
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            return float(line.split()[-1])
-    return 0.0
+    return next((float(line.split()[-1]) for line in text.splitlines()
+                 if line.startswith(prefix)), 0.0)
 
 
-def cluster_contents(cluster: RedisCluster) -> dict[str, Any]:
+def cluster_contents(cluster: Any) -> dict[str, Any]:
     """Piece keys and bytes, frame-index blobs and memory, per master."""
     nodes = []
     for i in range(len(cluster.nodes)):
@@ -164,35 +113,9 @@ def cluster_contents(cluster: RedisCluster) -> dict[str, Any]:
             "pieces": sum(n["pieces"] for n in nodes)}
 
 
-def run_nodes(patcher: fv.FluxonFsPatcher, plan: list[list[Any]], nodes: list[int],
-              threads: int, together: bool) -> dict[int, dict[str, Any]]:
-    """Each node in a fresh spawned process; one after another, or all started together."""
-    spawn = multiprocessing.get_context("spawn")
-    executors = {n: ProcessPoolExecutor(max_workers=1, mp_context=spawn) for n in nodes}
-    try:
-        if together:
-            start_at = time.time() + 5.0  # time for every process to spawn and import
-            futures = {n: executors[n].submit(node_epoch, patcher, plan, threads, start_at)
-                       for n in nodes}
-            return {n: future.result(timeout=600) for n, future in futures.items()}
-        return {n: executors[n].submit(node_epoch, patcher, plan, threads, None).result(timeout=600)
-                for n in nodes}
-    finally:
-        for executor in executors.values():
-            executor.shutdown()
-
-
-def check(result: dict[str, Any], plan: list[list[Any]],
-          refs: dict[str, dict[int, str]]) -> dict[str, Any]:
-    wrong = [(relpath, i) for (relpath, indices), got in zip(plan, result["digests"])
-             for i, d in zip(indices, got) if refs[relpath][i] != d]
-    return {"frames": sum(len(indices) for _, indices in plan), "wrong": len(wrong),
-            "first_wrong": wrong[:3]}
-
-
 def summarize(epoch: int, node: int, cache: str, together: bool, result: dict[str, Any],
-              frames_check: dict[str, Any], clips: int) -> dict[str, Any]:
-    s = result["stats"]
+              clips: int) -> dict[str, Any]:
+    s, check = result["stats"], result["check"]
     return {"epoch": epoch, "node": node, "cache": cache, "together": together,
             "clips": clips, "seconds": result["seconds"],
             "clips_per_s": clips / result["seconds"], "cpu_s": result["cpu_s"],
@@ -205,11 +128,11 @@ def summarize(epoch: int, node: int, cache: str, together: bool, result: dict[st
             "backfills_dropped": s["backfills_dropped"],
             "backfill_drained": result["backfill_drained"],
             "backfill_wait_s": result["backfill_wait_s"], "late_s": result["late_s"],
-            "frames_checked": frames_check["frames"], "frames_wrong": frames_check["wrong"],
-            "first_wrong": frames_check["first_wrong"], "pid": result["pid"], "stats": s}
+            "frames_checked": check["frames"], "frames_wrong": check["frames"] - check["bit_exact"],
+            "first_wrong": check["wrong"][:3], "pid": result["pid"], "stats": s}
 
 
-def conditions(a: argparse.Namespace, videos: list[Video], video_dir: Path) -> dict[str, Any]:
+def conditions(a: argparse.Namespace, videos: list[Any], video_dir: Path) -> dict[str, Any]:
     found = versions()
     try:
         import redis
@@ -217,10 +140,7 @@ def conditions(a: argparse.Namespace, videos: list[Video], video_dir: Path) -> d
         found["redis-py"] = redis.__version__
     except ImportError:
         pass
-    kinds: dict[str, int] = {}
-    for video in videos:
-        kind = f"{video.codec} {video.spec.width}x{video.spec.height} {video.layout}"
-        kinds[kind] = kinds.get(kind, 0) + 1
+    kinds = {k: len(vs) for k, vs in kinds_of(v.facts() for v in videos).items()}
     return {
         "machine": machine(),
         "versions": found,
@@ -241,14 +161,8 @@ def conditions(a: argparse.Namespace, videos: list[Video], video_dir: Path) -> d
     }
 
 
-PHASES = [  # (epoch, nodes, KV at start, run together)
-    (1, (1,), "cold", False), (1, (2,), "warm", False), (1, (3,), "warm", False),
-    (2, (1, 2, 3), "warm", True)]
-
-
-def one_run(patcher: fv.FluxonFsPatcher, cluster: RedisCluster, agent: AgentProcess,
-            epochs: list[list[list[Any]]], refs: dict[str, dict[int, str]],
-            threads: int) -> dict[str, Any]:
+def one_run(fx: dict, cluster: Any, agent: Any, epochs: list[list[list[Any]]],
+            refs: dict[str, str], threads: int) -> dict[str, Any]:
     """Every phase once, from a flushed cluster: rows per node, figures per epoch."""
     rows: list[dict[str, Any]] = []
     epoch_rows: list[dict[str, Any]] = []
@@ -258,10 +172,9 @@ def one_run(patcher: fv.FluxonFsPatcher, cluster: RedisCluster, agent: AgentProc
         plan = epochs[epoch - 1]
         print(f"  epoch {epoch}: node(s) {', '.join(map(str, nodes))} "
               f"({cache}, {'together' if together else 'alone'})", flush=True)
-        results = run_nodes(patcher, plan, list(nodes), threads, together)
+        results = run_nodes(fx, plan, refs, list(nodes), threads, together)
         for n in nodes:
-            row = summarize(epoch, n, cache, together, results[n],
-                            check(results[n], plan, refs), len(plan))
+            row = summarize(epoch, n, cache, together, results[n], len(plan))
             rows.append(row)
             print(f"    node {n}: {row['clips_per_s']:.2f} clips/s, agent "
                   f"{mib(row['agent_bytes'])} MiB, KV {row['kv_hits']}/{row['kv_misses']} "
@@ -318,17 +231,17 @@ def _tables(record: dict[str, Any]) -> dict[str, str]:
                      + ", ".join(r["counts_differ_between_runs"])
                      for r in record["rows"] if r["counts_differ_between_runs"]})
     return {
-        "node_table": "\n".join(table(
+        "node_table": table(
             ["epoch", "node", "KV at start", "ran", "clips/s", "clip ms p50", "CPU s",
              "agent MiB", "agent reads", "KV hits", "KV misses", "KV round trips", "KV errors",
-             "index scan/KV", "frames"], map(_node_row, record["rows"]))),
-        "epoch_table": "\n".join(table(
+             "index scan/KV", "frames"], map(_node_row, record["rows"])),
+        "epoch_table": table(
             ["epoch", "agent MiB, nodes' sum", "agent MiB, agent's /metrics",
              "touched for the first time, MiB", "pieces in the cluster after it, MiB",
              "dataset MiB"],
             [[str(e["epoch"]), *(mib(e[k]) for k in ("agent_bytes_nodes", "agent_bytes_served",
                                                      "new_piece_bytes", "cluster_piece_bytes")),
-              dataset] for e in record["epochs"]])),
+              dataset] for e in record["epochs"]]),
         "differ": ("\nCounts that were not the same in every run (the table shows the first "
                    "run's): " + "; ".join(differ) + ".\n") if differ else ""}
 
@@ -338,8 +251,8 @@ def render(record: dict[str, Any]) -> str:
     d, w, f = c["dataset"], c["workload"], c["fluxonfs"]
     return fill(
         "multinode", **_tables(record),
-        command="python bench/multinode.py" + "".join(f" {a}" for a in record["argv"]),
-        when=record["when"], total_s=f"{record['total_s']:.0f}", cores=c["machine"]["cores"],
+        command=record["command"], when=record["generated"],
+        total_s=f"{record['duration_s']:.0f}", cores=c["machine"]["cores"],
         repeat=record["repeat"], videos=d["videos"],
         kinds=", ".join(f"{n} × {k}" for k, n in d["kinds"].items()), gop=d["gop"],
         fps=d["fps"], frames=f"{d['frames'][0]}–{d['frames'][1]}", dataset_mib=mib(d["bytes"]),
@@ -355,8 +268,7 @@ def render(record: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = scenario_parser(
-        "multinode.py", "Three nodes (processes) sharing a 3-master Redis Cluster and one agent: "
-        "agent bytes, KV hits/misses/round trips and clips/s per node per epoch.",
+        "multinode.py", None,
         "smoke run: 6 videos of 6 s, 12 clips per epoch, 1 run", "multinode.md and multinode.json",
         render=False)
     add = parser.add_argument
@@ -377,38 +289,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return a
 
 
-def references(video_dir: Path, epochs: list[list[list[Any]]]) -> dict[str, dict[int, str]]:
-    """{video: {frame index: digest hex}} of every frame the epochs read, from the ffmpeg CLI."""
-    wanted: dict[str, set[int]] = {}
-    for plan in epochs:
-        for relpath, indices in plan:
-            wanted.setdefault(relpath, set()).update(indices)
-    made = make_references({name: (video_dir / name, SIZE, SIZE, indices)
-                            for name, indices in wanted.items()})
-    return {name: {int(i): d.hex() for i, d in zip(ref.indices, ref.digests)}
-            for name, ref in made.items()}
-
-
 def measure(a: argparse.Namespace, video_dir: Path, epochs: list[list[list[Any]]],
-            refs: dict[str, dict[int, str]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+            refs: dict[str, str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every run (from a flushed cluster), and what the cluster holds after the last."""
+    from fluxon_video.testing import RedisCluster
+
+    from stores import agent, store
+
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="fluxon-multinode-") as tmp:
-        work = Path(tmp)
-        config = write_agent_config(work / "agent.toml", EXPORT, video_dir.resolve())
-        agent_args = (["--inject-latency-ms", f"{a.agent_latency_ms:g}"]
-                      if a.agent_latency_ms else [])
         print("starting a 3-master Redis Cluster and the agent", flush=True)
-        with RedisCluster(work / "cluster", masters=3) as cluster, \
-                AgentProcess(config, agent_args) as agent:
-            patcher = make_patcher(store(EXPORT, video_dir.resolve(), agent.url,
-                                         tuple(cluster.urls), piece_size=a.piece_size),
-                                   redis_cluster=True)
-            for repetition in range(1, a.repeat + 1):
-                print(f"run {repetition} of {a.repeat}: the cluster flushed", flush=True)
-                cluster.flushall()
-                runs.append(one_run(patcher, cluster, agent, epochs, refs, a.threads))
-            return runs, cluster_contents(cluster)
+        with RedisCluster(Path(tmp) / "cluster", masters=3) as cluster:
+            server = agent(Path(tmp), EXPORT, video_dir.resolve(), a.agent_latency_ms)
+            try:
+                fx = store(EXPORT, video_dir.resolve(), server.url, tuple(cluster.urls),
+                           piece_size=a.piece_size)
+                for repetition in range(1, a.repeat + 1):
+                    print(f"run {repetition} of {a.repeat}: the cluster flushed", flush=True)
+                    cluster.flushall()
+                    runs.append(one_run(fx, cluster, server, epochs, refs, a.threads))
+                return runs, cluster_contents(cluster)
+            finally:
+                server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -417,19 +319,28 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()[0]
     video_dir = a.data / "multinode-videos"
     print(f"dataset: {a.videos} videos of {a.seconds:g} s in {video_dir}", flush=True)
-    videos = prepare(specs(a.videos, a.seconds), video_dir)
-    epochs = [draw_epoch(videos, a.clips, a.seed, e) for e in (1, 2)]
-    runs, cluster_after = measure(a, video_dir, epochs, references(video_dir, epochs))
+    videos = prepare(small_specs(a.videos - 2, 1, 1, lambda k: a.seconds), video_dir)
+    epochs = []
+    for epoch in (1, 2):  # the same number of clips of each video, shuffled; a new draw each
+        rng = np.random.default_rng([a.seed, epoch])
+        plan = [[v.name, clip] for v in videos for clip in sample_clips(
+            v.frames, a.clips // len(videos), CLIP_LEN, STRIDE, rng)]
+        epochs.append([plan[i] for i in rng.permutation(len(plan))])
+    wanted: dict[str, set[int]] = {}
+    for relpath, indices in (item for plan in epochs for item in plan):
+        wanted.setdefault(relpath, set()).update(indices)
+    by_name, notes = {v.name: v for v in videos}, []
+    refs = reference_files({n: (by_name[n], SIZE, SIZE, ix) for n, ix in wanted.items()},
+                           a.data / "multinode-refs", notes)
+    runs, cluster_after = measure(a, video_dir, epochs, {n: str(p) for n, p in refs.items()})
     record = {
-        "benchmark": "multinode", "argv": list(argv if argv is not None else sys.argv[1:]),
-        "when": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
-        "total_s": time.monotonic() - began, "repeat": a.repeat,
-        "conditions": conditions(a, videos, video_dir),
+        **header("multinode.py", argv, time.monotonic() - began, a), "repeat": a.repeat,
+        "conditions": conditions(a, videos, video_dir), "notes": notes,
         "epochs_plan": epochs, "rows": aggregate(runs), "epochs": runs[0]["epochs"],
         "runs": runs,
         "cluster_after": cluster_after, "load": [load_start, os.getloadavg()[0]],
     }
-    write_outputs(a.out, "multinode", json.dumps(record, indent=1) + "\n", render(record))
+    write_outputs(a.out, "multinode", record, render(record))
     print(f"wrote {a.out / 'multinode.md'} and {a.out / 'multinode.json'}")
     return 1 if any(r["frames_wrong"] for run in runs for r in run["rows"]) else 0
 

@@ -1,42 +1,6 @@
 #!/usr/bin/env python3
-"""The remote-store model of bench/remote.py: an HTTP Range server and a shaping relay.
-
-    python bench/range_server.py --root DIR [--latency-ms L] [--bandwidth-mbps B]
-    python bench/range_server.py --upstream 127.0.0.1:PORT [--bandwidth-mbps B]
-    python bench/range_server.py --proxy 127.0.0.1:PORT [--latency-ms L] [--bandwidth-mbps B]
-
-Every contender reaches its store through the same **relay**: a TCP relay on
-loopback that gives each client connection its own token bucket on the
-server -> client direction (``--bandwidth-mbps`` MB/s, 10^6 bytes/s, per
-connection; 0 = no cap; 64 KiB burst) and counts connections, which of them
-carried requests since the last ``/reset``, and the bytes relayed. The
-per-request latency is the origin's: this server sleeps ``--latency-ms``
-before answering each file request (GET or HEAD), as the fluxon agent does
-with ``--inject-latency-ms`` before each stat and read.
-
-``--root DIR`` serves the files under DIR (GET with or without a single
-``Range: bytes=...``, HEAD; ``Accept-Ranges: bytes``; 206/200/416/404) from an
-aiohttp app on an internal port, behind its relay: what the peers read through
-fsspec. ``--upstream HOST:PORT`` is a relay alone, in front of the fluxon agent
-(which has no bandwidth cap of its own): the same cap and connection counts
-for fluxon. ``--proxy HOST:PORT`` is an HTTP reverse proxy in front of
-another HTTP origin (the S3 server of ``bench/remote.py --store s3``, which
-has no latency model or metrics of its own), behind the relay: it sleeps
-``--latency-ms`` before forwarding each request (any method), then streams
-the answer back, and counts requests and body bytes as ``--root`` does, so
-every client of that origin (peers and the fluxon agent alike) pays the
-latency per request and is counted at the same place.
-
-Once listening, prints one JSON line on stdout::
-
-    {"url": "http://127.0.0.1:P", "control": "http://127.0.0.1:C"}
-
-``url`` is what clients use (through the relay). The control port (never
-shaped or delayed) answers ``GET /metrics`` (Prometheus text: the relay's
-counters, and with --root the server's requests and body bytes),
-``GET /reset`` (a new window for ``bench_relay_connections_used``) and
-``GET /set?latency_ms=L&bandwidth_mbps=B`` (change the model between runs).
-"""
+"""The remote-store model of bench/remote.py: an HTTP Range server, a delaying and counting
+proxy, and a shaping relay (see --help or bench/README.md)."""
 
 from __future__ import annotations
 
@@ -44,7 +8,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import os
 import socket
 import sys
 import time
@@ -157,76 +120,7 @@ def _nodelay(writer: asyncio.StreamWriter) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-# ---- the Range server (--root) ----
-
-def parse_range(header: str, size: int) -> tuple[int, int] | None:
-    """``bytes=a-b`` / ``bytes=a-`` / ``bytes=-n`` -> (start, end exclusive); None: not one range.
-
-    Raises ValueError when the range cannot be satisfied (416).
-    """
-    unit, _, spec = header.partition("=")
-    if unit.strip() != "bytes" or "," in spec:
-        return None
-    first, _, last = spec.strip().partition("-")
-    if not first:
-        n = int(last)
-        if n <= 0:
-            raise ValueError(header)
-        return max(size - n, 0), size
-    start = int(first)
-    end = min(int(last) + 1, size) if last else size
-    if start >= size or end <= start:
-        raise ValueError(header)
-    return start, end
-
-
-def _read(path: Path, start: int, length: int) -> bytes:
-    with open(path, "rb") as f:
-        return os.pread(f.fileno(), length, start)
-
-
-def range_app(root: Path, model: Model, registry: CollectorRegistry) -> web.Application:
-    requests = Counter("bench_range_requests", "file requests answered, by method and status",
-                       ["method", "status"], registry=registry)
-    served = Counter("bench_range_served_bytes", "body bytes of file responses", registry=registry)
-    root = root.resolve()
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        if model.latency_s:
-            await asyncio.sleep(model.latency_s)
-        response = await answer(request)
-        requests.labels(request.method, str(response.status)).inc()
-        if request.method == "GET":
-            served.inc(response.content_length or 0)
-        return response
-
-    async def answer(request: web.Request) -> web.Response:
-        rel = request.match_info["path"]
-        path = (root / rel).resolve()
-        if root not in path.parents or not path.is_file():
-            return web.Response(status=404, text="not found")
-        size = path.stat().st_size
-        headers = {"Accept-Ranges": "bytes", "Content-Type": "application/octet-stream",
-                   "ETag": f'"{size:x}-{int(path.stat().st_mtime_ns):x}"'}
-        try:
-            span = parse_range(request.headers.get("Range", ""), size) if "Range" in request.headers else None
-        except ValueError:
-            return web.Response(status=416, headers={"Content-Range": f"bytes */{size}"})
-        start, end, status = (0, size, 200) if span is None else (*span, 206)
-        if status == 206:
-            headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
-        if request.method == "HEAD":
-            headers["Content-Length"] = str(end - start)
-            return web.Response(status=status, headers=headers)
-        body = await asyncio.to_thread(_read, path, start, end - start)
-        return web.Response(status=status, headers=headers, body=body)
-
-    app = web.Application()
-    app.router.add_get("/{path:.+}", handle)  # allow_head: HEAD too
-    return app
-
-
-# ---- the delaying, counting proxy (--proxy) ----
+# ---- the origins: the Range server (--root) and the proxy (--proxy) ----
 
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
               "trailer", "trailers", "transfer-encoding", "upgrade"}
@@ -237,24 +131,32 @@ def end_to_end(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP]
 
 
-def proxy_app(upstream: str, model: Model, registry: CollectorRegistry) -> web.Application:
+def origin_app(root: Path | None, upstream: str | None, model: Model,
+               registry: CollectorRegistry) -> web.Application:
+    """Sleeps the model's latency before answering each request, then serves a file of
+    ``root`` (aiohttp's FileResponse: GET with or without a Range, HEAD; 206/200/416/404)
+    or forwards the request to ``upstream`` and streams the answer back; counts requests
+    by method and status, and the body bytes of GET answers."""
     import aiohttp
 
-    requests = Counter("bench_range_requests", "requests forwarded, by method and status",
+    requests = Counter("bench_range_requests", "requests answered, by method and status",
                        ["method", "status"], registry=registry)
     served = Counter("bench_range_served_bytes", "body bytes of GET responses",
                      registry=registry)
     app = web.Application(client_max_size=1 << 30)
 
     async def session(app: web.Application) -> Any:
-        connector = aiohttp.TCPConnector(limit=0)
-        app["session"] = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        app["session"] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                               auto_decompress=False)
         yield
         await app["session"].close()
 
-    async def handle(request: web.Request) -> web.StreamResponse:
-        if model.latency_s:
-            await asyncio.sleep(model.latency_s)
+    async def count(request: web.Request, response: web.StreamResponse) -> None:
+        requests.labels(request.method, str(response.status)).inc()
+        if request.method == "GET":  # a file's body length is known when it is prepared
+            served.inc(response.get("served", response.content_length or 0))
+
+    async def forward(request: web.Request) -> web.StreamResponse:
         body = await request.read()
         async with request.app["session"].request(
                 request.method, upstream + request.rel_url.raw_path_qs,
@@ -264,18 +166,31 @@ def proxy_app(upstream: str, model: Model, registry: CollectorRegistry) -> web.A
             for k, v in end_to_end(answer.headers.items()):
                 response.headers.add(k, v)
             await response.prepare(request)
-            n = 0
+            response["served"] = 0
             async for chunk in answer.content.iter_chunked(CHUNK):
-                n += len(chunk)
+                response["served"] += len(chunk)
                 await response.write(chunk)
             await response.write_eof()
-        requests.labels(request.method, str(answer.status)).inc()
-        if request.method == "GET":
-            served.inc(n)
+        await count(request, response)
         return response
 
-    app.cleanup_ctx.append(session)
-    app.router.add_route("*", "/{path:.*}", handle)
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if model.latency_s:
+            await asyncio.sleep(model.latency_s)
+        if root is None:
+            return await forward(request)
+        path = (root / request.match_info["path"]).resolve()
+        if root not in path.parents or not path.is_file():
+            return web.Response(status=404, text="not found")
+        return web.FileResponse(path)
+
+    if root is not None:
+        root = root.resolve()
+        app.router.add_get("/{path:.+}", handle)  # allow_head: HEAD too
+        app.on_response_prepare.append(count)
+    else:
+        app.cleanup_ctx.append(session)
+        app.router.add_route("*", "/{path:.*}", handle)
     return app
 
 
@@ -317,10 +232,9 @@ async def serve(args: argparse.Namespace) -> None:
         runners.append(runner)
         return site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
-    if args.root:
-        upstream = ("127.0.0.1", await start(range_app(Path(args.root), model, registry)))
-    elif args.proxy:
-        app = proxy_app(f"http://{args.proxy}", model, registry)
+    if args.root or args.proxy:
+        app = origin_app(args.root and Path(args.root), args.proxy and f"http://{args.proxy}",
+                         model, registry)
         upstream = ("127.0.0.1", await start(app))
     else:
         host, _, port = args.upstream.rpartition(":")
@@ -336,7 +250,8 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python bench/range_server.py", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python bench/range_server.py", description=(Path(__file__).parent / "README.md").read_text()
+                                 .split("## bench/range_server.py\n")[1].split("\n## ")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     where = ap.add_mutually_exclusive_group(required=True)
     where.add_argument("--root", help="serve the files under this directory (HTTP Range)")

@@ -1,71 +1,11 @@
 #!/usr/bin/env python3
-"""Remote-store benchmark: fluxon through FluxonFS vs peers the way their users
-read remote videos, under one model of the remote store.
-
-The store model, the same for every contender: each origin server waits L ms
-(--latencies) before answering each request (the fluxon agent with
---inject-latency-ms before every stat and read; bench/range_server.py, an
-aiohttp HTTP Range server over the dataset, before every GET and HEAD), and
-every connection goes through the same TCP relay (bench/range_server.py),
-which caps each connection at --bandwidth-mbps MB/s (token bucket) and counts
-connections. Requests and bytes are the servers' own counters (the agent's
-/metrics: fluxon_agent_requests_total, fluxon_agent_served_bytes_total).
-
-Rows (a "row" is one pipeline, timed over the same items as every other row):
-  pyav        fsspec HTTP file object (block 256 KiB, fsspec's default 5 MiB),
-              and "download": one GET, then decode from memory
-  torchcodec  VideoDecoder(fsspec file, seek_mode="exact") at both block sizes
-  decord      VideoReader(fsspec file): decord calls read() once, the whole file
-  spdl        "download": one GET, then demux_video(bytes) and sample_decode_video
-              (SPDL takes a path or bytes, no file object)
-  fluxon      cold (Redis flushed, new process), warm-kv (new process, Redis
-              warm, default settings), warm-kv+shared (the same with
-              metadata_cache_shared: the stat the cold pass had authorised
-              comes with the index in one KV round trip, no agent request),
-              warm-reader (the cold process's pool again)
-
-Workloads, at every latency (default 0, 2 and 10 ms):
-  clips     a random 16-frame clip (stride 4, 224x224) of each of 24 videos,
-            shuffled, a new open per item
-  batched   K=8 clips of one video per item: fluxon read_many_numpy_with_stats
-            vs the best peers of "clips" reading them one by one (one open)
-  metadata  time until frame count, fps and duration are known: fluxon
-            video_metadata cold and warm vs opening the file with each peer
-
-A reference row, "fluxon local file" (fluxon's decoder on the local files, no
-store), runs at the target latency (10 ms, or the highest): what decoding
-alone costs. The metadata rows of PyAV and torchcodec (approximate) use the
-smallest block size (opening reads least with it).
-
-Rows are interleaved (the order rotates every round); figures are medians
-over --rounds with their ranges; nothing fails on a timing. Frames are
-checked as in bench/run.py: fluxon bit-exact against the ffmpeg CLI, peers
-the right frame within tolerance, else the row is flagged and is never the
-"best exact peer". Writes remote.md, remote.json and remote.png to --out.
-
---store s3: the origin is an object store instead. moto's S3 server (buckets
-in memory, fluxon_video.testing.S3Server) holds the videos under
-s3://bench/videos; in front of it, bench/range_server.py --proxy sleeps L ms
-before forwarding each request and counts requests and body bytes (moto has
-no metrics), and its relay caps each connection: every contender's S3
-requests, the agent's included, go through that one proxy. fluxon reads
-through the agent (export root s3://bench/videos, the store options and
-credentials in the agent's config, no injected latency; its relay is not
-shaped: the agent is the cache service next to the trainers, like Redis).
-Peers: PyAV and torchcodec (exact) over an s3fs file object and over an
-obstore reader (obstore.open_reader, its read() copied into bytes) at each
---block-sizes, and PyAV after one GET of the whole file (s3fs cat_file).
-Workloads: "clips" over the short videos, and "long": --long-items random
-clips of each of --long-videos 2-minute 720p videos (about 45 MB each), a
-new open per item. fluxon rows as above. Writes
-remote-s3.md and remote-s3.json.
-"""
+"""The remote-store benchmark: fluxon through FluxonFS vs peers the way their users read
+remote videos, under one model of the store (see --help or bench/README.md)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import statistics
 import sys
@@ -77,16 +17,11 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 # Keep this module's top level light: every spawned child imports it again.
-from scenario import finish, header, parse_size, scenario_parser  # noqa: E402
-from fluxon_access import store  # noqa: E402
-from machine import machine, versions  # noqa: E402
-from passes import failed_pass  # noqa: E402
-from remote_plan import CLIP_LEN, SIZE, STRIDE, Plan  # noqa: E402
-from remote_store import PeerWorker, S3Store, Store, fluxon_process  # noqa: E402
-from remote_summary import label  # noqa: E402
-from tables import MiB  # noqa: E402
+from harness import (Child, MiB, Pass, failed_pass, finish, header, machine, once,  # noqa: E402
+                     parse_size, say, scenario_parser, versions)
 
 EXPORT = "remote"
+CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 FAMILIES = ("pyav", "torchcodec", "decord", "spdl")
 DEFAULTS = {"latencies": "0,2,10", "rounds": "2", "videos": 24, "batched_items": 3,
             "block_sizes": "256K,default", "long_videos": 0, "long_items": 0}
@@ -100,10 +35,15 @@ FLUXON_CACHES = ("cold", "warm-kv", "warm-kv+shared")
 # passes between the cold pass that writes it and the row that reads it (a
 # static training set can afford minutes; the default TTL is 5 s).
 SHARED_STAT_TTL_MS = 120_000
+ITEM_STATS = ("open_ms", "index_ms", "kv_round_trips", "kv_hits", "kv_misses", "remote_reads",
+              "remote_bytes", "frames_decoded", "decoder_seeks", "stat_requests",
+              "open_round_trips", "first_frame_waits")
+METADATA_STATS = ("kv_round_trips", "kv_hits", "kv_misses", "remote_reads", "remote_bytes",
+                  "index_ms", "stat_requests", "open_round_trips")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = scenario_parser("remote.py", __doc__, "smoke run (~2-3 min): 10 ms only, 1 round, "
+    ap = scenario_parser("remote.py", None, "smoke run (~2-3 min): 10 ms only, 1 round, "
                          "12 videos, 2 batched items", "remote.md/.json/.png")
     ap.add_argument("--store", choices=("dir", "s3"), default="dir",
                     help="the origin: 'dir', the agent's directory export and the HTTP Range "
@@ -137,7 +77,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--piece-size", type=int, default=None,
                     help="FluxonFS piece size, bytes (default: the export default)")
     ap.add_argument("--seed", type=int, default=15, help="clip sampling seed (default: 15)")
-    args = ap.parse_args(argv)
+    return checked(ap, ap.parse_args(argv))
+
+
+def checked(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """The options with their defaults (the store's), checked, and the lists they name."""
     s3 = args.store == "s3"
     args = finish(ap, args, S3_DEFAULTS if s3 else DEFAULTS, S3_QUICK if s3 else QUICK,
                   ("videos", "batched_items", "batched_clips", "threads"))
@@ -170,54 +114,286 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+# ---- the children: long-lived peer workers, a new process per fluxon pass ----
+
+_REFS: dict[str, Any] = {}
+
+
+def reference(path: str) -> Any:
+    """The reference frames of a video, loaded once per process."""
+    from frames import Reference
+
+    if path not in _REFS:
+        _REFS[path] = Reference.load(Path(path))
+    return _REFS[path]
+
+
+def peer_hello(family: str, path: str, threads: int) -> dict:
+    """Load the library and its codecs, untimed (torchcodec's first use takes seconds), and
+    say which versions this worker runs. A worker lives for the whole run, like a DataLoader
+    worker with persistent_workers=True: the filesystem objects and codecs stay loaded."""
+    import aiohttp
+    import fsspec
+    import fsspec.implementations.http  # noqa: F401
+
+    from contenders import open_handle, peer_versions
+
+    handle = open_handle(family, Path(path), SIZE, SIZE, threads)
+    handle.read([0])
+    handle.close()
+    found = {"fsspec": fsspec.__version__, "aiohttp": aiohttp.__version__}
+    for name in ("s3fs", "obstore"):  # the S3 scenario's access libraries, where installed
+        try:
+            found[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return {**found, **peer_versions(family, ("libavcodec", "libavformat", "libswscale"))}
+
+
+def peer_pass(task: dict) -> dict:
+    """A row's items: each opened anew (PyAV gets the dataset's frame -> pts table, untimed:
+    "PyAV users keep their timestamps in the manifest"), read clip by clip (or, for the
+    union row, in one pass per cluster), checked; timed from open to frames, close included."""
+    from contenders import KeyframeIndex, PeerSource, open_handle, peer_metadata
+    from frames import CheckResult
+    from stores import Counters
+
+    row, videos = task["row"], task["videos"]
+    source, counters = PeerSource(row, task.get("s3")), Counters(task["store"], "peer")
+    metadata = task["workload"] == "metadata"
+    one = Pass(row, None if metadata else CheckResult(exact_required=False),
+               extra={"fallbacks": 0})
+
+    def clips(f: Any, video: dict, item: dict) -> list:
+        handle = open_handle(row["family"], f, SIZE, SIZE, task["threads"],
+                             seek_mode=row.get("seek_mode", "exact"),
+                             index=KeyframeIndex(video["pts"], video["keys"]))
+        outs = (handle.read_union(item["clips"]) if row.get("union")
+                else [handle.read(c) for c in item["clips"]])
+        handle.close()
+        one.extra["fallbacks"] += getattr(handle, "fallbacks", 0)
+        return outs
+
+    before = counters.start()
+    for item in task["items"]:
+        video = videos[item["video"]]
+        use = (lambda f: peer_metadata(row, f)) if metadata else \
+            (lambda f, video=video, item=item: clips(f, video, item))
+        got = one.time(item["video"], lambda: source.read(video, use))
+        if got is not None and metadata:
+            one.check_metadata(video, *got)
+        elif got is not None:
+            one.check_item(item["video"], item["clips"], got, reference(video["ref"]))
+    return one.result(counters.since(before))
+
+
+def fluxon_items(task: dict, pool: Any, patcher: Any, row: dict) -> Pass:
+    """One fluxon pass over the task's items (a batched item in one read_many call; metadata:
+    video_metadata), its read stats kept per item."""
+    from fluxon_video import FluxonFsVideoReadRequest
+
+    from frames import CheckResult
+
+    export, threads, workload = task["fluxon"]["export"], task["threads"], task["workload"]
+    one = Pass(row, None if workload == "metadata" else CheckResult(exact_required=True))
+    for item in task["items"]:
+        video = task["videos"][item["video"]]
+        if workload == "metadata":
+            got = one.time(item["video"], lambda: patcher.video_metadata_with_stats(
+                export, video["relpath"]))
+            if got is not None:
+                meta, s = got
+                one.add_stats(item["video"], {**{k: getattr(s, k) for k in METADATA_STATS},
+                                              "index_source": s.index_source})
+                one.check_metadata(video, meta.num_frames, meta.average_fps, meta.duration_s)
+            continue
+        requests = [FluxonFsVideoReadRequest(export, video["relpath"], SIZE, SIZE, threads,
+                                             tuple(c)) for c in item["clips"]]
+        results = one.time(item["video"], lambda: (
+            pool.read_many_numpy_with_stats(requests) if workload == "batched" else
+            [pool.read_frames_numpy_with_stats(export_name=export, relpath=r.relpath,
+                                               height=SIZE, width=SIZE, num_threads=threads,
+                                               indices=r.indices) for r in requests]))
+        if results is None:
+            continue
+        # A batched item is one decode for the group: its stats are the first result's.
+        stats = results[:1] if workload == "batched" else results
+        s = stats[0].stats
+        one.add_stats(item["video"], {"path": s.path + (f" ({s.fallback})" if s.fallback else ""),
+                                      **{k: sum(getattr(r.stats, k) for r in stats)
+                                         for k in ITEM_STATS}})
+        one.check_item(item["video"], item["clips"], [r.frames for r in results],
+                       reference(video["ref"]))
+    return one
+
+
+def local_items(task: dict) -> dict:
+    """fluxon's decoder on the local files, no store: what decoding alone costs (reference).
+    A new open per item; each file's index built once, untimed (as in bench/run.py)."""
+    from contenders import FluxonLocalHandle
+    from frames import CheckResult
+
+    videos = task["videos"]
+    for item in task["items"]:
+        FluxonLocalHandle.prepare(Path(videos[item["video"]]["path"]))
+    one = Pass({"family": "fluxon", "cache": "local file"}, CheckResult(exact_required=True))
+
+    def read(path: Path, clips: list[list[int]]) -> tuple[list, int]:
+        handle = FluxonLocalHandle(path, SIZE, SIZE, task["threads"])
+        outs = [handle.read(clip) for clip in clips]
+        handle.close()
+        return outs, handle.stats["frames_decoded"]  # one clip per item
+
+    for item in task["items"]:
+        video = videos[item["video"]]
+        got = one.time(item["video"], lambda: read(Path(video["path"]), item["clips"]))
+        if got is not None:
+            one.add_stats(item["video"], {**{k: 0 for k in ITEM_STATS}, "frames_decoded": got[1]})
+            one.check_item(item["video"], item["clips"], got[0], reference(video["ref"]))
+    return one.result({})
+
+
+def fluxon_pass(task: dict) -> dict:
+    """One new process: a cold or warm-kv pass (cold clips: then warm-reader, the same pool
+    again); or, to prime the shared stats, only what another process of the same identity
+    leaves behind (metadata_cache_shared)."""
+    import fluxon_video as fv
+
+    from harness import fluxon_versions
+    from stores import Counters, make_patcher, settle
+
+    fv.decode_local_frames(task["warm_path"], [0], SIZE, SIZE, task["threads"])  # untimed
+    counters, patcher = Counters(task["store"], "fluxon"), make_patcher(task["fluxon"])
+    if task.get("prime_shared_stats"):
+        with patcher:
+            for item in task["items"]:
+                patcher.file_version(task["fluxon"]["export"],
+                                     task["videos"][item["video"]]["relpath"])
+        return {"passes": []}
+    out, pool = [], patcher.open_video_reader_pool()
+    try:
+        for cache in [task["cache"]] + ["warm-reader"] * bool(task.get("warm_reader")):
+            before = counters.start()
+            one = fluxon_items(task, pool, patcher, {"family": "fluxon", "cache": cache})
+            out.append(one.result(counters.since(before)))
+            settle(patcher)
+        if task.get("local_pass"):
+            out.append(local_items(task))
+    finally:
+        pool.close()
+        patcher.close()
+    return {"passes": out, "versions": fluxon_versions()}
+
+
+# ---- the parent ----
+
 class Bench:
     def __init__(self, args: argparse.Namespace, argv: list[str]) -> None:
         self.args, self.argv = args, argv
         self.work = args.data / "remote-work"
-        self.t0 = time.perf_counter()
+        self.s3 = args.store == "s3"
+        self.video_dir = args.data / "remote-videos"
+        self.videos: dict[str, Any] = {}
+        self.long: list[str] = []
+        self.plans: dict[str, list[list[dict]]] = {}
+        self.refs: dict[str, Path] = {}
         self.versions: dict[str, str] = {}
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}
-        self.passes: list[dict] = []  # every pass result, with its latency, workload, round
-        self.workers: dict[str, PeerWorker] = {}
-        self.store: Store | None = None
+        self.passes: list[dict] = []  # every pass, with its latency, workload, round
+        self.workers: dict[str, Child] = {}
+        self.store: Any = None
         self.load: list[tuple[str, list[float]]] = []
-        self.target_latency = args.target_latency
-        self.plan = Plan(args, self.say, self.notes)
-        self.s3 = args.store == "s3"
         self.families = ("pyav", "torchcodec") if self.s3 else FAMILIES
-        self.workloads = (("clips", "long") if self.s3
-                          else ("clips", "batched", "metadata") + (("long",) if args.long_videos
-                                                                   else ()))
+        self.workloads = (("clips", "long") if self.s3 else ("clips", "batched", "metadata")
+                          + (("long",) if args.long_videos else ()))
 
-    def say(self, text: str) -> None:
-        print(f"[{time.perf_counter() - self.t0:6.0f} s] {text}", flush=True)
+    # ---- what is read ----
+
+    def make_dataset(self) -> None:
+        from dataset import long_specs, prepare, remote_specs
+
+        specs = remote_specs()
+        specs = (specs[::2] + specs[1::2])[:self.args.videos]  # spread over the kinds
+        longs = long_specs(self.args.long_videos)
+        say(f"dataset: {len(specs)} videos and {len(longs)} long ones under "
+            f"{self.video_dir} (made once)")
+        self.videos = {v.name: v for v in prepare(specs + longs, self.video_dir)}
+        self.long = [s.name for s in longs]
+
+    def make_plans(self) -> None:
+        """The items of every workload per round, seeded; what decoding them needs."""
+        import numpy as np
+
+        from dataset import long_order, sample_clips
+
+        a, names = self.args, [n for n in self.videos if n not in self.long]
+
+        def items(order: list[str], count: int = 1) -> list[dict]:
+            return [{"video": n, "clips": sample_clips(self.videos[n].frames, count, CLIP_LEN,
+                                                       STRIDE, rng)} for n in order]
+        for r in range(a.max_rounds):
+            rng = np.random.default_rng([a.seed, r])
+            plans = {"clips": items([names[i] for i in rng.permutation(len(names))]),
+                     "batched": items(mixed(names, a.batched_items), a.batched_clips),
+                     "metadata": [{"video": names[i]} for i in rng.permutation(len(names))]}
+            if self.long:
+                plans["long"] = items(long_order(self.long, a.long_items, rng))
+            for workload, plan in plans.items():
+                self.plans.setdefault(workload, []).append(plan)
+        piece = self.piece_size()
+        for item in (i for w, ps in self.plans.items() if w != "metadata" for p in ps for i in p):
+            video = self.videos[item["video"]]
+            item["needed_bytes"] = video.span_bytes(item["clips"]) + video.container_bytes()
+            item.update(piece_model(video, item["clips"], piece))
+
+    def make_references(self) -> None:
+        from frames import needed, reference_files
+
+        wanted: dict[str, set[int]] = {n: set() for n in self.videos}
+        for item in (i for w, ps in self.plans.items() if w != "metadata" for p in ps for i in p):
+            wanted[item["video"]].update(needed(item["clips"]))
+        say("references: made with the ffmpeg CLI where not cached")
+        self.refs = reference_files({n: (self.videos[n], SIZE, SIZE, ix)
+                                     for n, ix in wanted.items() if ix},
+                                    self.args.data / "remote-refs", self.notes)
+
+    def piece_size(self) -> int:
+        from fluxon_video.fs.config import FluxonFsExport
+
+        return self.args.piece_size or FluxonFsExport.__dataclass_fields__["piece_size"].default
+
+    def video_table(self) -> dict[str, dict]:
+        """What every task gets about each video (URL, pts table, reference)."""
+        return {name: {"name": name, "relpath": name, "url": f"{self.store.range.url}/{name}",
+                       "path": str(v.path), "pts": sorted(p["pts"] for p in v.packets),
+                       "keys": sorted(p["pts"] for p in v.packets if p["key"]),
+                       "ref": str(self.refs.get(name)), "frames": v.frames, "fps": v.spec.fps}
+                for name, v in self.videos.items()}
 
     # ---- processes ----
 
     def start(self) -> None:
+        from stores import RemoteStore
+
         self.work.mkdir(parents=True, exist_ok=True)
-        if self.s3:
-            self.say("servers: moto S3 (uploading the videos), range_server.py --proxy + relay, "
-                     "redis-server, the agent + relay on loopback")
-            self.store = S3Store(self.work, EXPORT, self.plan.video_dir,
-                                 self.args.bandwidth_mbps, list(self.plan.videos))
-        else:
-            self.say("servers: redis-server, the agent, range_server.py + relays on loopback")
-            self.store = Store(self.work, EXPORT, self.plan.video_dir, self.args.bandwidth_mbps)
-        ctx = mp.get_context("spawn")
-        self.ctx = ctx
-        warm = str(next(iter(self.plan.videos.values())).path)
+        say("servers: " + ("moto S3 (uploading the videos), range_server.py --proxy + relay, "
+                           "redis-server, the agent + relay" if self.s3 else
+                           "redis-server, the agent, range_server.py + relays") + " on loopback")
+        self.store = RemoteStore(self.work, EXPORT, self.video_dir, self.args.bandwidth_mbps,
+                                 list(self.videos) if self.s3 else None)
+        warm = str(next(iter(self.videos.values())).path)
         for family in self.families:
-            self.say(f"starting the {family} worker")
-            worker = PeerWorker(ctx, family, warm, self.args.threads)
-            if worker.ready:
-                self.workers[family] = worker
-                self.versions.update(worker.versions)
+            say(f"starting the {family} worker")
+            worker = Child()
+            hello = worker.call(peer_hello, family, warm, self.args.threads, timeout=300)
+            if "fatal" in hello:
+                self.skipped[family] = hello["fatal"]
+                self.notes.append(f"{family} skipped: {hello['fatal']}")
+                worker.stop(kill=True)
             else:
-                self.skipped[family] = worker.error
-                self.notes.append(f"{family} skipped: {worker.error}")
-                worker.stop()
+                self.workers[family] = worker
+                self.versions.update(hello)
 
     def stop(self) -> None:
         for worker in self.workers.values():
@@ -226,167 +402,137 @@ class Bench:
             self.store.stop()
 
     def fluxon_config(self) -> dict:
-        assert self.store is not None
-        return store(EXPORT, self.store.root, self.store.agent_relay.url,
-                     self.store.redis.url, piece_size=self.plan.piece_size())
+        from stores import store
+
+        return store(EXPORT, self.store.root, self.store.agent_relay.url, self.store.redis.url,
+                     piece_size=self.piece_size())
 
     # ---- rows and passes ----
 
-    def peer_rows(self, workload: str) -> list[dict]:
+    def peer_rows(self, workload: str, latency: float) -> list[dict]:
         blocks = self.args.block_list
-        rows: list[dict] = []
-        if self.s3:
+        if workload == "batched":
+            rows = self.batched_peer_rows(latency)
+        elif self.s3:
             rows = s3_peer_rows(blocks)
         elif workload in ("clips", "long"):
-            rows += [{"family": "pyav", "mode": "fsspec", "block_size": b} for b in blocks]
-            rows.append({"family": "pyav", "mode": "download"})
-            rows += [{"family": "torchcodec", "mode": "fsspec", "block_size": b,
-                      "seek_mode": "exact"} for b in blocks]
-            rows.append({"family": "decord", "mode": "fsspec", "block_size": None})
-            # SPDL reads a path or bytes, no file object: its users download the file.
-            rows.append({"family": "spdl", "mode": "download"})
-        elif workload == "metadata":  # the smallest block: opening reads least with it
+            rows = [*({"family": "pyav", "mode": "fsspec", "block_size": b} for b in blocks),
+                    {"family": "pyav", "mode": "download"},
+                    *({"family": "torchcodec", "mode": "fsspec", "block_size": b,
+                       "seek_mode": "exact"} for b in blocks),
+                    {"family": "decord", "mode": "fsspec", "block_size": None},
+                    # SPDL reads a path or bytes, no file object: its users download the file.
+                    {"family": "spdl", "mode": "download"}]
+        else:  # metadata: the smallest block, opening reads least with it
             small = min(blocks, key=lambda b: b or 5 * MiB)
-            rows.append({"family": "pyav", "mode": "fsspec", "block_size": small})
-            rows.append({"family": "torchcodec", "mode": "fsspec", "block_size": small,
-                         "seek_mode": "approximate"})
-            rows.append({"family": "torchcodec", "mode": "fsspec", "block_size": None,
-                         "seek_mode": "exact"})
-            rows.append({"family": "decord", "mode": "fsspec", "block_size": None})
+            rows = [{"family": "pyav", "mode": "fsspec", "block_size": small},
+                    {"family": "torchcodec", "mode": "fsspec", "block_size": small,
+                     "seek_mode": "approximate"},
+                    {"family": "torchcodec", "mode": "fsspec", "block_size": None,
+                     "seek_mode": "exact"},
+                    {"family": "decord", "mode": "fsspec", "block_size": None}]
         return [r for r in rows if r["family"] in self.workers]
 
     def batched_peer_rows(self, latency: float) -> list[dict]:
         """The best exact peer row of "clips" at this latency, the fastest peer row if it is
         another (flagged) one, PyAV download (one GET serves all K clips), and PyAV download
         decoding the union of the K clips in one pass per cluster (context, not "one by one")."""
-        summaries = [s for s in self.summaries() if s["latency_ms"] == latency
-                     and s["workload"] == "clips" and s["row"]["family"] != "fluxon"
-                     and s["clips_per_s"]]
-        chosen: list[dict] = []
-        exact = [s for s in summaries if s["ok"]]
-        for pool in (exact, summaries):
-            if pool:
-                best = max(pool, key=lambda s: s["clips_per_s"])["row"]
-                if best not in chosen:
-                    chosen.append(best)
+        from harness import best
+        from remote_report import summaries
+
+        clips = [s for s in summaries(self.passes, self.args.batched_clips)
+                 if s["latency_ms"] == latency and s["workload"] == "clips"
+                 and s["row"]["family"] != "fluxon"]
         download = {"family": "pyav", "mode": "download"}
+        chosen = [s["row"] for s in (best(clips), best(clips, exact=False)) if s]
         if "pyav" in self.workers:
-            if download not in chosen:
-                chosen.append(download)
-            chosen.append({**download, "union": True})  # context: batching a peer can do
-        return chosen
+            chosen += [download, {**download, "union": True}]
+        return list({json.dumps(r, sort_keys=True): r for r in chosen}.values())
 
-    def task(self, workload: str, items: list[dict], latency: float, r: int) -> dict:
-        assert self.store is not None
-        return {"workload": workload, "items": items,
-                "videos": self.plan.video_table(self.store.range.url),
-                "store": self.store.urls(), "threads": self.args.threads,
-                "latency_ms": latency, "round": r,
-                "s3": self.store.peer_access() if isinstance(self.store, S3Store) else None}
+    def task(self, workload: str, latency: float, r: int, **more: Any) -> dict:
+        return {"workload": workload, "items": self.plans[workload][r],
+                "videos": self.video_table(), "store": self.store.urls(),
+                "threads": self.args.threads, "s3": self.store.peer_access(), **more}
 
-    def record(self, result: dict, workload: str, latency: float, r: int) -> dict:
+    def record(self, result: dict, workload: str, latency: float, r: int) -> None:
+        from remote_report import label
+
         result.update({"workload": workload, "latency_ms": latency, "round": r})
         self.passes.append(result)
-        return result
-
-    def run_peer(self, row: dict, workload: str, latency: float, r: int) -> None:
-        task = {**self.task(workload, self.plan.plans[workload][r], latency, r), "row": row}
-        result = self.workers[row["family"]].run(task)
-        self.record(result, workload, latency, r)
-        self.say(f"  {workload} L={latency:g} ms round {r + 1}: {label(row)}: {brief(result)}")
+        say(f"  {workload} L={latency:g} ms round {r + 1}: {label(result['row'])}: "
+            f"{brief(result)}")
 
     def run_fluxon(self, workload: str, latency: float, r: int) -> None:
-        assert self.store is not None
-        warm = str(next(iter(self.plan.videos.values())).path)
+        warm = str(next(iter(self.videos.values())).path)
         for cache in FLUXON_CACHES:
             if cache == "cold":
                 self.store.flush()
-            shared = cache == "warm-kv+shared"
             fx = self.fluxon_config()
-            if shared:
-                fx = {**fx, "metadata_cache_shared": True,
-                      "metadata_cache_ttl_ms": SHARED_STAT_TTL_MS}
-            task = {**self.task(workload, self.plan.plans[workload][r], latency, r),
-                    "fluxon": fx, "cache": cache, "warm_path": warm,
-                    "warm_reader": cache == "cold" and workload in ("clips", "long"),
-                    "local_pass": (cache == "warm-kv" and workload == "clips"
-                                   and latency == self.target_latency)}
-            if shared:  # another process authorised the stats first (untimed)
-                primed = fluxon_process(self.ctx, {**task, "prime_shared_stats": True})
+            if cache == "warm-kv+shared":
+                fx.update(metadata_cache_shared=True, metadata_cache_ttl_ms=SHARED_STAT_TTL_MS)
+            task = self.task(workload, latency, r, fluxon=fx, cache=cache, warm_path=warm,
+                             warm_reader=cache == "cold" and workload in ("clips", "long"),
+                             local_pass=(cache == "warm-kv" and workload == "clips"
+                                         and latency == self.args.target_latency))
+            if cache == "warm-kv+shared":  # another process authorised the stats first
+                primed = once(fluxon_pass, {**task, "prime_shared_stats": True})
                 if "fatal" in primed:
                     raise RuntimeError(f"priming shared stats failed: {primed['fatal']}")
-            out = fluxon_process(self.ctx, task)
-            if "fatal" in out:
-                self.record(failed_pass({"family": "fluxon", "cache": cache}, out["fatal"]),
-                            workload, latency, r)
-                self.say(f"  {workload} L={latency:g} ms round {r + 1}: fluxon {cache}: "
-                         f"FAILED {out['fatal']}\n{out.get('traceback', '')}")
-                continue
+            out = once(fluxon_pass, task)
             self.versions.update(out.get("versions", {}))
-            for result in out["passes"]:
+            for result in ([failed_pass({"family": "fluxon", "cache": cache}, out["fatal"])]
+                           if "fatal" in out else out["passes"]):
                 self.record(result, workload, latency, r)
-                self.say(f"  {workload} L={latency:g} ms round {r + 1}: {label(result['row'])}: "
-                         f"{brief(result)}")
 
     def run_workload(self, workload: str, latency: float) -> None:
-        rows = (self.batched_peer_rows(latency) if workload == "batched"
-                else self.peer_rows(workload))
-        slots: list[dict | None] = [*rows, None]  # None: the FLUXON_CACHES passes
+        slots: list[dict | None] = [*self.peer_rows(workload, latency), None]  # None: fluxon
         for r in range(self.args.rounds_for[latency]):
             shift = r % len(slots)
             for slot in slots[shift:] + slots[:shift]:
                 if slot is None:
                     self.run_fluxon(workload, latency, r)
                 else:
-                    self.run_peer(slot, workload, latency, r)
+                    result = self.workers[slot["family"]].call(
+                        peer_pass, self.task(workload, latency, r, row=slot))
+                    self.record(result if "row" in result else {**failed_pass(
+                        slot, result["fatal"])}, workload, latency, r)
 
     def run(self) -> int:
-        self.plan.make()
+        t0 = time.perf_counter()
+        self.make_dataset()
+        self.make_plans()
+        self.make_references()
         self.load.append(("start", list(os.getloadavg())))
         try:
             self.start()
             for latency in self.args.latency_list:
-                assert self.store is not None
                 self.store.set_latency(latency)
-                self.say(f"latency {latency:g} ms, bandwidth "
-                         f"{self.args.bandwidth_mbps:g} MB/s per connection")
+                say(f"latency {latency:g} ms, bandwidth {self.args.bandwidth_mbps:g} MB/s "
+                    "per connection")
                 for workload in self.workloads:
                     self.run_workload(workload, latency)
                 self.load.append((f"after {latency:g} ms", list(os.getloadavg())))
         finally:
             self.stop()
-        results = self.results()
-        written = report_module(self.s3).write(results, self.args.out)
-        self.say("wrote " + ", ".join(str(p) for p in written))
+        import remote_report
+
+        written = remote_report.write(self.results(time.perf_counter() - t0), self.args.out)
+        say("wrote " + ", ".join(str(p) for p in written))
         return 0
 
-    # ---- results ----
-
-    def summaries(self) -> list[dict]:
-        import remote_summary
-
-        return remote_summary.summarise(self.passes, self.args.batched_clips)
-
-    def results(self) -> dict:
-        return {
-            **header("remote.py", self.argv, time.perf_counter() - self.t0, self.args),
-            "conditions": self.conditions(),
-            "videos": [v.facts() for v in self.plan.videos.values()],
-            "plans": self.plan.plans,
-            "needed_bytes": self.plan.needed_bytes(),
-            "passes": self.passes,
-            "skipped": self.skipped,
-            "notes": self.notes,
-        }
-
-    def conditions(self) -> dict:
+    def results(self, seconds: float) -> dict:
         a = self.args
-        out = self.dir_conditions()
+        conditions = self.dir_conditions()
         if self.s3:
-            out["store"].update(S3_CONDITIONS)
-        out["workload"].update(long_videos=a.long_videos, long_items=a.long_items,
-                               block_sizes=a.block_sizes)
-        return out
+            conditions["store"].update(S3_CONDITIONS)
+        conditions["workload"].update(long_videos=a.long_videos, long_items=a.long_items,
+                                      block_sizes=a.block_sizes)
+        return {**header("remote.py", self.argv, seconds, self.args),
+                "conditions": conditions, "videos": [v.facts() for v in self.videos.values()],
+                "plans": self.plans, "needed_bytes": {
+                    w: [sum(i["needed_bytes"] for i in plan) for plan in plans]
+                    for w, plans in self.plans.items() if w != "metadata"},
+                "passes": self.passes, "skipped": self.skipped, "notes": self.notes}
 
     def dir_conditions(self) -> dict:
         a = self.args
@@ -435,11 +581,54 @@ def s3_peer_rows(blocks: list[int]) -> list[dict]:
     return rows + [{"family": "pyav", "mode": "download"}]
 
 
-def report_module(s3: bool) -> Any:
-    import remote_report
-    import remote_s3_report
+def mixed(names: list[str], n: int) -> list[str]:
+    """n names taking each kind (the name without its number) in turn: 720p H.264
+    faststart, HEVC, 1080p, moov-at-end, MKV."""
+    prefer = ["h264_720p_faststart", "hevc_720p", "h264_1080p_faststart", "h264_720p_moovend"]
+    kinds: dict[str, list[str]] = {}
+    for name in sorted(names, key=lambda x: next((i for i, p in enumerate(prefer)
+                                                  if x.startswith(p)), len(prefer))):
+        kinds.setdefault(name.rsplit("_", 1)[0], []).append(name)
+    out: list[str] = []
+    while len(out) < min(n, len(names)):
+        for group in kinds.values():
+            if group and len(out) < n:
+                out.append(group.pop(0))
+    return out
 
-    return remote_s3_report if s3 else remote_report
+
+def scan_ranges(video: Any) -> list[tuple[int, int]]:
+    """The (offset, length) ranges a cold fluxon open's scan reads: the whole file
+    for the containers the library scans whole (indexing.WHOLE_FILE_SCANS), else
+    the container bytes before the first video packet and after the last."""
+    from fluxon_video.indexing import WHOLE_FILE_SCANS
+
+    if video.name.lower().endswith(WHOLE_FILE_SCANS):
+        return [(0, video.size)]
+    head = min(p["pos"] for p in video.packets)
+    tail = max(p["pos"] + p["size"] for p in video.packets)
+    return [(o, n) for o, n in ((0, head), (tail, video.size - tail)) if n > 0]
+
+
+def piece_model(video: Any, clips: list[list[int]], piece: int) -> dict[str, int]:
+    """Bytes of the pieces holding the clips' GOP spans (``span_piece_bytes``), and of those
+    plus the pieces a cold open's scan reads (``open_model_bytes``, see scan_ranges)."""
+    def pieces(lo: int, hi: int) -> set[int]:
+        return set(range(lo // piece, (hi - 1) // piece + 1)) if hi > lo else set()
+
+    span: set[int] = set()
+    for clip in clips:
+        packets = [video.packets[i] for i in video.span_packets(clip)]
+        span |= pieces(min(p["pos"] for p in packets),
+                       max(p["pos"] + p["size"] for p in packets))
+    opened = set(span)
+    for offset, length in scan_ranges(video):
+        opened |= pieces(offset, offset + length)
+
+    def size(chosen: set[int]) -> int:
+        return sum(min(piece, video.size - i * piece) for i in chosen)
+
+    return {"span_piece_bytes": size(span), "open_model_bytes": size(opened)}
 
 
 def brief(result: dict) -> str:
@@ -461,13 +650,12 @@ def brief(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
-        results = json.loads(args.render.read_text())
-        s3 = results["conditions"]["store"].get("origin") == "s3"
-        written = report_module(s3).write(results, args.out)
+        import remote_report
+
+        written = remote_report.write(json.loads(args.render.read_text()), args.out)
         print("wrote " + ", ".join(str(p) for p in written))
         return 0
-    bench = Bench(args, argv if argv is not None else sys.argv[1:])
-    return bench.run()
+    return Bench(args, argv if argv is not None else sys.argv[1:]).run()
 
 
 if __name__ == "__main__":

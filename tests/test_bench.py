@@ -17,7 +17,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
 from dataset import Video, VideoSpec  # noqa: E402
-from decode_floor import decode_floor_ms  # noqa: E402
+from contenders import decode_floor_ms  # noqa: E402
 from frames import CheckResult, cli_reference  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -91,7 +91,7 @@ def test_the_right_frame_too_far_off_is_flagged_apart(reference):
 
 
 def test_a_pass_records_each_failure_and_flags_its_video(reference):
-    from passes import Pass
+    from harness import Pass
 
     frames, ref = reference
     one = Pass({"family": "pyav"}, CheckResult(exact_required=False))
@@ -105,7 +105,7 @@ def test_a_pass_records_each_failure_and_flags_its_video(reference):
 
 
 def test_quick_runs_take_the_quick_defaults(tmp_path):
-    from scenario import finish, parse_size, scenario_parser
+    from harness import finish, parse_size, scenario_parser
 
     ap = scenario_parser("x.py", None, "smoke", "x.md")
     ap.add_argument("--repeat", type=int)
@@ -133,7 +133,7 @@ def test_the_s3_store_option_takes_its_own_defaults_and_rows(tmp_path):
 
 
 def test_long_items_repeat_each_long_video_and_shuffle():
-    from remote_plan import long_order
+    from dataset import long_order
 
     order = long_order(["a", "b"], 3, np.random.default_rng(1))
     assert sorted(order) == ["a", "a", "a", "b", "b", "b"]
@@ -142,7 +142,7 @@ def test_long_items_repeat_each_long_video_and_shuffle():
 def test_the_agent_config_carries_the_store_table(tmp_path):
     import tomllib
 
-    from fluxon_access import write_agent_config
+    from stores import write_agent_config
 
     path = write_agent_config(tmp_path / "agent.toml", "e", "s3://b/p",
                               {"endpoint": "http://127.0.0.1:9", "allow_http": True})
@@ -160,7 +160,7 @@ def test_the_proxy_passes_end_to_end_headers_only():
 
 
 def test_s3_report_ratios_and_round_trips():
-    from remote_s3_report import best_exact_peer, ratio, round_trips
+    from remote_report import best_exact_peer, ratio, round_trips
 
     peer = {"row": {"family": "pyav"}, "ok": True, "clips_per_s": 4.0, "mib_per_clip": 2.0,
             "requests_per_clip": 6.0}
@@ -193,6 +193,6 @@ def test_avi_files_are_demuxed_with_genpts_by_pyav_and_spdl():
 
 def test_spdl_reads_the_remote_download_as_bytes():
     from remote import FAMILIES
-    from remote_tasks import BYTES_FAMILIES
+    from contenders import BYTES_FAMILIES
 
     assert "spdl" in FAMILIES and "spdl" in BYTES_FAMILIES
