@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.fluxon-installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode clean
+.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av clean
 
 build: $(STAMP)
 
@@ -89,6 +89,13 @@ bench-loader: build $(BENCH_STAMP)
 # bench/results/multinode.{md,json}. Needs only the build (redis-server and redis-cli).
 bench-multinode: build
 	$(PY) bench/multinode.py $(BENCH_ARGS)
+
+# A-V clips (~3 min; --quick ~1 min): a 2 s clip's 16 frames at 224x224 and its audio at
+# 16 kHz mono, fluxon vs torchcodec (VideoDecoder + AudioDecoder), PyAV and decord's
+# AVReader on local files, frames and samples checked against the ffmpeg CLI; writes
+# bench/results/av.{md,json}.
+bench-av: build $(BENCH_STAMP)
+	$(PY) bench/av_clips.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info fluxon_video/*.so .pytest_cache \

@@ -190,9 +190,16 @@ def build_metadata(index: FrameIndex, size_bytes: int, mtime_ns: int,
     )
 
 
+# Times this close to a frame's pts count as its pts: far below any time base's
+# tick (1/90000 s), far above a float's rounding of a sum of seconds.
+TIME_TOLERANCE_S = 1e-9
+
+
 def indices_at_times(frame_times: np.ndarray, metadata: FluxonFsVideoMetadata, seconds: Any,
                      name: str = "") -> list[int]:
-    """For each time, the frame displayed then: the last frame whose pts <= t.
+    """For each time, the frame displayed then: the last frame whose pts <= t
+    (within TIME_TOLERANCE_S: a time summed in floats, 0.587 + 12 / 8 =
+    2.0869999999999997, still finds the frame shown at 2.087).
 
     ``frame_times`` is ``timestamps_s(index)`` of the same video.
     """
@@ -204,7 +211,8 @@ def indices_at_times(frame_times: np.ndarray, metadata: FluxonFsVideoMetadata, s
         bad = float(times[outside][0])
         raise FluxonFsFrameIndexError(
             f"{name}: time {bad} s is outside the video [{metadata.begin_s}, {metadata.end_s}) s")
-    return [int(i) for i in np.searchsorted(frame_times, times, side="right") - 1]
+    found = np.searchsorted(frame_times, times + TIME_TOLERANCE_S, side="right") - 1
+    return [int(i) for i in found]
 
 
 def _round_even(value: float) -> int:

@@ -196,3 +196,22 @@ def test_spdl_reads_the_remote_download_as_bytes():
     from contenders import BYTES_FAMILIES
 
     assert "spdl" in FAMILIES and "spdl" in BYTES_FAMILIES
+
+
+def test_av_audio_verdict_names_exact_shifted_and_broken_audio():
+    from fractions import Fraction
+
+    from av_clips import RATE, Truth, audio_verdict
+
+    truth = Truth.__new__(Truth)  # the CLI's audio without running it: noise at 16 kHz
+    truth.first = Fraction(-1, 100)
+    truth.audio = np.random.default_rng(3).standard_normal(4 * RATE).astype(np.float32)
+    start = 1.0  # sample 16160 of the stream
+    exact = truth.audio[16160:16160 + 8000]
+    assert audio_verdict(exact, start, truth) == {"exact": True, "shift": 0, "max_diff": 0.0}
+    late = truth.audio[16160 + 37:16160 + 37 + 8000]  # 37 samples later than it says
+    assert audio_verdict(late, start, truth)["shift"] == 37
+    assert audio_verdict(late, start, truth)["max_diff"] == 0.0
+    broken = exact.copy()
+    broken[5] = np.nan
+    assert audio_verdict(broken, start, truth)["shift"] is None

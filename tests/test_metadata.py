@@ -245,6 +245,10 @@ def test_indices_at_times_are_the_frames_displayed(media, local, name):
         assert got == [decoded.displayed_at(t) for t in ts]
         assert reader.indices_at_times(reader.timestamps_s()) == list(range(len(reader)))
         assert reader.indices_at_times(float(ts[5])) == [decoded.displayed_at(ts[5])]
+        # A time that float arithmetic left a hair below a frame's pts (0.587 + 1.5 is
+        # 2.0869999999999997) is that frame's time, not the previous frame's.
+        below = np.nextafter(reader.timestamps_s()[1:], -np.inf)
+        assert reader.indices_at_times(below) == list(range(1, len(reader)))
 
 
 @pytest.mark.parametrize("name", TIME_CLIPS)

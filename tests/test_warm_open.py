@@ -1,5 +1,6 @@
 """Warm opens: the frame index carries the container's header bytes, and with
-metadata_cache_shared the stat rides in the same KV round trip as the index.
+metadata_cache_shared (the default) the stat rides in the same KV round trip as
+the index. Tests of the per-process stat say metadata_cache_shared=False.
 
 Real agent process, real redis-server; frames checked against the ffmpeg CLI.
 """
@@ -50,14 +51,15 @@ def test_a_warm_open_fetches_no_container_byte(media, agent, export_root, redis_
     relpath = f"bucket/videos/{name}"
     data = (export_root / relpath).read_bytes()
     ref = media.reference(name, *SIZE)
-    with make_patcher(agent.url, export_root, redis_url, piece_size=PIECE) as cold:
+    own_stats = dict(piece_size=PIECE, metadata_cache_shared=False)  # the agent's stat each time
+    with make_patcher(agent.url, export_root, redis_url, **own_stats) as cold:
         # The same frames as the warm read: it then needs no piece the cold
         # read did not store.
         _, cold_stats, _ = read(cold, relpath, [40, 41])
         assert cold_stats.index_source == "scan"
         assert cold.client.backfill.wait_idle()
     fetched = record_fetches(monkeypatch)
-    with make_patcher(agent.url, export_root, redis_url, piece_size=PIECE) as warm:
+    with make_patcher(agent.url, export_root, redis_url, **own_stats) as warm:
         frames, stats, index = read(warm, relpath, [40, 41])
     np.testing.assert_array_equal(frames, ref[[40, 41]])
     assert stats.index_source == "kv" and stats.path == "indexed" and not stats.fallback
@@ -98,8 +100,8 @@ def test_shared_stats_make_a_warm_open_one_kv_round_trip(media, agent, export_ro
         frames, stats, _ = read(node_c, relpath, [3, 50])
     np.testing.assert_array_equal(frames, ref[[3, 50]])
     assert stats.stat_requests == 0 and stats.remote_reads == 0
-    # Off (the default): every new process asks the agent.
-    with make_patcher(agent.url, export_root, redis_url) as node_d:
+    # Off: every new process asks the agent.
+    with make_patcher(agent.url, export_root, redis_url, metadata_cache_shared=False) as node_d:
         _, default_stats = node_d.video_metadata_with_stats("shared", relpath)
     assert default_stats.stat_requests == 1
 
@@ -158,7 +160,8 @@ def test_a_cold_mp4_scan_reads_its_head_and_end_in_one_round_trip(media, agent, 
     try:
         piece = 262080
         assert target.stat().st_size > 3 * piece
-        with make_patcher(agent.url, export_root, redis_url, piece_size=piece) as cold:
+        with make_patcher(agent.url, export_root, redis_url, piece_size=piece,
+                          metadata_cache_shared=False) as cold:
             meta, stats = cold.video_metadata_with_stats("shared", relpath)
             assert cold.client.backfill.wait_idle()
         assert stats.index_source == "scan" and meta.num_frames == 12 * 24
@@ -166,7 +169,8 @@ def test_a_cold_mp4_scan_reads_its_head_and_end_in_one_round_trip(media, agent, 
         assert stats.remote_reads == 2 and stats.remote_bytes == piece + probe
         assert stats.open_round_trips == 2  # the stat (with the index missed), both ends
         # The index keeps what the open read: a warm read fetches packets only.
-        with make_patcher(agent.url, export_root, redis_url, piece_size=piece) as warm:
+        with make_patcher(agent.url, export_root, redis_url, piece_size=piece,
+                          metadata_cache_shared=False) as warm:
             frames, warm_stats, _ = read(warm, relpath, [200])
         np.testing.assert_array_equal(frames, media.reference("long_640x360.mp4", *SIZE)[[200]])
         assert warm_stats.index_source == "kv" and warm_stats.open_round_trips == 1
@@ -194,3 +198,17 @@ def test_a_cold_webm_is_fetched_in_parallel_batches_and_its_open_counted(media, 
     with make_patcher(agent.url, export_root, redis_url, piece_size=PIECE) as warm:
         _, warm_stats, _ = read(warm, relpath, [10])
     assert warm_stats.open_round_trips == 1 and warm_stats.first_frame_waits <= 3
+
+
+def test_by_default_a_cold_open_asks_the_kv_for_a_shared_stat_first(agent, export_root,
+                                                                    redis_url):
+    """The default's price: a cold open looks for a stat another process shared (with the
+    index, one KV pipeline) before asking the agent, one more round trip; a new process
+    then opens the same file with no agent request."""
+    relpath = "bucket/videos/h264_moov_end.mp4"
+    with make_patcher(agent.url, export_root, redis_url) as node_a:
+        _, cold = node_a.video_metadata_with_stats("shared", relpath)
+    assert cold.stat_requests == 1 and cold.index_source == "scan"
+    with make_patcher(agent.url, export_root, redis_url) as node_b:
+        _, warm = node_b.video_metadata_with_stats("shared", relpath)
+    assert warm.stat_requests == 0 and warm.kv_round_trips == 1 and warm.index_source == "kv"

@@ -86,11 +86,12 @@ class FluxonFsExport:
     cache_bytes_field_key: str = "bytes"
     cache_max_bytes: int = 64 << 30
     metadata_cache_ttl_ms: int = 5_000
-    # Off by default. Share agent-authorised stats through the KV for
+    # On by default. Share agent-authorised stats through the KV for
     # metadata_cache_ttl_ms (per identity token): a warm open or video_metadata
     # in a new process is then one KV round trip and no agent request, and a
-    # changed file (or a revoked identity) goes unnoticed that long everywhere.
-    metadata_cache_shared: bool = False
+    # changed file (or a revoked identity) goes unnoticed that long everywhere,
+    # as it already does in one process. Without a KV it changes nothing.
+    metadata_cache_shared: bool = True
     async_backfill_enabled: bool = True
     piece_size: int = defaults.PAGE_SIZE
     kv_miss_policy: MissPolicy = MissPolicy.RemoteRead
