@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate  # noqa: E402
 
 from fluxon_video.torch import (LoaderStats, SameVideoBatchSampler, StatsCollate,  # noqa: E402
                                 VideoClipDataset)
-from harness import (DASH, error_text, fill, finish, header, kinds_of, listing,  # noqa: E402
+from harness import (DASH, add_options, error_text, fill, finish, header, kinds_of, listing,  # noqa: E402
                      machine, machine_line, mib, num, scenario_parser, table, versions,
                      write_outputs)
 
@@ -479,29 +479,23 @@ def markdown(results: dict[str, Any]) -> str:
 def parse_args() -> argparse.Namespace:
     ap = scenario_parser("dataloader.py", None, "a smoke run: 32 items, 1 epoch per row",
                          "dataloader.md and dataloader.json")
-    add = ap.add_argument
-    add("--items", type=int, help="clips per epoch (default: 96, quick: 32)")
-    add("--repeat", type=int, help="timed epochs per row; figures are medians (default: 3, "
-                                   "quick: 1)")
-    add("--workers", type=int, default=2, help="DataLoader workers (default: 2)")
-    add("--batch-size", type=int, default=8, help="(default: 8)")
-    add("--per-video", type=int, default=4, help="clips per video in the batched rows "
-                                                 "(default: 4)")
-    add("--threads", type=int, default=1, help="decoder threads per read, every contender "
-                                               "(default: 1)")
-    add("--context", choices=["fork", "spawn", "forkserver"],
-        help="worker start method (default: the platform's)")
-    add("--no-cold", dest="cold", action="store_false",
-        help="skip the cold (Redis flushed) fluxon epochs")
-    add("--max-other-cpu", type=float, default=0.25,
-        help="redo a timed epoch during which other work on the machine used more than this "
-             "many cores (default: 0.25)")
-    add("--retries", type=int, default=3, help="at most this many redos per timed epoch "
-                                               "(default: 3)")
-    add("--seed", type=int, default=7, help="clip plan and shuffle seed (default: 7)")
-    add("--agent-latency-ms", type=float, default=0.0,
-        help="latency the agent adds to every stat and read (default: 0)")
-    args = finish(ap, ap.parse_args(), {"items": 96, "repeat": 3}, {"items": 32, "repeat": 1},
+    full, quick = add_options(ap, [
+        ("--items", int, 96, 32, "clips per epoch"),
+        ("--repeat", int, 3, 1, "timed epochs per row; figures are medians"),
+        ("--workers", int, 2, 2, "DataLoader workers"),
+        ("--batch-size", int, 8, 8, "clips per batch"),
+        ("--per-video", int, 4, 4, "clips per video in the batched rows"),
+        ("--threads", int, 1, 1, "decoder threads per read, every contender"),
+        ("--context", ("fork", "spawn", "forkserver"), None, None,
+         "worker start method (default: the platform's)"),
+        ("--max-other-cpu", float, 0.25, 0.25, "redo a timed epoch during which other work on "
+                                               "the machine used more than this many cores"),
+        ("--retries", int, 3, 3, "at most this many redos per timed epoch"),
+        ("--seed", int, 7, 7, "clip plan and shuffle seed"),
+        ("--agent-latency-ms", float, 0.0, 0.0, "latency the agent adds to every stat and read")])
+    ap.add_argument("--no-cold", dest="cold", action="store_false",
+                    help="skip the cold (Redis flushed) fluxon epochs")
+    args = finish(ap, ap.parse_args(), full, quick,
                   ("items", "repeat", "workers", "batch_size", "per_video", "threads"))
     if args.retries < 0:
         ap.error("--retries must be at least 0")

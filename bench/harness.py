@@ -64,9 +64,24 @@ def scenario_parser(script: str, about: str | None, quick: str, outputs: str,
     return ap
 
 
+def add_options(ap: argparse.ArgumentParser, rows: Iterable[tuple]) -> tuple[dict, dict]:
+    """Options from rows (flag, type or choices, default, quick default, help); unset ones
+    are None until ``finish``. Returns the full and the quick defaults."""
+    full: dict[str, Any] = {}
+    quick: dict[str, Any] = {}
+    for flag, kind, default, fast, text in rows:
+        dest = flag[2:].replace("-", "_")
+        full[dest], quick[dest] = default, fast
+        shown = "" if default is None else f" (default: {default}" + (
+            f", quick: {fast})" if fast != default else ")")
+        ap.add_argument(flag, help=text + shown,
+                        **({"choices": kind} if isinstance(kind, tuple) else {"type": kind}))
+    return full, quick
+
+
 def finish(ap: argparse.ArgumentParser, args: argparse.Namespace, full: dict[str, Any],
            quick: dict[str, Any], at_least_one: Iterable[str] = ()) -> argparse.Namespace:
-    """Options left unset take their --quick or full default; results go to
+    """Unset options take their --quick or full default; results go to
     <data>/quick-results for a quick run unless --out says otherwise."""
     for name, value in (quick if args.quick else full).items():
         if getattr(args, name) is None:

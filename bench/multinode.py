@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 
 from dataset import prepare, sample_clips, small_specs  # noqa: E402
 from frames import reference_files  # noqa: E402
-from harness import (fill, finish, header, kinds_of, listing, machine,  # noqa: E402
+from harness import (add_options, fill, finish, header, kinds_of, listing, machine,  # noqa: E402
                      machine_line, mib, scenario_parser, table, versions, write_outputs)
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
@@ -267,25 +267,22 @@ def render(record: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = scenario_parser(
-        "multinode.py", None,
-        "smoke run: 6 videos of 6 s, 12 clips per epoch, 1 run", "multinode.md and multinode.json",
-        render=False)
-    add = parser.add_argument
-    add("--videos", type=int, default=6, help="videos in the dataset, >= 3 (default: 6)")
-    add("--seconds", type=float, help="length of each video, s (default: 30; quick: 6)")
-    add("--clips", type=int, help="clips per epoch (default: 24; quick: 12)")
-    add("--threads", type=int, default=1, help="decoder threads per read (default: 1)")
-    add("--repeat", type=int, help="runs of every phase, each from a flushed cluster; "
-                                   "clips/s: their median (default: 3; quick: 1)")
-    add("--piece-size", type=int, default=262144, help="KV piece size, bytes (default: 262144)")
-    add("--agent-latency-ms", type=float, default=0.0,
-        help="the agent waits this long per stat/read, a remote store (default: 0)")
-    add("--seed", type=int, default=7, help="clip seed (default: 7)")
-    a = finish(parser, parser.parse_args(argv), {"seconds": 30.0, "clips": 24, "repeat": 3},
-               {"seconds": 6.0, "clips": 12, "repeat": 1}, ("repeat",))
+    ap = scenario_parser("multinode.py", None, "smoke run: 6 videos of 6 s, 12 clips per epoch, "
+                         "1 run", "multinode.md and multinode.json", render=False)
+    full, quick = add_options(ap, [
+        ("--videos", int, 6, 6, "videos in the dataset, >= 3"),
+        ("--seconds", float, 30.0, 6.0, "length of each video, s"),
+        ("--clips", int, 24, 12, "clips per epoch"),
+        ("--threads", int, 1, 1, "decoder threads per read"),
+        ("--repeat", int, 3, 1, "runs of every phase, each from a flushed cluster; clips/s: "
+                                "their median"),
+        ("--piece-size", int, 262144, 262144, "KV piece size, bytes"),
+        ("--agent-latency-ms", float, 0.0, 0.0, "the agent waits this long per stat/read, a "
+                                                "remote store"),
+        ("--seed", int, 7, 7, "clip seed")])
+    a = finish(ap, ap.parse_args(argv), full, quick, ("repeat",))
     if a.videos < 3 or a.clips < a.videos:
-        parser.error("need --videos >= 3 and --clips >= --videos")
+        ap.error("need --videos >= 3 and --clips >= --videos")
     return a
 
 
