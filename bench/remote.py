@@ -503,55 +503,21 @@ class Bench:
 
     def results(self, seconds: float) -> dict:
         a = self.args
-        conditions = self.dir_conditions()
-        if self.s3:
-            conditions["store"].update(S3_CONDITIONS)
-        conditions["workload"].update(long_videos=a.long_videos, long_items=a.long_items,
-                                      block_sizes=a.block_sizes)
-        return {**header("remote.py", self.argv, seconds, self.args),
-                "conditions": conditions, "videos": [v.facts() for v in self.videos.values()],
-                "plans": self.plans, "needed_bytes": {
-                    w: [sum(i["needed_bytes"] for i in plan) for plan in plans]
-                    for w, plans in self.plans.items() if w != "metadata"},
-                "passes": self.passes, "skipped": self.skipped, "notes": self.notes}
-
-    def dir_conditions(self) -> dict:
-        a = self.args
-        return {
+        return {**header("remote.py", self.argv, seconds, a), "conditions": {
             "machine": {**machine(), "load_average": self.load},
             "versions": {**versions(), **self.versions},
-            "store": {
-                "latencies_ms": a.latency_list, "bandwidth_mbps_per_connection": a.bandwidth_mbps,
-                "peers": "bench/range_server.py --root (aiohttp, HTTP/1.1, Range) on loopback",
-                "fluxon": "the agent (python -m fluxon_video agent --inject-latency-ms L) on "
-                          "loopback; Redis on loopback, no persistence",
-                "relay": "bench/range_server.py relay in front of both servers: per-connection "
-                         "token bucket (64 KiB burst) on server -> client bytes; counts "
-                         "connections",
-                "latency": "each origin sleeps L before answering each request (agent: "
-                           "/v1/stat and /v1/read; range server: every GET and HEAD)",
-                "piece_size": self.fluxon_config()["piece_size"] if self.store else None,
-            },
+            "store": {"origin": a.store, "latencies_ms": a.latency_list,
+                      "bandwidth_mbps_per_connection": a.bandwidth_mbps,
+                      "piece_size": self.fluxon_config()["piece_size"] if self.store else None},
             "workload": {"clip": f"{CLIP_LEN} frames, stride {STRIDE}, {SIZE}x{SIZE} RGB",
                          "rounds": {f"{k:g}": v for k, v in a.rounds_for.items()},
-                         "threads": a.threads,
-                         "batched_clips": a.batched_clips},
-        }
-
-
-S3_CONDITIONS = {
-    "origin": "s3",
-    "peers": "s3fs file objects, obstore readers and s3fs cat_file, to moto's S3 server "
-             "(standalone, buckets in memory) through bench/range_server.py --proxy",
-    "fluxon": "the agent (export root s3://bench/videos, obstore, the store options in its "
-              "config, no injected latency) on loopback behind an unshaped relay; Redis on "
-              "loopback, no persistence; the agent's S3 requests go through the same proxy",
-    "relay": "bench/range_server.py relay in front of the S3 proxy: per-connection token "
-             "bucket (64 KiB burst) on server -> client bytes; counts connections",
-    "latency": "the proxy (range_server.py --proxy) sleeps L before forwarding each request "
-               "to S3 (any method: GET, HEAD, LIST), for the peers and the agent alike; it "
-               "counts the requests and GET body bytes",
-}
+                         "threads": a.threads, "batched_clips": a.batched_clips,
+                         "long_videos": a.long_videos, "long_items": a.long_items,
+                         "block_sizes": a.block_sizes}},
+            "videos": [v.facts() for v in self.videos.values()], "plans": self.plans,
+            "needed_bytes": {w: [sum(i["needed_bytes"] for i in plan) for plan in plans]
+                             for w, plans in self.plans.items() if w != "metadata"},
+            "passes": self.passes, "skipped": self.skipped, "notes": self.notes}
 
 
 def s3_peer_rows(blocks: list[int]) -> list[dict]:

@@ -153,9 +153,8 @@ def conditions(results: dict) -> dict[str, object]:
         command=results["command"], generated=results["generated"],
         duration=f"{results['duration_s']:.0f}", git=m["git"],
         latencies=", ".join(f"{x:g}" for x in store["latencies_ms"]),
-        latency_model=store["latency"], relay=store["relay"],
         bandwidth=(f"**{bw:g} MB/s per connection** (10^6 B/s, server -> client)" if bw
-                   else "no bandwidth cap"), peers=store["peers"], fluxon=store["fluxon"],
+                   else "no bandwidth cap"),
         piece_kib=(store.get("piece_size") or 0) // KiB, clip=wl["clip"],
         rounds=", ".join(f"{v} at {k} ms" for k, v in wl["rounds"].items()),
         threads=wl["threads"], k=wl["batched_clips"], frames_asked=wl["batched_clips"] * 16,
