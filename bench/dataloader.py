@@ -388,9 +388,7 @@ class LoaderBench:
                            "decoder_threads": a.threads, "items": a.items,
                            "clip": f"{CLIP_LEN} frames, stride {STRIDE}, {SIZE}x{SIZE}",
                            "clips_per_video_batched": a.per_video},
-                "export": {"where": "agent process on loopback (127.0.0.1), HTTP/1.1",
-                           "root": str(self.video_dir), "agent_latency_ms": a.agent_latency_ms,
-                           "kv": "redis-server on loopback, no persistence"}},
+                "export": {"root": str(self.video_dir), "agent_latency_ms": a.agent_latency_ms}},
             "videos": [v.facts() for v in self.videos], "plan": self.plan,
             "warmup_fluxon_stats": getattr(self, "warmup_stats", None),
             "topup_fluxon_stats": getattr(self, "topup_stats", None),
@@ -471,7 +469,7 @@ def markdown(results: dict[str, Any]) -> str:
         dataset_mib=f"{sum(v['file_bytes'] for v in videos) / 2**20:.1f}",
         workers=loader["workers"], start_method=loader["start_method"],
         batch_size=loader["batch_size"], threads=loader["decoder_threads"],
-        where=export["where"], latency=f"{export['agent_latency_ms']:g}", kv=export["kv"],
+        latency=f"{export['agent_latency_ms']:g}",
         machine=machine_line(c["machine"]), versions=listing(c["versions"].items()),
         tail="".join("\n" + line for line in tail))
 

@@ -113,21 +113,20 @@ def cluster_contents(cluster: Any) -> dict[str, Any]:
             "pieces": sum(n["pieces"] for n in nodes)}
 
 
+COUNTS = ("kv_hits", "kv_misses", "kv_round_trips", "kv_errors", "kv_bytes", "index_scans",
+          "index_from_kv", "backfills_queued", "backfills_dropped")
+
+
 def summarize(epoch: int, node: int, cache: str, together: bool, result: dict[str, Any],
               clips: int) -> dict[str, Any]:
     s, check = result["stats"], result["check"]
     return {"epoch": epoch, "node": node, "cache": cache, "together": together,
-            "clips": clips, "seconds": result["seconds"],
-            "clips_per_s": clips / result["seconds"], "cpu_s": result["cpu_s"],
+            "clips": clips, "clips_per_s": clips / result["seconds"],
+            **{k: result[k] for k in ("seconds", "cpu_s", "backfill_drained", "backfill_wait_s",
+                                      "late_s")},
             "clip_ms_p50": statistics.median(result["clip_ms"]),
             "agent_bytes": s["remote_bytes"], "agent_reads": s["remote_reads"],
-            "kv_hits": s["kv_hits"], "kv_misses": s["kv_misses"],
-            "kv_round_trips": s["kv_round_trips"], "kv_errors": s["kv_errors"],
-            "kv_bytes": s["kv_bytes"], "index_scans": s["index_scans"],
-            "index_from_kv": s["index_from_kv"], "backfills_queued": s["backfills_queued"],
-            "backfills_dropped": s["backfills_dropped"],
-            "backfill_drained": result["backfill_drained"],
-            "backfill_wait_s": result["backfill_wait_s"], "late_s": result["late_s"],
+            **{k: s[k] for k in COUNTS},
             "frames_checked": check["frames"], "frames_wrong": check["frames"] - check["bit_exact"],
             "first_wrong": check["wrong"][:3], "pid": result["pid"], "stats": s}
 
@@ -149,15 +148,8 @@ def conditions(a: argparse.Namespace, videos: list[Any], video_dir: Path) -> dic
                     "frames": [min(v.frames for v in videos), max(v.frames for v in videos)],
                     "gop": 60, "fps": 30},
         "workload": {"clips_per_epoch": a.clips, "clip": f"{CLIP_LEN} frames, stride {STRIDE}, "
-                     f"{SIZE}x{SIZE}", "decoder_threads": a.threads, "seed": a.seed,
-                     "reads": "one pool.read_frames_numpy per clip, a fresh spawned process "
-                              "and patcher per node per epoch"},
-        "fluxonfs": {"piece_size": a.piece_size, "kv_miss_policy": "RemoteRead",
-                     "async_backfill": True,
-                     "kv": "Redis Cluster, 3 masters, no replicas, loopback, no persistence "
-                           "(fluxon_video.testing.RedisCluster)",
-                     "agent": "python -m fluxon_video agent on loopback, HTTP/1.1",
-                     "agent_latency_ms": a.agent_latency_ms},
+                     f"{SIZE}x{SIZE}", "decoder_threads": a.threads, "seed": a.seed},
+        "fluxonfs": {"piece_size": a.piece_size, "agent_latency_ms": a.agent_latency_ms},
     }
 
 
@@ -257,8 +249,7 @@ def render(record: dict[str, Any]) -> str:
         kinds=", ".join(f"{n} × {k}" for k, n in d["kinds"].items()), gop=d["gop"],
         fps=d["fps"], frames=f"{d['frames'][0]}–{d['frames'][1]}", dataset_mib=mib(d["bytes"]),
         clips=w["clips_per_epoch"], clip=w["clip"], seed=w["seed"], threads=w["decoder_threads"],
-        reads=w["reads"], piece_kib=f["piece_size"] // 1024, miss_policy=f["kv_miss_policy"],
-        kv=f["kv"], agent=f["agent"], latency=f["agent_latency_ms"],
+        piece_kib=f["piece_size"] // 1024, latency=f["agent_latency_ms"],
         per_node=", ".join(f"{n['keys']} keys / {mib(n['piece_bytes'])} MiB of pieces / "
                            f"{mib(n['used_memory_dataset'])} MiB used_memory_dataset"
                            for n in record["cluster_after"]["nodes"]),
