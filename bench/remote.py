@@ -5,6 +5,7 @@ remote videos, under one model of the store (see --help or bench/README.md)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -97,16 +98,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 # ---- the children: long-lived peer workers, a new process per fluxon pass ----
 
-_REFS: dict[str, Any] = {}
-
-
+@functools.cache
 def reference(path: str) -> Any:
     """The reference frames of a video, loaded once per process."""
     from frames import Reference
 
-    if path not in _REFS:
-        _REFS[path] = Reference.load(Path(path))
-    return _REFS[path]
+    return Reference.load(Path(path))
 
 
 def peer_hello(family: str, path: str, threads: int) -> dict:
@@ -271,20 +268,16 @@ def fluxon_pass(task: dict) -> dict:
 class Bench:
     def __init__(self, args: argparse.Namespace, argv: list[str]) -> None:
         self.args, self.argv = args, argv
-        self.work = args.data / "remote-work"
-        self.s3 = args.store == "s3"
-        self.video_dir = args.data / "remote-videos"
+        self.work, self.video_dir = args.data / "remote-work", args.data / "remote-videos"
+        self.s3, self.store = args.store == "s3", None
         self.videos: dict[str, Any] = {}
-        self.long: list[str] = []
         self.plans: dict[str, list[list[dict]]] = {}
         self.refs: dict[str, Path] = {}
         self.versions: dict[str, str] = {}
-        self.notes: list[str] = []
         self.skipped: dict[str, str] = {}
-        self.passes: list[dict] = []  # every pass, with its latency, workload, round
         self.workers: dict[str, Child] = {}
-        self.store: Any = None
-        self.load: list[tuple[str, list[float]]] = []
+        # every pass (with its latency, workload, round), the long videos, notes, load
+        self.passes, self.long, self.notes, self.load = [], [], [], []
         self.families = ("pyav", "torchcodec") if self.s3 else FAMILIES
         self.workloads = (("clips", "long") if self.s3 else ("clips", "batched", "metadata")
                           + (("long",) if args.long_videos else ()))

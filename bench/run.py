@@ -237,17 +237,13 @@ class Bench:
         self.args, self.argv = args, argv
         self.specs = [s.scaled(QUICK_SCALE) for s in DATASET] if args.quick else list(DATASET)
         self.video_dir = args.data / ("quick-videos" if args.quick else "videos")
-        self.work = args.data / "work"
+        self.work, self.redis = args.data / "work", None
         self.videos: dict[str, Any] = {}
         self.clips: dict[str, list[list[int]]] = {}
         self.refs: dict[tuple, Path] = {}
-        self.passes: list[dict] = []
-        self.floors: list[dict] = []
+        self.passes, self.floors, self.servers, self.notes = [], [], [], []
         self.versions: dict[str, str] = {}
-        self.notes: list[str] = []
         self.skipped: dict[str, str] = {}
-        self.servers: list[Any] = []
-        self.redis: Any = None
 
     def steps(self) -> list[tuple[str, Callable[[], None]]]:
         from contenders import PEERS
@@ -397,15 +393,12 @@ class Bench:
             "workloads": WORKLOADS,
             "conditions": {"machine": machine(), "versions": {**versions(), **self.versions},
                            "export": {
-                               "where": "agent process on loopback (127.0.0.1), HTTP/1.1",
                                "root": str(self.video_dir),
                                "filesystem": run_cmd("stat", "-f", "-c", "%T",
                                                      str(self.video_dir)),
                                "agent_latency_ms": self.args.agent_latency_ms,
                                "sweep_agent_latency_ms": self.args.sweep_latency_ms,
-                               "kv": "redis-server on loopback, no persistence",
-                               "piece_size": self.args.piece_size,
-                               "miss_policy": "RemoteRead, async backfill"}},
+                               "piece_size": self.args.piece_size}},
             "videos": [v.facts() for v in self.videos.values()],
             "clips": self.clips,
             "ideal_bytes": {v.name: {"gop_span_bytes": v.span_bytes(self.clips[v.name]),
@@ -619,9 +612,8 @@ def markdown(results: dict, rows: list[dict]) -> str:
         duration=f"{results['duration_s']:.0f}",
         machine=f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}; "
                 f"git {m['git']}",
-        export=f"{export['where']}, root on {export['filesystem']}, injected agent latency "
-               f"{export['agent_latency_ms']} ms; KV: {export['kv']}; piece size "
-               f"{export['piece_size'] >> 10} KiB, {export['miss_policy']}",
+        filesystem=export["filesystem"], latency=export["agent_latency_ms"],
+        piece=export["piece_size"] >> 10,
         repeat=s["repeat"], clips=s["clips"], seed=s["seed"], threads=s["threads"],
         versions=listing(c["versions"].items()),
         skipped=f"Skipped: {skipped}.\n\n" if skipped else "",
