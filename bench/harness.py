@@ -46,13 +46,17 @@ def doc(script: str) -> str:
     return text.split("\n## ", 1)[0].strip()
 
 
+def tool_parser(script: str, about: str | None = None) -> argparse.ArgumentParser:
+    """A parser described by ``about``, else by the script's section of bench/README.md."""
+    return argparse.ArgumentParser(prog=f"python bench/{script}", description=about or doc(script),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def scenario_parser(script: str, about: str | None, quick: str, outputs: str,
                     render: bool = True) -> argparse.ArgumentParser:
-    """A scenario's parser (described by ``about``, else by its section of bench/README.md)
-    with the options every scenario has: --quick, --data, --out (and --render, which
-    redraws the outputs from a saved JSON)."""
-    ap = argparse.ArgumentParser(prog=f"python bench/{script}", description=about or doc(script),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    """A scenario's parser with the options every scenario has: --quick, --data, --out (and
+    --render, which redraws the outputs from a saved JSON)."""
+    ap = tool_parser(script, about)
     ap.add_argument("--quick", action="store_true",
                     help=f"{quick}; results to <data>/quick-results unless --out is given")
     ap.add_argument("--data", type=Path, default=BENCH / ".data",

@@ -18,6 +18,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from harness import tool_parser
+
 CHUNK = 64 * 1024
 BURST = 64 * 1024  # token bucket depth, bytes
 
@@ -250,9 +252,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python bench/range_server.py", description=(Path(__file__).parent / "README.md").read_text()
-                                 .split("## bench/range_server.py\n")[1].split("\n## ")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = tool_parser("range_server.py")
     where = ap.add_mutually_exclusive_group(required=True)
     where.add_argument("--root", help="serve the files under this directory (HTTP Range)")
     where.add_argument("--upstream", metavar="HOST:PORT",
