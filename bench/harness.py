@@ -165,12 +165,10 @@ def header(script: str, argv: list[str] | None, seconds: float,
 def write_outputs(out: Path, stem: str, results: dict | None, markdown: str) -> list[Path]:
     """<out>/<stem>.json (unless None: a redraw keeps the JSON it came from) and .md."""
     out.mkdir(parents=True, exist_ok=True)
-    texts = {f"{stem}.md": markdown}
+    (out / f"{stem}.md").write_text(markdown)
     if results is not None:
-        texts[f"{stem}.json"] = json.dumps(results, indent=1, default=str) + "\n"
-    for name, text in texts.items():
-        (out / name).write_text(text)
-    return [out / name for name in texts]
+        (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return [out / f"{stem}.{ext}" for ext in ("md", "json")[:1 + (results is not None)]]
 
 
 def fill(template: str, **values: object) -> str:

@@ -219,15 +219,11 @@ def ratio(a: dict | None, b: dict | None, k: str = "clips_per_s") -> float | Non
 
 # Fluxon rows against the best exact peer: (workload, fluxon cache, goal, target text).
 VERSUS_BEST_PEER = [
-    ("clips", "warm-kv", 3.0, "random clip per item: fluxon {cache} ÷ best exact peer"),
-    ("clips", "warm-kv+shared", 3.0, "random clip per item: fluxon {cache} ÷ best exact peer"),
-    ("clips", "warm-reader", 3.0, "random clip per item: fluxon {cache} ÷ best exact peer"),
-    ("clips", "cold", 2.5, "random clip per item: fluxon {cache} ÷ best exact peer"),
-    ("batched", "warm-kv", 5.0, "batched K clips of one video: fluxon read_many {cache} ÷ best "
-                                "exact peer one by one"),
-    ("batched", "cold", 5.0, "batched K clips of one video: fluxon read_many {cache} ÷ best "
-                             "exact peer one by one"),
-]
+    *(("clips", cache, goal, "random clip per item: fluxon {cache} ÷ best exact peer")
+      for cache, goal in (("warm-kv", 3.0), ("warm-kv+shared", 3.0), ("warm-reader", 3.0),
+                          ("cold", 2.5))),
+    *(("batched", cache, 5.0, "batched K clips of one video: fluxon read_many {cache} ÷ best "
+                              "exact peer one by one") for cache in ("warm-kv", "cold"))]
 
 
 def versus_best(run: Run, workload: str, latency: float | None = None) -> list[Target]:
