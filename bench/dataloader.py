@@ -124,8 +124,7 @@ class CpuMeter:
         t = self.psutil.cpu_times()
         busy = sum(t) - sum(getattr(t, k, 0.0) for k in ("idle", "iowait", "steal", "guest",
                                                           "guest_nice"))
-        own = os.times()
-        ours = own.user + own.system + own.children_user + own.children_system
+        ours = sum(os.times()[:4])  # user, system, children's user and system
         for proc in self.servers:
             try:
                 ours += sum(proc.cpu_times()[:2])
