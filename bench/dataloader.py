@@ -24,9 +24,9 @@ from torch.utils.data import DataLoader, Dataset, default_collate  # noqa: E402
 
 from fluxon_video.torch import (LoaderStats, SameVideoBatchSampler, StatsCollate,  # noqa: E402
                                 VideoClipDataset)
-from harness import (DASH, add_options, error_text, fill, finish, header, kinds_of, listing,  # noqa: E402
-                     machine, machine_line, mib, num, scenario_parser, table, versions,
-                     write_outputs)
+from harness import (DASH, add_options, error_text, fill, finish, header,  # noqa: E402
+                     kinds_of, listing, machine, machine_line, mib, num, scenario_parser, table,
+                     versions, write_outputs)
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 EXPORT = "loader"
@@ -479,17 +479,17 @@ def parse_args() -> argparse.Namespace:
     full, quick = add_options(ap, [
         ("--items", int, 96, 32, "clips per epoch"),
         ("--repeat", int, 3, 1, "timed epochs per row; figures are medians"),
-        ("--workers", int, 2, 2, "DataLoader workers"),
-        ("--batch-size", int, 8, 8, "clips per batch"),
-        ("--per-video", int, 4, 4, "clips per video in the batched rows"),
-        ("--threads", int, 1, 1, "decoder threads per read, every contender"),
-        ("--context", ("fork", "spawn", "forkserver"), None, None,
+        ("--workers", int, 2, "DataLoader workers"),
+        ("--batch-size", int, 8, "clips per batch"),
+        ("--per-video", int, 4, "clips per video in the batched rows"),
+        ("--threads", int, 1, "decoder threads per read, every contender"),
+        ("--context", ("fork", "spawn", "forkserver"), None,
          "worker start method (default: the platform's)"),
-        ("--max-other-cpu", float, 0.25, 0.25, "redo a timed epoch during which other work on "
+        ("--max-other-cpu", float, 0.25, "redo a timed epoch during which other work on "
                                                "the machine used more than this many cores"),
-        ("--retries", int, 3, 3, "at most this many redos per timed epoch"),
-        ("--seed", int, 7, 7, "clip plan and shuffle seed"),
-        ("--agent-latency-ms", float, 0.0, 0.0, "latency the agent adds to every stat and read")])
+        ("--retries", int, 3, "at most this many redos per timed epoch"),
+        ("--seed", int, 7, "clip plan and shuffle seed"),
+        ("--agent-latency-ms", float, 0.0, "latency the agent adds to every stat and read")])
     ap.add_argument("--no-cold", dest="cold", action="store_false",
                     help="skip the cold (Redis flushed) fluxon epochs")
     args = finish(ap, ap.parse_args(), full, quick,

@@ -69,11 +69,12 @@ def scenario_parser(script: str, about: str | None, quick: str, outputs: str,
 
 
 def add_options(ap: argparse.ArgumentParser, rows: Iterable[tuple]) -> tuple[dict, dict]:
-    """Options from rows (flag, type or choices, default, quick default, help); unset ones
+    """Options from rows (flag, type or choices, default, [quick default,] help); unset ones
     are None until ``finish``. Returns the full and the quick defaults."""
     full: dict[str, Any] = {}
     quick: dict[str, Any] = {}
-    for flag, kind, default, fast, text in rows:
+    for flag, kind, default, *rest in rows:
+        fast, text = rest if len(rest) == 2 else (default, rest[0])
         dest = flag[2:].replace("-", "_")
         full[dest], quick[dest] = default, fast
         shown = "" if default is None else f" (default: {default}" + (

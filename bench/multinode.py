@@ -261,16 +261,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = scenario_parser("multinode.py", None, "smoke run: 6 videos of 6 s, 12 clips per epoch, "
                          "1 run", "multinode.md and multinode.json", render=False)
     full, quick = add_options(ap, [
-        ("--videos", int, 6, 6, "videos in the dataset, >= 3"),
+        ("--videos", int, 6, "videos in the dataset, >= 3"),
         ("--seconds", float, 30.0, 6.0, "length of each video, s"),
         ("--clips", int, 24, 12, "clips per epoch"),
-        ("--threads", int, 1, 1, "decoder threads per read"),
+        ("--threads", int, 1, "decoder threads per read"),
         ("--repeat", int, 3, 1, "runs of every phase, each from a flushed cluster; clips/s: "
                                 "their median"),
-        ("--piece-size", int, 262144, 262144, "KV piece size, bytes"),
-        ("--agent-latency-ms", float, 0.0, 0.0, "the agent waits this long per stat/read, a "
+        ("--piece-size", int, 262144, "KV piece size, bytes"),
+        ("--agent-latency-ms", float, 0.0, "the agent waits this long per stat/read, a "
                                                 "remote store"),
-        ("--seed", int, 7, 7, "clip seed")])
+        ("--seed", int, 7, "clip seed")])
     a = finish(ap, ap.parse_args(argv), full, quick, ("repeat",))
     if a.videos < 3 or a.clips < a.videos:
         ap.error("need --videos >= 3 and --clips >= --videos")

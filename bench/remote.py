@@ -37,24 +37,24 @@ METADATA_STATS = ("kv_round_trips", "kv_hits", "kv_misses", "remote_reads", "rem
 
 
 OPTIONS = [
-    ("--long-videos", int, 0, 0, "2-minute 720p videos of the 'long' workload (s3: 2)"),
-    ("--long-items", int, 0, 0, "items (random clips, a new open each) per long video per "
+    ("--long-videos", int, 0, "2-minute 720p videos of the 'long' workload (s3: 2)"),
+    ("--long-items", int, 0, "items (random clips, a new open each) per long video per "
                                 "round (s3: 4)"),
     ("--latencies", str, "0,2,10", "10", "per-request latencies, ms, comma separated"),
-    ("--bandwidth-mbps", float, 50.0, 50.0, "per-connection cap in MB/s (10^6 bytes/s), server "
+    ("--bandwidth-mbps", float, 50.0, "per-connection cap in MB/s (10^6 bytes/s), server "
                                             "-> client, for every contender (the relay); 0: none"),
     ("--rounds", str, "2", "1", "interleaved rounds per workload: one number for every latency, "
                                 "or one per latency, comma separated; figures are medians"),
     ("--videos", int, 24, 12, "videos in the clips and metadata workloads, one item each per "
                               "round"),
     ("--batched-items", int, 3, 2, "videos per round in the batched workload"),
-    ("--batched-clips", int, 8, 8, "K, clips per batched item"),
-    ("--block-sizes", str, "256K,default", "256K,default",
+    ("--batched-clips", int, 8, "K, clips per batched item"),
+    ("--block-sizes", str, "256K,default",
      "fsspec block sizes of the PyAV and torchcodec rows; 'default' is fsspec's (5 MiB); with "
      "--store s3 the s3fs block and obstore buffer sizes (s3: 256K,4M)"),
-    ("--threads", int, 1, 1, "decoder threads for every contender"),
-    ("--piece-size", int, None, None, "FluxonFS piece size, bytes (default: the export's)"),
-    ("--seed", int, 15, 15, "clip sampling seed")]
+    ("--threads", int, 1, "decoder threads for every contender"),
+    ("--piece-size", int, None, "FluxonFS piece size, bytes (default: the export's)"),
+    ("--seed", int, 15, "clip sampling seed")]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

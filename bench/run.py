@@ -46,16 +46,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ("--repeat", int, 3, 1, "timed runs of every measurement; figures are medians"),
         ("--clips", int, 6, 2, "random clips per video and workload"),
         ("--batch-clips", int, 8, 4, "clips of the 60 s video in the batched workload"),
-        ("--seed", int, 5, 5, "clip sampling seed"),
-        ("--threads", int, 1, 1, "decoder threads for every contender (as the targets are "
+        ("--seed", int, 5, "clip sampling seed"),
+        ("--threads", int, 1, "decoder threads for every contender (as the targets are "
                                  "stated)"),
-        ("--piece-size", int, piece, piece, "FluxonFS piece size for the main runs, bytes (the "
+        ("--piece-size", int, piece, "FluxonFS piece size for the main runs, bytes (the "
                                             "export default)"),
         ("--sweep-piece-sizes", str, "256K,1M,4M", "256K,1M",
          "piece sizes of the sweep, comma separated, K/M suffixes; empty: none"),
-        ("--agent-latency-ms", float, 0.0, 0.0, "latency the agent adds to every stat and read, "
+        ("--agent-latency-ms", float, 0.0, "latency the agent adds to every stat and read, "
                                                 "to model a remote store"),
-        ("--sweep-latency-ms", float, 2.0, 2.0, "agent latency during the piece-size sweep, where "
+        ("--sweep-latency-ms", float, 2.0, "agent latency during the piece-size sweep, where "
                                                 "round trips are what larger pieces save")])
     args = finish(ap, ap.parse_args(argv), full, quick,
                   ("repeat", "clips", "batch_clips", "threads"))
