@@ -8,7 +8,7 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
-from harness import (DASH, KiB, MiB, Target, best, fill, kinds_of, listing, met, num, pct,
+from harness import (DASH, KiB, MiB, Target, best, count, fill, kinds_of, listing, met, num, pct,
                      stat, summarise, table, times, write_outputs)
 
 # The condition the goals are stated for.
@@ -51,11 +51,7 @@ def summaries(passes: list[dict], batched_clips: int) -> list[dict]:
                       "right" if workload == "metadata" else DASH)
         s.update(workload=workload, latency_ms=latency, label=label(s["row"]))
         if s["per_item"]:
-            paths: dict[str, int] = {}
-            for x in s["per_item"]:
-                if x.get("path"):
-                    paths[x["path"]] = paths.get(x["path"], 0) + 1
-            s["fluxon"] = {"paths": paths, "per_item": s["per_item"], "open_index_ms_p50": pct(
+            s["fluxon"] = {"paths": count(s["per_item"]).get("path", {}), "per_item": s["per_item"], "open_index_ms_p50": pct(
                 [x.get("open_ms", 0) + x.get("index_ms", 0) for x in s["per_item"]], 0.5),
                 **{f"{k}_per_item": stat(s, k, "mean") for k in (
                     "kv_round_trips", "stat_requests", "remote_reads", "frames_decoded")}}
