@@ -9,7 +9,7 @@ import io
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -17,16 +17,7 @@ from harness import error_text
 
 PEERS = ("decord", "pyav", "torchcodec", "spdl")
 MODULES = {"decord": "decord", "pyav": "av", "torchcodec": "torchcodec.decoders",
-           "spdl": "spdl.io",
-           "fluxon-local": "fluxon_video._decode"}
-
-
-class Handle(Protocol):
-    stats: dict[str, Any] | None
-
-    def read(self, indices: Sequence[int]) -> np.ndarray: ...
-
-    def close(self) -> None: ...
+           "spdl": "spdl.io", "fluxon-local": "fluxon_video._decode"}
 
 
 def _source(source: Any) -> Any:
@@ -34,9 +25,17 @@ def _source(source: Any) -> Any:
     return str(source) if isinstance(source, Path) else source
 
 
-class DecordHandle:
-    stats = None
+class Handle:
+    """A reader kept for one video: ``read(indices)`` -> (N, H, W, 3) uint8; ``stats``: the
+    reader's counts of the last read (None: it has none); ``close`` drops the reader."""
 
+    stats: dict[str, Any] | None = None
+
+    def close(self) -> None:
+        self.__dict__.clear()
+
+
+class DecordHandle(Handle):
     def __init__(self, source: Any, height: int | None, width: int | None,
                  threads: int) -> None:
         import decord
@@ -48,13 +47,8 @@ class DecordHandle:
     def read(self, indices: Sequence[int]) -> np.ndarray:
         return self.reader.get_batch(list(indices)).asnumpy()
 
-    def close(self) -> None:
-        del self.reader
 
-
-class TorchcodecHandle:
-    stats = None
-
+class TorchcodecHandle(Handle):
     def __init__(self, source: Any, height: int | None, width: int | None, threads: int,
                  seek_mode: str = "exact") -> None:
         from torchcodec.decoders import VideoDecoder
@@ -67,33 +61,23 @@ class TorchcodecHandle:
     def read(self, indices: Sequence[int]) -> np.ndarray:
         return self.decoder.get_frames_at(list(indices)).data.numpy()
 
-    def close(self) -> None:
-        del self.decoder
-
 
 def spdl_filter(height: int, width: int) -> str:
-    """The filter SPDL is given: the ffmpeg CLI reference's (bench/frames.py), the same
-    size at native size too (a same-size bilinear scale is the reference's conversion)."""
+    """SPDL's filter: the ffmpeg CLI reference's (bench/frames.py), at native size too."""
     return f"scale={width}:{height}:flags=bilinear,format=rgb24"
 
 
 def sorted_unique(indices: Sequence[int]) -> tuple[list[int], list[int]]:
-    """SPDL's sample_decode_video wants sorted, distinct indices: those, and where each
-    of ``indices`` is among them (to put the frames back in the order asked)."""
+    """The sorted, distinct indices SPDL wants, and where each of ``indices`` is among them."""
     wanted = sorted(set(indices))
     at = {index: k for k, index in enumerate(wanted)}
     return wanted, [at[i] for i in indices]
 
 
-class SpdlHandle:
+class SpdlHandle(Handle):
     """spdl.io: the video's packets demuxed once (the whole file: SPDL's model), then
-    ``sample_decode_video`` per clip, which decodes each GOP span the clip touches
-    (on AVI, packets without pts are put in presentation order only with +genpts:
-    without it a clip gets a neighbouring frame, a full decode an IndexError). It
-    consumes the packets it is given, so each clip gets ``packets.clone()`` (SPDL's way
-    of decoding packets more than once; timed with the read)."""
-
-    stats = None
+    ``sample_decode_video`` per clip on ``packets.clone()`` (it consumes what it is given;
+    timed with the read). AVI needs +genpts: without it a clip gets a neighbouring frame."""
 
     def __init__(self, source: Any, height: int, width: int, threads: int) -> None:
         import spdl.io
@@ -112,18 +96,13 @@ class SpdlHandle:
         out = np.stack([self.spdl.to_numpy(self.spdl.convert_frames(f)) for f in frames])
         return out if order == list(range(len(wanted))) else out[order]
 
-    def close(self) -> None:
-        del self.packets
-
 
 def needs_genpts(source: Any) -> bool:
-    """AVI stores no pts for I/P-frames: a user matching frames by pts (PyAV) or by
-    presentation order (SPDL) has the demuxer infer them (fflags +genpts)."""
+    """AVI stores no pts for I/P-frames: PyAV and SPDL users have the demuxer infer them."""
     return isinstance(source, Path) and source.suffix == ".avi"
 
 
 def pyav_open(source: Any) -> Any:
-    """av.open; for AVI with the demuxer inferring pts (``needs_genpts``)."""
     import av
 
     if needs_genpts(source):
@@ -144,15 +123,11 @@ class KeyframeIndex:
         """One packet scan of the file, once per process (its time is kept in ``ms``)."""
         if path not in cls._scanned:
             t0 = time.perf_counter()
-            pts, keys = [], []
-            with pyav_open(path) as container:
-                for packet in container.demux(container.streams.video[0]):
-                    if packet.pts is None:  # the demuxer's final empty packet
-                        continue
-                    pts.append(packet.pts)
-                    if packet.is_keyframe:
-                        keys.append(packet.pts)
-            cls._scanned[path] = cls(sorted(pts), sorted(keys),
+            with pyav_open(path) as container:  # not the demuxer's final empty packet
+                seen = [(p.pts, p.is_keyframe) for p in container.demux(
+                    container.streams.video[0]) if p.pts is not None]
+            cls._scanned[path] = cls(sorted(t for t, _ in seen),
+                                     sorted(t for t, key in seen if key),
                                      (time.perf_counter() - t0) * 1e3)
         return cls._scanned[path]
 
@@ -162,7 +137,7 @@ class KeyframeIndex:
         return self.keyframes[max(k, 0)]
 
 
-class PyAVHandle:
+class PyAVHandle(Handle):
     """Seek to the keyframe before a clip and decode forward; a seek that lands past a
     target (open-GOP leading pictures) is redone from the first keyframe, as a careful
     user does (``fallbacks`` counts them)."""
@@ -191,8 +166,8 @@ class PyAVHandle:
 
     def _decode_from(self, seek_pts: int, want: dict[int, int]) -> dict[int, np.ndarray]:
         self.container.seek(seek_pts, backward=True, any_frame=False, stream=self.stream)
-        last = max(want)
         got: dict[int, np.ndarray] = {}
+        last = max(want)
         for frame in self.container.decode(self.stream):
             if frame.pts in want:
                 got[want[frame.pts]] = frame.to_ndarray(format="rgb24", width=self.width,
@@ -215,22 +190,18 @@ class PyAVHandle:
                 clusters[-1].append(i)
             else:
                 clusters.append([i])
-        got: dict[int, np.ndarray] = {}
-        for cluster in clusters:
-            got.update(self._decode(cluster))
+        got = {k: v for cluster in clusters for k, v in self._decode(cluster).items()}
         return [np.stack([got[i] for i in clip]) for clip in clips]
 
     def close(self) -> None:
         self.container.close()
 
 
-class FluxonLocalHandle:
-    """fluxon_video's decoder on the local file (no FluxonFS): the engine alone. As
-    for PyAV, the file's index is built once, untimed, and one reader (one
-    decoder) serves the clips of a pass."""
+class FluxonLocalHandle(Handle):
+    """fluxon_video's decoder on the local file (no FluxonFS): the engine alone. As for
+    PyAV, the file's index is built once, untimed; one reader serves a pass's clips."""
 
     _indexes: dict[Path, tuple[Any, float]] = {}
-    stats: dict[str, Any] | None = None
 
     @classmethod
     def prepare(cls, path: Path) -> float:
@@ -259,10 +230,8 @@ class FluxonLocalHandle:
         self.reader.close()
 
 
-class FluxonPoolHandle:
+class FluxonPoolHandle(Handle):
     """One video through a FluxonFsVideoReaderPool (the pool outlives the handle)."""
-
-    stats: dict[str, Any] | None = None
 
     def __init__(self, pool: Any, export: str, relpath: str, height: int, width: int,
                  threads: int) -> None:
@@ -301,25 +270,21 @@ def index_ms(contender: str, path: Path) -> float | None:
     """The one-time scan a contender makes of a file before its clips, ms (None: none)."""
     if contender == "pyav":
         return KeyframeIndex.scan(path).ms
-    if contender == "fluxon-local":
-        return FluxonLocalHandle.prepare(path)
-    return None
+    return FluxonLocalHandle.prepare(path) if contender == "fluxon-local" else None
 
 
 def unavailable(contender: str) -> str | None:
     """Why a contender cannot run here, or None when it imports."""
-    module = MODULES[contender]
     try:
-        __import__(module)
+        __import__(MODULES[contender])
     except Exception as exc:  # noqa: BLE001 - any import failure means "skip, with a note"
-        return f"{module} does not import: {error_text(exc, 120)}"
+        return f"{MODULES[contender]} does not import: {error_text(exc, 120)}"
     return None
 
 
 def decode_floor_ms(path: Path, indices: Sequence[int], num_threads: int) -> float:
-    """The "decode floor" of a clip: what libavcodec alone needs to decode from the keyframe
-    before its first frame to its last, nothing converted (``fluxon_video._floor``): no
-    reader is faster with the same threads, so clip time ÷ floor is what is left to win."""
+    """The "decode floor" of a clip: libavcodec alone from the keyframe before its first
+    frame to its last, nothing converted: no reader is faster with the same threads."""
     from fluxon_video import _avio, _floor
     from fluxon_video.sources import LocalFileRangeSource
 

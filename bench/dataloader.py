@@ -24,9 +24,9 @@ from torch.utils.data import DataLoader, Dataset, default_collate  # noqa: E402
 
 from fluxon_video.torch import (LoaderStats, SameVideoBatchSampler, StatsCollate,  # noqa: E402
                                 VideoClipDataset)
-from harness import (DASH, error_text, fill, finish, header, kinds_of, listing,  # noqa: E402
-                     machine, machine_line, mib, num, scenario_parser, table, versions,
-                     write_outputs)
+from harness import (DASH, add_options, error_text, fill, finish, header,  # noqa: E402
+                     kinds_of, listing, machine, machine_line, mib, num, scenario_parser, table,
+                     versions, write_outputs)
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 EXPORT = "loader"
@@ -124,8 +124,7 @@ class CpuMeter:
         t = self.psutil.cpu_times()
         busy = sum(t) - sum(getattr(t, k, 0.0) for k in ("idle", "iowait", "steal", "guest",
                                                           "guest_nice"))
-        own = os.times()
-        ours = own.user + own.system + own.children_user + own.children_system
+        ours = sum(os.times()[:4])  # user, system, children's user and system
         for proc in self.servers:
             try:
                 ours += sum(proc.cpu_times()[:2])
@@ -388,9 +387,7 @@ class LoaderBench:
                            "decoder_threads": a.threads, "items": a.items,
                            "clip": f"{CLIP_LEN} frames, stride {STRIDE}, {SIZE}x{SIZE}",
                            "clips_per_video_batched": a.per_video},
-                "export": {"where": "agent process on loopback (127.0.0.1), HTTP/1.1",
-                           "root": str(self.video_dir), "agent_latency_ms": a.agent_latency_ms,
-                           "kv": "redis-server on loopback, no persistence"}},
+                "export": {"root": str(self.video_dir), "agent_latency_ms": a.agent_latency_ms}},
             "videos": [v.facts() for v in self.videos], "plan": self.plan,
             "warmup_fluxon_stats": getattr(self, "warmup_stats", None),
             "topup_fluxon_stats": getattr(self, "topup_stats", None),
@@ -462,16 +459,12 @@ def markdown(results: dict[str, Any]) -> str:
                      "workers up s", "first batch s", "other CPU", "fluxon reads",
                      "KV hit/miss", "agent MiB", "index scan/KV", "frames"],
                     map(row_cells, results["rows"])),
-        items=loader["items"], clip=loader["clip"], videos=len(videos),
+        **{**s, **loader}, videos=len(videos), cores=c["machine"]["cores"],
         groups=loader["items"] // loader["clips_per_video_batched"],
-        per_video=loader["clips_per_video_batched"], seed=s["seed"], repeat=s["repeat"],
-        cores=c["machine"]["cores"], max_other_cpu=s["max_other_cpu"], retries=s["retries"],
         kinds=", ".join(f"{len(vs)} × {k}" for k, vs in kinds_of(videos).items()),
         frames=f"{min(frames)}–{max(frames)}",
         dataset_mib=f"{sum(v['file_bytes'] for v in videos) / 2**20:.1f}",
-        workers=loader["workers"], start_method=loader["start_method"],
-        batch_size=loader["batch_size"], threads=loader["decoder_threads"],
-        where=export["where"], latency=f"{export['agent_latency_ms']:g}", kv=export["kv"],
+        latency=f"{export['agent_latency_ms']:g}",
         machine=machine_line(c["machine"]), versions=listing(c["versions"].items()),
         tail="".join("\n" + line for line in tail))
 
@@ -479,29 +472,23 @@ def markdown(results: dict[str, Any]) -> str:
 def parse_args() -> argparse.Namespace:
     ap = scenario_parser("dataloader.py", None, "a smoke run: 32 items, 1 epoch per row",
                          "dataloader.md and dataloader.json")
-    add = ap.add_argument
-    add("--items", type=int, help="clips per epoch (default: 96, quick: 32)")
-    add("--repeat", type=int, help="timed epochs per row; figures are medians (default: 3, "
-                                   "quick: 1)")
-    add("--workers", type=int, default=2, help="DataLoader workers (default: 2)")
-    add("--batch-size", type=int, default=8, help="(default: 8)")
-    add("--per-video", type=int, default=4, help="clips per video in the batched rows "
-                                                 "(default: 4)")
-    add("--threads", type=int, default=1, help="decoder threads per read, every contender "
-                                               "(default: 1)")
-    add("--context", choices=["fork", "spawn", "forkserver"],
-        help="worker start method (default: the platform's)")
-    add("--no-cold", dest="cold", action="store_false",
-        help="skip the cold (Redis flushed) fluxon epochs")
-    add("--max-other-cpu", type=float, default=0.25,
-        help="redo a timed epoch during which other work on the machine used more than this "
-             "many cores (default: 0.25)")
-    add("--retries", type=int, default=3, help="at most this many redos per timed epoch "
-                                               "(default: 3)")
-    add("--seed", type=int, default=7, help="clip plan and shuffle seed (default: 7)")
-    add("--agent-latency-ms", type=float, default=0.0,
-        help="latency the agent adds to every stat and read (default: 0)")
-    args = finish(ap, ap.parse_args(), {"items": 96, "repeat": 3}, {"items": 32, "repeat": 1},
+    full, quick = add_options(ap, [
+        ("--items", int, 96, 32, "clips per epoch"),
+        ("--repeat", int, 3, 1, "timed epochs per row; figures are medians"),
+        ("--workers", int, 2, "DataLoader workers"),
+        ("--batch-size", int, 8, "clips per batch"),
+        ("--per-video", int, 4, "clips per video in the batched rows"),
+        ("--threads", int, 1, "decoder threads per read, every contender"),
+        ("--context", ("fork", "spawn", "forkserver"), None,
+         "worker start method (default: the platform's)"),
+        ("--max-other-cpu", float, 0.25, "redo a timed epoch during which other work on "
+                                               "the machine used more than this many cores"),
+        ("--retries", int, 3, "at most this many redos per timed epoch"),
+        ("--seed", int, 7, "clip plan and shuffle seed"),
+        ("--agent-latency-ms", float, 0.0, "latency the agent adds to every stat and read")])
+    ap.add_argument("--no-cold", dest="cold", action="store_false",
+                    help="skip the cold (Redis flushed) fluxon epochs")
+    args = finish(ap, ap.parse_args(), full, quick,
                   ("items", "repeat", "workers", "batch_size", "per_video", "threads"))
     if args.retries < 0:
         ap.error("--retries must be at least 0")

@@ -1,10 +1,5 @@
-"""The benchmark's test videos: made by the ffmpeg CLI, probed with ffprobe, cached on disk.
-
-Every video is a ``testsrc2`` pattern (it moves, so neighbouring frames
-differ and the frame-identity check can tell them apart). Files are made
-once into ``<data>/videos`` and reused while their spec is unchanged (the
-spec's hash is part of a sidecar file next to each video).
-"""
+"""The benchmark's test videos: ``testsrc2`` (it moves: neighbouring frames differ) made by
+the ffmpeg CLI, probed with ffprobe, reused while a sidecar holds their spec's hash."""
 
 from __future__ import annotations
 
@@ -27,7 +22,6 @@ HEVC = ("-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1",
 def vp9(bitrate: str) -> tuple[str, ...]:
     return ("-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "60",
             "-b:v", bitrate)
-
 
 
 @dataclass(frozen=True)
@@ -102,19 +96,13 @@ class Video:
                 "gop": self.spec.gop, "layout": self.layout, "file_bytes": self.size,
                 "container_bytes": self.container_bytes()}
 
-    # ---- byte accounting for the "remote bytes vs what the clips need" target ----
-
     def container_bytes(self) -> int:
         """Bytes that are not video packets: the index (moov / Cues), headers, framing."""
         return self.size - sum(p["size"] for p in self.packets)
 
     def span_packets(self, indices: list[int]) -> set[int]:
-        """Decode-order positions of the packets a decoder needs for frames ``indices``.
-
-        From the last keyframe (in decode order) at or before the first target
-        in presentation order, through the last packet in decode order that
-        produces a frame up to the last target.
-        """
+        """Decode-order positions of the packets a decoder needs for frames ``indices``: from
+        the last keyframe before the first target through the last packet shown by the last."""
         # by_presentation[p]: decode-order position of the p-th frame shown.
         by_presentation = sorted(range(len(self.packets)), key=lambda i: self.packets[i]["pts"])
         first, last = min(indices), max(indices)

@@ -1,16 +1,8 @@
-"""Reference frames from the ffmpeg CLI, and the checks every contender's frames go through.
-
-The reference is frame ``i`` as the ffmpeg CLI decodes it from the start of
-the file (``-fps_mode passthrough``) and scales it with
-``scale=W:H:flags=bilinear,format=rgb24`` — the same libswscale call
-fluxon_video makes, so fluxon's frames must match it bit for bit.
-
-Peers scale with other code (another libswscale build, decord's own
-filters), so their frames are checked for *identity*, not bits: frame ``i``
-must be closer to reference ``i`` than to ``i - 1`` and ``i + 1`` (testsrc2
-moves, so neighbours differ), and its mean absolute difference to reference
-``i`` must be at most ``MAX_MEAN_ABS_DIFF``.
-"""
+"""Reference frames from the ffmpeg CLI (``-fps_mode passthrough``,
+``scale=W:H:flags=bilinear,format=rgb24``: fluxon_video's libswscale call, so fluxon must
+match bit for bit) and the frame check. Peers scale with other code, so theirs are checked
+for *identity*: frame ``i`` closer to reference ``i`` than to ``i ± 1``, and at most
+``MAX_MEAN_ABS_DIFF`` from it in mean absolute difference."""
 
 from __future__ import annotations
 
@@ -28,8 +20,7 @@ import numpy as np
 K = TypeVar("K")
 
 MAX_MEAN_ABS_DIFF = 3.0
-# Identity is decided on a subsampled frame of at most about this many pixels
-# (keeps the reference a child holds small next to what it measures).
+# Identity is decided on a subsampled frame of about this many pixels (a small reference).
 CHECK_PIXELS = 16 * 1024
 
 
@@ -146,12 +137,8 @@ def count_note(name: str, packets: int, ref: Reference) -> str | None:
 
 @dataclass
 class CheckResult:
-    """What the frame check found for one contender (over every clip it was given).
-
-    ``wrong``: frames that are not the frame asked for (or not bit-exact where
-    that is required); ``off``: the right frames with pixels too far from the
-    reference. Either flags the contender.
-    """
+    """What the frame check found for one contender: ``wrong`` (not the frame asked for, or
+    not bit-exact where required) and ``off`` (the right frame, too far off) flag it."""
 
     exact_required: bool
     frames: int = 0

@@ -46,13 +46,17 @@ def doc(script: str) -> str:
     return text.split("\n## ", 1)[0].strip()
 
 
+def tool_parser(script: str, about: str | None = None) -> argparse.ArgumentParser:
+    """A parser described by ``about``, else by the script's section of bench/README.md."""
+    return argparse.ArgumentParser(prog=f"python bench/{script}", description=about or doc(script),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def scenario_parser(script: str, about: str | None, quick: str, outputs: str,
                     render: bool = True) -> argparse.ArgumentParser:
-    """A scenario's parser (described by ``about``, else by its section of bench/README.md)
-    with the options every scenario has: --quick, --data, --out (and --render, which
-    redraws the outputs from a saved JSON)."""
-    ap = argparse.ArgumentParser(prog=f"python bench/{script}", description=about or doc(script),
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    """A scenario's parser with the options every scenario has: --quick, --data, --out (and
+    --render, which redraws the outputs from a saved JSON)."""
+    ap = tool_parser(script, about)
     ap.add_argument("--quick", action="store_true",
                     help=f"{quick}; results to <data>/quick-results unless --out is given")
     ap.add_argument("--data", type=Path, default=BENCH / ".data",
@@ -64,9 +68,25 @@ def scenario_parser(script: str, about: str | None, quick: str, outputs: str,
     return ap
 
 
+def add_options(ap: argparse.ArgumentParser, rows: Iterable[tuple]) -> tuple[dict, dict]:
+    """Options from rows (flag, type or choices, default, [quick default,] help); unset ones
+    are None until ``finish``. Returns the full and the quick defaults."""
+    full: dict[str, Any] = {}
+    quick: dict[str, Any] = {}
+    for flag, kind, default, *rest in rows:
+        fast, text = rest if len(rest) == 2 else (default, rest[0])
+        dest = flag[2:].replace("-", "_")
+        full[dest], quick[dest] = default, fast
+        shown = "" if default is None else f" (default: {default}" + (
+            f", quick: {fast})" if fast != default else ")")
+        ap.add_argument(flag, help=text + shown,
+                        **({"choices": kind} if isinstance(kind, tuple) else {"type": kind}))
+    return full, quick
+
+
 def finish(ap: argparse.ArgumentParser, args: argparse.Namespace, full: dict[str, Any],
            quick: dict[str, Any], at_least_one: Iterable[str] = ()) -> argparse.Namespace:
-    """Options left unset take their --quick or full default; results go to
+    """Unset options take their --quick or full default; results go to
     <data>/quick-results for a quick run unless --out says otherwise."""
     for name, value in (quick if args.quick else full).items():
         if getattr(args, name) is None:
@@ -146,12 +166,10 @@ def header(script: str, argv: list[str] | None, seconds: float,
 def write_outputs(out: Path, stem: str, results: dict | None, markdown: str) -> list[Path]:
     """<out>/<stem>.json (unless None: a redraw keeps the JSON it came from) and .md."""
     out.mkdir(parents=True, exist_ok=True)
-    texts = {f"{stem}.md": markdown}
+    (out / f"{stem}.md").write_text(markdown)
     if results is not None:
-        texts[f"{stem}.json"] = json.dumps(results, indent=1, default=str) + "\n"
-    for name, text in texts.items():
-        (out / name).write_text(text)
-    return [out / name for name in texts]
+        (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return [out / f"{stem}.{ext}" for ext in ("md", "json")[:1 + (results is not None)]]
 
 
 def fill(template: str, **values: object) -> str:

@@ -1,14 +1,4 @@
-"""Install what the benchmark needs into the running interpreter (``make bench`` calls it).
-
-1. The ``bench`` extra of pyproject.toml (decord, PyAV, spdl-io, matplotlib,
-   tqdm, psutil, fsspec, s3fs), without reinstalling fluxon_video itself (no rebuild).
-   spdl-io is checked to import (it loads the system FFmpeg's shared
-   libraries); when it does not, the benchmark skips SPDL and says why.
-2. torchcodec, best effort: only when torch already imports, or when pip can
-   take torch from local disk (``pip download --no-index``: no download of a
-   multi-GB CUDA build). torchcodec 0.N pairs with torch 2.N. When this fails
-   the benchmark runs without torchcodec and says so in its table.
-"""
+"""Install what the benchmark needs into the running interpreter (``make bench`` calls it)."""
 
 from __future__ import annotations
 
@@ -61,9 +51,8 @@ def install_torchcodec() -> None:
 
 
 if __name__ == "__main__":
-    import argparse
+    from harness import tool_parser
 
-    argparse.ArgumentParser(prog="python bench/install_peers.py", description=__doc__,
-                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    tool_parser("install_peers.py").parse_args()
     install_extra()
     install_torchcodec()

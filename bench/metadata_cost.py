@@ -1,19 +1,7 @@
-"""What ``video_metadata`` costs, cold (nothing in Redis) and warm (index in Redis).
-
-    python bench/metadata_cost.py [--agent-latency-ms 0] [--repeat 5]
-
-On four videos of the bench dataset (made once under bench/.data), a private
-redis-server and the real agent on loopback. Cold: Redis flushed, a new patcher, so the
-frame index is built by a demux-only scan of bytes fetched from the agent. Warm: a new
-patcher, the index in Redis. Prints per file the median time, the agent requests (one
-stat plus remote reads), the bytes the agent sent and the KV reads, next to PyAV opening
-the local file and reading its frame count. bench/remote.py's metadata workload
-measures the same against every peer under the remote-store model.
-"""
+"""What ``video_metadata`` costs, cold and warm (see --help or bench/README.md)."""
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -23,7 +11,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dataset import DATASET, prepare  # noqa: E402
-from harness import BENCH, table  # noqa: E402
+from harness import BENCH, table, tool_parser  # noqa: E402
 from stores import agent, make_patcher, store  # noqa: E402
 
 FILES = ["h264_720p_gop250_faststart.mp4", "h264_720p_gop30_moov_end.mp4",
@@ -43,8 +31,7 @@ def pyav_open_ms(path: Path) -> float:
 def main() -> None:
     from fluxon_video.testing import RedisServer
 
-    ap = argparse.ArgumentParser(prog="python bench/metadata_cost.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = tool_parser("metadata_cost.py")
     ap.add_argument("--agent-latency-ms", type=float, default=0.0, help="(default: 0)")
     ap.add_argument("--repeat", type=int, default=5, help="runs per case (default: 5)")
     ap.add_argument("--data", type=Path, default=BENCH / ".data" / "videos",

@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 
 from dataset import prepare, sample_clips, small_specs  # noqa: E402
 from frames import reference_files  # noqa: E402
-from harness import (fill, finish, header, kinds_of, listing, machine,  # noqa: E402
+from harness import (add_options, fill, finish, header, kinds_of, listing, machine,  # noqa: E402
                      machine_line, mib, scenario_parser, table, versions, write_outputs)
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
@@ -113,21 +113,20 @@ def cluster_contents(cluster: Any) -> dict[str, Any]:
             "pieces": sum(n["pieces"] for n in nodes)}
 
 
+COUNTS = ("kv_hits", "kv_misses", "kv_round_trips", "kv_errors", "kv_bytes", "index_scans",
+          "index_from_kv", "backfills_queued", "backfills_dropped")
+
+
 def summarize(epoch: int, node: int, cache: str, together: bool, result: dict[str, Any],
               clips: int) -> dict[str, Any]:
     s, check = result["stats"], result["check"]
     return {"epoch": epoch, "node": node, "cache": cache, "together": together,
-            "clips": clips, "seconds": result["seconds"],
-            "clips_per_s": clips / result["seconds"], "cpu_s": result["cpu_s"],
+            "clips": clips, "clips_per_s": clips / result["seconds"],
+            **{k: result[k] for k in ("seconds", "cpu_s", "backfill_drained", "backfill_wait_s",
+                                      "late_s")},
             "clip_ms_p50": statistics.median(result["clip_ms"]),
             "agent_bytes": s["remote_bytes"], "agent_reads": s["remote_reads"],
-            "kv_hits": s["kv_hits"], "kv_misses": s["kv_misses"],
-            "kv_round_trips": s["kv_round_trips"], "kv_errors": s["kv_errors"],
-            "kv_bytes": s["kv_bytes"], "index_scans": s["index_scans"],
-            "index_from_kv": s["index_from_kv"], "backfills_queued": s["backfills_queued"],
-            "backfills_dropped": s["backfills_dropped"],
-            "backfill_drained": result["backfill_drained"],
-            "backfill_wait_s": result["backfill_wait_s"], "late_s": result["late_s"],
+            **{k: s[k] for k in COUNTS},
             "frames_checked": check["frames"], "frames_wrong": check["frames"] - check["bit_exact"],
             "first_wrong": check["wrong"][:3], "pid": result["pid"], "stats": s}
 
@@ -149,15 +148,8 @@ def conditions(a: argparse.Namespace, videos: list[Any], video_dir: Path) -> dic
                     "frames": [min(v.frames for v in videos), max(v.frames for v in videos)],
                     "gop": 60, "fps": 30},
         "workload": {"clips_per_epoch": a.clips, "clip": f"{CLIP_LEN} frames, stride {STRIDE}, "
-                     f"{SIZE}x{SIZE}", "decoder_threads": a.threads, "seed": a.seed,
-                     "reads": "one pool.read_frames_numpy per clip, a fresh spawned process "
-                              "and patcher per node per epoch"},
-        "fluxonfs": {"piece_size": a.piece_size, "kv_miss_policy": "RemoteRead",
-                     "async_backfill": True,
-                     "kv": "Redis Cluster, 3 masters, no replicas, loopback, no persistence "
-                           "(fluxon_video.testing.RedisCluster)",
-                     "agent": "python -m fluxon_video agent on loopback, HTTP/1.1",
-                     "agent_latency_ms": a.agent_latency_ms},
+                     f"{SIZE}x{SIZE}", "decoder_threads": a.threads, "seed": a.seed},
+        "fluxonfs": {"piece_size": a.piece_size, "agent_latency_ms": a.agent_latency_ms},
     }
 
 
@@ -257,8 +249,7 @@ def render(record: dict[str, Any]) -> str:
         kinds=", ".join(f"{n} × {k}" for k, n in d["kinds"].items()), gop=d["gop"],
         fps=d["fps"], frames=f"{d['frames'][0]}–{d['frames'][1]}", dataset_mib=mib(d["bytes"]),
         clips=w["clips_per_epoch"], clip=w["clip"], seed=w["seed"], threads=w["decoder_threads"],
-        reads=w["reads"], piece_kib=f["piece_size"] // 1024, miss_policy=f["kv_miss_policy"],
-        kv=f["kv"], agent=f["agent"], latency=f["agent_latency_ms"],
+        piece_kib=f["piece_size"] // 1024, latency=f["agent_latency_ms"],
         per_node=", ".join(f"{n['keys']} keys / {mib(n['piece_bytes'])} MiB of pieces / "
                            f"{mib(n['used_memory_dataset'])} MiB used_memory_dataset"
                            for n in record["cluster_after"]["nodes"]),
@@ -267,25 +258,22 @@ def render(record: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = scenario_parser(
-        "multinode.py", None,
-        "smoke run: 6 videos of 6 s, 12 clips per epoch, 1 run", "multinode.md and multinode.json",
-        render=False)
-    add = parser.add_argument
-    add("--videos", type=int, default=6, help="videos in the dataset, >= 3 (default: 6)")
-    add("--seconds", type=float, help="length of each video, s (default: 30; quick: 6)")
-    add("--clips", type=int, help="clips per epoch (default: 24; quick: 12)")
-    add("--threads", type=int, default=1, help="decoder threads per read (default: 1)")
-    add("--repeat", type=int, help="runs of every phase, each from a flushed cluster; "
-                                   "clips/s: their median (default: 3; quick: 1)")
-    add("--piece-size", type=int, default=262144, help="KV piece size, bytes (default: 262144)")
-    add("--agent-latency-ms", type=float, default=0.0,
-        help="the agent waits this long per stat/read, a remote store (default: 0)")
-    add("--seed", type=int, default=7, help="clip seed (default: 7)")
-    a = finish(parser, parser.parse_args(argv), {"seconds": 30.0, "clips": 24, "repeat": 3},
-               {"seconds": 6.0, "clips": 12, "repeat": 1}, ("repeat",))
+    ap = scenario_parser("multinode.py", None, "smoke run: 6 videos of 6 s, 12 clips per epoch, "
+                         "1 run", "multinode.md and multinode.json", render=False)
+    full, quick = add_options(ap, [
+        ("--videos", int, 6, "videos in the dataset, >= 3"),
+        ("--seconds", float, 30.0, 6.0, "length of each video, s"),
+        ("--clips", int, 24, 12, "clips per epoch"),
+        ("--threads", int, 1, "decoder threads per read"),
+        ("--repeat", int, 3, 1, "runs of every phase, each from a flushed cluster; clips/s: "
+                                "their median"),
+        ("--piece-size", int, 262144, "KV piece size, bytes"),
+        ("--agent-latency-ms", float, 0.0, "the agent waits this long per stat/read, a "
+                                                "remote store"),
+        ("--seed", int, 7, "clip seed")])
+    a = finish(ap, ap.parse_args(argv), full, quick, ("repeat",))
     if a.videos < 3 or a.clips < a.videos:
-        parser.error("need --videos >= 3 and --clips >= --videos")
+        ap.error("need --videos >= 3 and --clips >= --videos")
     return a
 
 

@@ -18,6 +18,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
+from harness import tool_parser
+
 CHUNK = 64 * 1024
 BURST = 64 * 1024  # token bucket depth, bytes
 
@@ -56,32 +58,22 @@ class Relay:
     """TCP relay: shapes server -> client per connection, counts connections and bytes."""
 
     def __init__(self, model: Model, upstream: tuple[str, int], registry: CollectorRegistry) -> None:
-        self.model = model
-        self.upstream = upstream
-        self.ids = itertools.count()
+        self.model, self.upstream, self.ids = model, upstream, itertools.count()
         self.used: set[int] = set()
         self.opened = Counter("bench_relay_connections_opened", "client connections accepted",
                               registry=registry)
-        self.open = Gauge("bench_relay_connections_open", "client connections open now",
-                          registry=registry)
-        self.used_gauge = Gauge("bench_relay_connections_used",
-                                "connections that carried a request since the last /reset",
-                                registry=registry)
-        self.used_gauge.set_function(lambda: len(self.used))
+        Gauge("bench_relay_connections_used", "connections that carried a request since the "
+              "last /reset", registry=registry).set_function(lambda: len(self.used))
         self.down = Counter("bench_relay_bytes_down", "bytes relayed server -> client",
                             registry=registry)
-        self.up = Counter("bench_relay_bytes_up", "bytes relayed client -> server",
-                          registry=registry)
 
     async def handle(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
         conn = next(self.ids)
         self.opened.inc()
-        self.open.inc()
         _nodelay(cwriter)
         try:
             ureader, uwriter = await asyncio.open_connection(*self.upstream)
         except OSError:
-            self.open.dec()
             cwriter.close()
             return
         _nodelay(uwriter)
@@ -90,7 +82,6 @@ class Relay:
         async def client_to_server() -> None:
             while data := await creader.read(CHUNK):
                 self.used.add(conn)
-                self.up.inc(len(data))
                 uwriter.write(data)
                 await uwriter.drain()
 
@@ -111,7 +102,6 @@ class Relay:
             await asyncio.gather(*tasks, return_exceptions=True)
             for writer in (uwriter, cwriter):
                 writer.close()
-            self.open.dec()
 
 
 def _nodelay(writer: asyncio.StreamWriter) -> None:
@@ -250,9 +240,7 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python bench/range_server.py", description=(Path(__file__).parent / "README.md").read_text()
-                                 .split("## bench/range_server.py\n")[1].split("\n## ")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = tool_parser("range_server.py")
     where = ap.add_mutually_exclusive_group(required=True)
     where.add_argument("--root", help="serve the files under this directory (HTTP Range)")
     where.add_argument("--upstream", metavar="HOST:PORT",

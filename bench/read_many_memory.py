@@ -1,12 +1,4 @@
-"""Peak memory of read_many_numpy_with_stats against the bytes it returns.
-
-    python bench/read_many_memory.py [--clips 10] [--frames 16]
-
-Reads ``--clips`` random clips of ``--frames`` frames (stride 2) of one 1080p
-H.264 video at native size in one read_many call, in a fresh process, and
-prints the output bytes, the process's peak RSS, its RSS before the call,
-and (peak - before) / output. The target is peak <= 1.5 x output + 300 MB.
-"""
+"""Peak memory of read_many_numpy_with_stats against the bytes it returns."""
 
 from __future__ import annotations
 
@@ -16,6 +8,8 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+
+from harness import tool_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench" / ".data" / "memory"
@@ -63,7 +57,7 @@ def _rss_mib() -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = tool_parser("read_many_memory.py")
     parser.add_argument("--clips", type=int, default=10)
     parser.add_argument("--frames", type=int, default=16)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

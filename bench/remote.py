@@ -5,6 +5,7 @@ remote videos, under one model of the store (see --help or bench/README.md)."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -17,19 +18,12 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 # Keep this module's top level light: every spawned child imports it again.
-from harness import (Child, MiB, Pass, failed_pass, finish, header, machine, once,  # noqa: E402
-                     parse_size, say, scenario_parser, versions)
+from harness import (Child, MiB, Pass, add_options, failed_pass, finish,  # noqa: E402
+                     header, machine, once, parse_size, say, scenario_parser, versions)
 
 EXPORT = "remote"
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 FAMILIES = ("pyav", "torchcodec", "decord", "spdl")
-DEFAULTS = {"latencies": "0,2,10", "rounds": "2", "videos": 24, "batched_items": 3,
-            "block_sizes": "256K,default", "long_videos": 0, "long_items": 0}
-QUICK = {**DEFAULTS, "latencies": "10", "rounds": "1", "videos": 12, "batched_items": 2}
-# --store s3: fewer short videos, the long ones, one latency.
-S3_DEFAULTS = {**DEFAULTS, "latencies": "10", "videos": 16, "block_sizes": "256K,4M",
-               "long_videos": 2, "long_items": 4}
-S3_QUICK = {**S3_DEFAULTS, "rounds": "1", "videos": 6, "long_videos": 1, "long_items": 2}
 FLUXON_CACHES = ("cold", "warm-kv", "warm-kv+shared")
 # How long a shared stat lives in the shared rows: long enough to outlast the
 # passes between the cold pass that writes it and the row that reads it (a
@@ -42,6 +36,27 @@ METADATA_STATS = ("kv_round_trips", "kv_hits", "kv_misses", "remote_reads", "rem
                   "index_ms", "stat_requests", "open_round_trips")
 
 
+OPTIONS = [
+    ("--long-videos", int, 0, "2-minute 720p videos of the 'long' workload (s3: 2)"),
+    ("--long-items", int, 0, "items (random clips, a new open each) per long video per "
+                                "round (s3: 4)"),
+    ("--latencies", str, "0,2,10", "10", "per-request latencies, ms, comma separated"),
+    ("--bandwidth-mbps", float, 50.0, "per-connection cap in MB/s (10^6 bytes/s), server "
+                                            "-> client, for every contender (the relay); 0: none"),
+    ("--rounds", str, "2", "1", "interleaved rounds per workload: one number for every latency, "
+                                "or one per latency, comma separated; figures are medians"),
+    ("--videos", int, 24, 12, "videos in the clips and metadata workloads, one item each per "
+                              "round"),
+    ("--batched-items", int, 3, 2, "videos per round in the batched workload"),
+    ("--batched-clips", int, 8, "K, clips per batched item"),
+    ("--block-sizes", str, "256K,default",
+     "fsspec block sizes of the PyAV and torchcodec rows; 'default' is fsspec's (5 MiB); with "
+     "--store s3 the s3fs block and obstore buffer sizes (s3: 256K,4M)"),
+    ("--threads", int, 1, "decoder threads for every contender"),
+    ("--piece-size", int, None, "FluxonFS piece size, bytes (default: the export's)"),
+    ("--seed", int, 15, "clip sampling seed")]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = scenario_parser("remote.py", None, "smoke run (~2-3 min): 10 ms only, 1 round, "
                          "12 videos, 2 batched items", "remote.md/.json/.png")
@@ -50,82 +65,45 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "server; 's3', moto's S3 server behind a delaying, counting proxy "
                          "(see above; different defaults: L = 10 ms, 16 videos, 2 long "
                          "videos x 4 items, blocks 256K,4M; quick: 6 videos, 1 long x 2)")
-    ap.add_argument("--long-videos", type=int, help="2-minute 720p videos of the 'long' "
-                                                    "workload (default: 0; s3: 2)")
-    ap.add_argument("--long-items", type=int, help="items (random clips, a new open each) "
-                                                   "per long video per round (s3: 4)")
-    ap.add_argument("--latencies", help="per-request latencies, ms, comma separated "
-                                        "(default: 0,2,10; quick: 10)")
-    ap.add_argument("--bandwidth-mbps", type=float, default=50.0,
-                    help="per-connection cap in MB/s (10^6 bytes/s), server -> client, for "
-                         "every contender (the relay); 0: no cap (default: 50)")
-    ap.add_argument("--rounds", help="interleaved rounds per workload: one number for every "
-                                     "latency, or one per latency, comma separated; figures are "
-                                     "medians over rounds (default: 2; quick: 1)")
-    ap.add_argument("--videos", type=int, help="videos in the clips and metadata workloads, "
-                                               "one item each per round (default: 24, quick: 12)")
-    ap.add_argument("--batched-items", type=int,
-                    help="videos per round in the batched workload (default: 3, quick: 2)")
-    ap.add_argument("--batched-clips", type=int, default=8, help="K, clips per batched item "
-                                                                 "(default: 8)")
-    ap.add_argument("--block-sizes",
-                    help="fsspec block sizes of the PyAV and torchcodec rows; 'default' is "
-                         "fsspec's (5 MiB) (default: 256K,default); with --store s3 the "
-                         "s3fs block and obstore buffer sizes (default: 256K,4M)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="decoder threads for every contender (default: 1)")
-    ap.add_argument("--piece-size", type=int, default=None,
-                    help="FluxonFS piece size, bytes (default: the export default)")
-    ap.add_argument("--seed", type=int, default=15, help="clip sampling seed (default: 15)")
-    return checked(ap, ap.parse_args(argv))
-
-
-def checked(ap: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
-    """The options with their defaults (the store's), checked, and the lists they name."""
+    full, quick = add_options(ap, OPTIONS)
+    args = ap.parse_args(argv)
     s3 = args.store == "s3"
-    args = finish(ap, args, S3_DEFAULTS if s3 else DEFAULTS, S3_QUICK if s3 else QUICK,
-                  ("videos", "batched_items", "batched_clips", "threads"))
+    if s3:  # --store s3: fewer short videos, the long ones, one latency
+        full.update(latencies="10", videos=16, block_sizes="256K,4M", long_videos=2,
+                    long_items=4)
+        quick = {**full, "rounds": "1", "videos": 6, "long_videos": 1, "long_items": 2}
+    args = finish(ap, args, full, quick, ("videos", "batched_items", "batched_clips", "threads"))
     if s3 and (args.long_videos < 0 or args.long_items < (1 if args.long_videos else 0)):
         ap.error("--long-videos >= 0 and --long-items >= 1")
     try:
-        args.latency_list = [float(x) for x in args.latencies.split(",") if x.strip()]
+        args.latency_list = lats = [float(x) for x in args.latencies.split(",") if x.strip()]
         args.block_list = [None if b.strip() == "default" else parse_size(b)
                            for b in args.block_sizes.split(",") if b.strip()]
+        rounds = [int(x) for x in args.rounds.split(",")]
+        rounds *= 1 if "," in args.rounds else len(lats)
     except ValueError as exc:
         ap.error(str(exc))
-    if not args.latency_list or any(x < 0 for x in args.latency_list):
+    if not lats or any(x < 0 for x in lats):
         ap.error("--latencies: one or more values >= 0")
-    lats = args.latency_list
-    args.target_latency = 10.0 if 10.0 in lats else max(lats)
-    try:
-        rounds = [int(x) for x in args.rounds.split(",")]
-    except ValueError as exc:
-        ap.error(f"--rounds: {exc}")
-    if len(rounds) == 1:
-        rounds *= len(lats)
     if len(rounds) != len(lats) or min(rounds) < 1:
         ap.error("--rounds: one number >= 1, or one per latency")
-    args.rounds_for = dict(zip(lats, rounds))
-    args.max_rounds = max(rounds)
     if args.bandwidth_mbps < 0:
         ap.error("--bandwidth-mbps must be >= 0")
     if s3 and None in args.block_list:
         ap.error("--store s3: name every block size (s3fs's default is 50 MiB; obstore needs one)")
+    args.target_latency = 10.0 if 10.0 in lats else max(lats)
+    args.rounds_for, args.max_rounds = dict(zip(lats, rounds)), max(rounds)
     return args
 
 
 # ---- the children: long-lived peer workers, a new process per fluxon pass ----
 
-_REFS: dict[str, Any] = {}
-
-
+@functools.cache
 def reference(path: str) -> Any:
     """The reference frames of a video, loaded once per process."""
     from frames import Reference
 
-    if path not in _REFS:
-        _REFS[path] = Reference.load(Path(path))
-    return _REFS[path]
+    return Reference.load(Path(path))
 
 
 def peer_hello(family: str, path: str, threads: int) -> dict:
@@ -290,20 +268,16 @@ def fluxon_pass(task: dict) -> dict:
 class Bench:
     def __init__(self, args: argparse.Namespace, argv: list[str]) -> None:
         self.args, self.argv = args, argv
-        self.work = args.data / "remote-work"
-        self.s3 = args.store == "s3"
-        self.video_dir = args.data / "remote-videos"
+        self.work, self.video_dir = args.data / "remote-work", args.data / "remote-videos"
+        self.s3, self.store = args.store == "s3", None
         self.videos: dict[str, Any] = {}
-        self.long: list[str] = []
         self.plans: dict[str, list[list[dict]]] = {}
         self.refs: dict[str, Path] = {}
         self.versions: dict[str, str] = {}
-        self.notes: list[str] = []
         self.skipped: dict[str, str] = {}
-        self.passes: list[dict] = []  # every pass, with its latency, workload, round
         self.workers: dict[str, Child] = {}
-        self.store: Any = None
-        self.load: list[tuple[str, list[float]]] = []
+        # every pass (with its latency, workload, round), the long videos, notes, load
+        self.passes, self.long, self.notes, self.load = [], [], [], []
         self.families = ("pyav", "torchcodec") if self.s3 else FAMILIES
         self.workloads = (("clips", "long") if self.s3 else ("clips", "batched", "metadata")
                           + (("long",) if args.long_videos else ()))
@@ -522,55 +496,21 @@ class Bench:
 
     def results(self, seconds: float) -> dict:
         a = self.args
-        conditions = self.dir_conditions()
-        if self.s3:
-            conditions["store"].update(S3_CONDITIONS)
-        conditions["workload"].update(long_videos=a.long_videos, long_items=a.long_items,
-                                      block_sizes=a.block_sizes)
-        return {**header("remote.py", self.argv, seconds, self.args),
-                "conditions": conditions, "videos": [v.facts() for v in self.videos.values()],
-                "plans": self.plans, "needed_bytes": {
-                    w: [sum(i["needed_bytes"] for i in plan) for plan in plans]
-                    for w, plans in self.plans.items() if w != "metadata"},
-                "passes": self.passes, "skipped": self.skipped, "notes": self.notes}
-
-    def dir_conditions(self) -> dict:
-        a = self.args
-        return {
+        return {**header("remote.py", self.argv, seconds, a), "conditions": {
             "machine": {**machine(), "load_average": self.load},
             "versions": {**versions(), **self.versions},
-            "store": {
-                "latencies_ms": a.latency_list, "bandwidth_mbps_per_connection": a.bandwidth_mbps,
-                "peers": "bench/range_server.py --root (aiohttp, HTTP/1.1, Range) on loopback",
-                "fluxon": "the agent (python -m fluxon_video agent --inject-latency-ms L) on "
-                          "loopback; Redis on loopback, no persistence",
-                "relay": "bench/range_server.py relay in front of both servers: per-connection "
-                         "token bucket (64 KiB burst) on server -> client bytes; counts "
-                         "connections",
-                "latency": "each origin sleeps L before answering each request (agent: "
-                           "/v1/stat and /v1/read; range server: every GET and HEAD)",
-                "piece_size": self.fluxon_config()["piece_size"] if self.store else None,
-            },
+            "store": {"origin": a.store, "latencies_ms": a.latency_list,
+                      "bandwidth_mbps_per_connection": a.bandwidth_mbps,
+                      "piece_size": self.fluxon_config()["piece_size"] if self.store else None},
             "workload": {"clip": f"{CLIP_LEN} frames, stride {STRIDE}, {SIZE}x{SIZE} RGB",
                          "rounds": {f"{k:g}": v for k, v in a.rounds_for.items()},
-                         "threads": a.threads,
-                         "batched_clips": a.batched_clips},
-        }
-
-
-S3_CONDITIONS = {
-    "origin": "s3",
-    "peers": "s3fs file objects, obstore readers and s3fs cat_file, to moto's S3 server "
-             "(standalone, buckets in memory) through bench/range_server.py --proxy",
-    "fluxon": "the agent (export root s3://bench/videos, obstore, the store options in its "
-              "config, no injected latency) on loopback behind an unshaped relay; Redis on "
-              "loopback, no persistence; the agent's S3 requests go through the same proxy",
-    "relay": "bench/range_server.py relay in front of the S3 proxy: per-connection token "
-             "bucket (64 KiB burst) on server -> client bytes; counts connections",
-    "latency": "the proxy (range_server.py --proxy) sleeps L before forwarding each request "
-               "to S3 (any method: GET, HEAD, LIST), for the peers and the agent alike; it "
-               "counts the requests and GET body bytes",
-}
+                         "threads": a.threads, "batched_clips": a.batched_clips,
+                         "long_videos": a.long_videos, "long_items": a.long_items,
+                         "block_sizes": a.block_sizes}},
+            "videos": [v.facts() for v in self.videos.values()], "plans": self.plans,
+            "needed_bytes": {w: [sum(i["needed_bytes"] for i in plan) for plan in plans]
+                             for w, plans in self.plans.items() if w != "metadata"},
+            "passes": self.passes, "skipped": self.skipped, "notes": self.notes}
 
 
 def s3_peer_rows(blocks: list[int]) -> list[dict]:

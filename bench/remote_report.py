@@ -8,7 +8,7 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
-from harness import (DASH, KiB, MiB, Target, best, fill, kinds_of, listing, met, num, pct,
+from harness import (DASH, KiB, MiB, Target, best, count, fill, kinds_of, listing, met, num, pct,
                      stat, summarise, table, times, write_outputs)
 
 # The condition the goals are stated for.
@@ -51,11 +51,7 @@ def summaries(passes: list[dict], batched_clips: int) -> list[dict]:
                       "right" if workload == "metadata" else DASH)
         s.update(workload=workload, latency_ms=latency, label=label(s["row"]))
         if s["per_item"]:
-            paths: dict[str, int] = {}
-            for x in s["per_item"]:
-                if x.get("path"):
-                    paths[x["path"]] = paths.get(x["path"], 0) + 1
-            s["fluxon"] = {"paths": paths, "per_item": s["per_item"], "open_index_ms_p50": pct(
+            s["fluxon"] = {"paths": count(s["per_item"]).get("path", {}), "per_item": s["per_item"], "open_index_ms_p50": pct(
                 [x.get("open_ms", 0) + x.get("index_ms", 0) for x in s["per_item"]], 0.5),
                 **{f"{k}_per_item": stat(s, k, "mean") for k in (
                     "kv_round_trips", "stat_requests", "remote_reads", "frames_decoded")}}
@@ -153,9 +149,8 @@ def conditions(results: dict) -> dict[str, object]:
         command=results["command"], generated=results["generated"],
         duration=f"{results['duration_s']:.0f}", git=m["git"],
         latencies=", ".join(f"{x:g}" for x in store["latencies_ms"]),
-        latency_model=store["latency"], relay=store["relay"],
         bandwidth=(f"**{bw:g} MB/s per connection** (10^6 B/s, server -> client)" if bw
-                   else "no bandwidth cap"), peers=store["peers"], fluxon=store["fluxon"],
+                   else "no bandwidth cap"),
         piece_kib=(store.get("piece_size") or 0) // KiB, clip=wl["clip"],
         rounds=", ".join(f"{v} at {k} ms" for k, v in wl["rounds"].items()),
         threads=wl["threads"], k=wl["batched_clips"], frames_asked=wl["batched_clips"] * 16,
@@ -220,15 +215,11 @@ def ratio(a: dict | None, b: dict | None, k: str = "clips_per_s") -> float | Non
 
 # Fluxon rows against the best exact peer: (workload, fluxon cache, goal, target text).
 VERSUS_BEST_PEER = [
-    ("clips", "warm-kv", 3.0, "random clip per item: fluxon {cache} ÷ best exact peer"),
-    ("clips", "warm-kv+shared", 3.0, "random clip per item: fluxon {cache} ÷ best exact peer"),
-    ("clips", "warm-reader", 3.0, "random clip per item: fluxon {cache} ÷ best exact peer"),
-    ("clips", "cold", 2.5, "random clip per item: fluxon {cache} ÷ best exact peer"),
-    ("batched", "warm-kv", 5.0, "batched K clips of one video: fluxon read_many {cache} ÷ best "
-                                "exact peer one by one"),
-    ("batched", "cold", 5.0, "batched K clips of one video: fluxon read_many {cache} ÷ best "
-                             "exact peer one by one"),
-]
+    *(("clips", cache, goal, "random clip per item: fluxon {cache} ÷ best exact peer")
+      for cache, goal in (("warm-kv", 3.0), ("warm-kv+shared", 3.0), ("warm-reader", 3.0),
+                          ("cold", 2.5))),
+    *(("batched", cache, 5.0, "batched K clips of one video: fluxon read_many {cache} ÷ best "
+                              "exact peer one by one") for cache in ("warm-kv", "cold"))]
 
 
 def versus_best(run: Run, workload: str, latency: float | None = None) -> list[Target]:

@@ -17,15 +17,11 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from harness import (DASH, Pass, Target, best, failed_pass, fill, finish, header,  # noqa: E402
-                     listing, machine, median, mib, num, once, parse_size, peak_rss_mib,
-                     reset_peak_rss, scenario_parser, stat, summarise, table, times,
-                     versions, write_outputs, error_text)
+from harness import (DASH, Pass, Target, add_options, best, error_text,  # noqa: E402
+                     failed_pass, fill, finish, header, listing, machine, median, mib, num,
+                     once, parse_size, peak_rss_mib, reset_peak_rss, scenario_parser, stat,
+                     summarise, table, times, versions, write_outputs)
 
-MiB = 1 << 20
-DEFAULT_PIECE_SIZE = 255 << 10  # FluxonFsExport's default, read in parse_args
-DEFAULTS = {"repeat": 3, "clips": 6, "batch_clips": 8, "sweep_piece_sizes": "256K,1M,4M"}
-QUICK = {"repeat": 1, "clips": 2, "batch_clips": 4, "sweep_piece_sizes": "256K,1M"}
 CLIP_LENGTH, CLIP_STRIDE, TRAIN_SIZE = 16, 4, 224
 QUICK_SCALE = 0.25  # --quick: videos this much shorter
 EXPORT = "bench"
@@ -46,26 +42,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     piece = FluxonFsExport.__dataclass_fields__["piece_size"].default
     ap = scenario_parser("run.py", None, "a ~1 minute smoke run: shorter videos, 2 clips, "
                          "1 repeat", "latest.json, latest.md and the charts")
-    add = ap.add_argument
-    add("--repeat", type=int, help="timed runs of every measurement; figures are medians "
-                                   "(default: 3, quick: 1)")
-    add("--clips", type=int, help="random clips per video and workload (default: 6, quick: 2)")
-    add("--batch-clips", type=int,
-        help="clips of the 60 s video in the batched workload (default: 8, quick: 4)")
-    add("--seed", type=int, default=5, help="clip sampling seed (default: 5)")
-    add("--threads", type=int, default=1,
-        help="decoder threads for every contender (default: 1, as the targets are stated)")
-    add("--piece-size", type=int, default=piece, help="FluxonFS piece size for the main runs, "
-        f"bytes (default: the export default, {piece >> 10} KiB)")
-    add("--sweep-piece-sizes", help="piece sizes of the sweep, comma separated, K/M suffixes "
-                                    "(default: 256K,1M,4M, quick: 256K,1M; empty: no sweep)")
-    add("--agent-latency-ms", type=float, default=0.0,
-        help="latency the agent adds to every stat and read, to model a remote store "
-             "(default: 0, loopback as is)")
-    add("--sweep-latency-ms", type=float, default=2.0,
-        help="agent latency during the piece-size sweep, where round trips are what larger "
-             "pieces save (default: 2)")
-    args = finish(ap, ap.parse_args(argv), DEFAULTS, QUICK,
+    full, quick = add_options(ap, [
+        ("--repeat", int, 3, 1, "timed runs of every measurement; figures are medians"),
+        ("--clips", int, 6, 2, "random clips per video and workload"),
+        ("--batch-clips", int, 8, 4, "clips of the 60 s video in the batched workload"),
+        ("--seed", int, 5, "clip sampling seed"),
+        ("--threads", int, 1, "decoder threads for every contender (as the targets are "
+                                 "stated)"),
+        ("--piece-size", int, piece, "FluxonFS piece size for the main runs, bytes (the "
+                                            "export default)"),
+        ("--sweep-piece-sizes", str, "256K,1M,4M", "256K,1M",
+         "piece sizes of the sweep, comma separated, K/M suffixes; empty: none"),
+        ("--agent-latency-ms", float, 0.0, "latency the agent adds to every stat and read, "
+                                                "to model a remote store"),
+        ("--sweep-latency-ms", float, 2.0, "agent latency during the piece-size sweep, where "
+                                                "round trips are what larger pieces save")])
+    args = finish(ap, ap.parse_args(argv), full, quick,
                   ("repeat", "clips", "batch_clips", "threads"))
     try:
         args.sweep = [parse_size(s) for s in args.sweep_piece_sizes.split(",") if s.strip()]
@@ -245,17 +237,13 @@ class Bench:
         self.args, self.argv = args, argv
         self.specs = [s.scaled(QUICK_SCALE) for s in DATASET] if args.quick else list(DATASET)
         self.video_dir = args.data / ("quick-videos" if args.quick else "videos")
-        self.work = args.data / "work"
+        self.work, self.redis = args.data / "work", None
         self.videos: dict[str, Any] = {}
         self.clips: dict[str, list[list[int]]] = {}
         self.refs: dict[tuple, Path] = {}
-        self.passes: list[dict] = []
-        self.floors: list[dict] = []
+        self.passes, self.floors, self.servers, self.notes = [], [], [], []
         self.versions: dict[str, str] = {}
-        self.notes: list[str] = []
         self.skipped: dict[str, str] = {}
-        self.servers: list[Any] = []
-        self.redis: Any = None
 
     def steps(self) -> list[tuple[str, Callable[[], None]]]:
         from contenders import PEERS
@@ -405,15 +393,12 @@ class Bench:
             "workloads": WORKLOADS,
             "conditions": {"machine": machine(), "versions": {**versions(), **self.versions},
                            "export": {
-                               "where": "agent process on loopback (127.0.0.1), HTTP/1.1",
                                "root": str(self.video_dir),
                                "filesystem": run_cmd("stat", "-f", "-c", "%T",
                                                      str(self.video_dir)),
                                "agent_latency_ms": self.args.agent_latency_ms,
                                "sweep_agent_latency_ms": self.args.sweep_latency_ms,
-                               "kv": "redis-server on loopback, no persistence",
-                               "piece_size": self.args.piece_size,
-                               "miss_policy": "RemoteRead, async backfill"}},
+                               "piece_size": self.args.piece_size}},
             "videos": [v.facts() for v in self.videos.values()],
             "clips": self.clips,
             "ideal_bytes": {v.name: {"gop_span_bytes": v.span_bytes(self.clips[v.name]),
@@ -627,9 +612,8 @@ def markdown(results: dict, rows: list[dict]) -> str:
         duration=f"{results['duration_s']:.0f}",
         machine=f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['os']}; "
                 f"git {m['git']}",
-        export=f"{export['where']}, root on {export['filesystem']}, injected agent latency "
-               f"{export['agent_latency_ms']} ms; KV: {export['kv']}; piece size "
-               f"{export['piece_size'] >> 10} KiB, {export['miss_policy']}",
+        filesystem=export["filesystem"], latency=export["agent_latency_ms"],
+        piece=export["piece_size"] >> 10,
         repeat=s["repeat"], clips=s["clips"], seed=s["seed"], threads=s["threads"],
         versions=listing(c["versions"].items()),
         skipped=f"Skipped: {skipped}.\n\n" if skipped else "",

@@ -1,11 +1,6 @@
-"""How the scenarios reach their stores: the agent's config and fluxon's patcher, the
-servers (Redis, the agent, the relays and Range server of bench/range_server.py, moto's
-S3) and the servers' own counters of requests, bytes and connections.
-
-A scenario describes its FluxonFS store in a plain dict (``fx``: export, root,
-agent_url, redis_url, identity, token, optional export settings) because it travels to
-child processes.
-"""
+"""How the scenarios reach their stores: the servers (Redis, the agent, bench/range_server.py,
+moto's S3), their counters, and fluxon's patcher from ``fx``, a plain dict that travels to
+child processes (export, root, agent_url, redis_url, identity, token, export settings)."""
 
 from __future__ import annotations
 
@@ -113,12 +108,9 @@ class RelayProcess:
 
 
 class RemoteStore:
-    """The remote benchmark's store: Redis, the agent behind a relay and the origin the peers
-    read behind another. A directory origin: the agent's export of ``video_dir`` (restarted
-    per latency, same port) and range_server.py --root. With ``s3`` (object names): moto's S3
-    server behind ``range_server.py --proxy`` (L ms before every request, requests and bytes
-    counted) and its relay; the agent exports ``s3://bench/videos`` through that proxy, no
-    injected latency, behind an unshaped relay: the cache service next to the trainers."""
+    """bench/remote.py's store: Redis, the agent behind a relay, and the peers' origin behind
+    another: range_server.py --root, or with ``s3`` (object names) moto's S3 behind
+    range_server.py --proxy, which the agent (no injected latency) reads through too."""
 
     def __init__(self, work: Path, export: str, video_dir: Path, bandwidth_mbps: float,
                  s3: list[str] | None = None) -> None:
