@@ -42,8 +42,11 @@ def make_patcher(fx: dict, **client: Any) -> Any:
     import fluxon_video as fv
     from fluxon_video.fs.config import ClientSettings, FluxonFsExport
 
+    # Per-process stats unless a row asks for shared ones (its "+shared"): the rows keep
+    # measuring the agent's stat though sharing is the product's default.
+    options = {"metadata_cache_shared": False, **{k: fx[k] for k in OPTIONAL if k in fx}}
     export = FluxonFsExport(fx["export"], fx["root"], agent_url=fx["agent_url"],
-                            allow=[fx["identity"]], **{k: fx[k] for k in OPTIONAL if k in fx})
+                            allow=[fx["identity"]], **options)
     return fv.FluxonFsPatcher(exports=[export], identities={fx["identity"]: fx["token"]},
                               client=ClientSettings(redis_url=fx["redis_url"], **client),
                               identity=fx["identity"])

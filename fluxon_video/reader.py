@@ -37,6 +37,21 @@ from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsVideoReadStats
 
 log = get_logger("reader")
+# A read splits over two decoders only when the smaller set has at least this
+# share of the decode work (below it the second thread buys little).
+MIN_SPLIT_SHARE = 0.2
+# Counters of one source both halves' stats include (they ran at once): the
+# larger stands for the read; the rest are each decoder's own and add up.
+SHARED_COUNTERS = ("page_hits", "page_misses", "first_frame_waits", "bytes_fetched", "decode_ms")
+
+
+def merge_halves(left: Any, right: Any) -> Any:
+    """One DecodeStats for a read split over two decoders."""
+    merged = {key: (max(value, getattr(right, key)) if key in SHARED_COUNTERS
+                    else value + getattr(right, key) if isinstance(value, (int, float))
+                    else value or getattr(right, key))
+              for key, value in left.as_dict().items()}
+    return type(left)(**merged)
 # Frames one step of iteration decodes: a forward decode, a bounded array.
 ITER_CHUNK = 16
 
@@ -77,6 +92,8 @@ class FluxonFsVideoReader:
         self._closed = False
         self._byte_source: Any = video.byte_source
         self._decoder: Any = None
+        self._second: Any = None  # the second decoder of _decode_halves, made on first use
+        self._split_off = False   # True once a split read fell back to the sequential path
         self._audio: AudioTrack | None = None  # opened by the first audio read
         self._metadata: FluxonFsVideoMetadata | None = None
         # Client counters already reported; the first read also reports what
@@ -133,9 +150,10 @@ class FluxonFsVideoReader:
         """A decoder of this process over byte_source (a new one after fork)."""
         self._byte_source = (byte_source if byte_source is not None
                              else self._video.make_byte_source())
-        if self._audio is not None:
-            self._audio.close()  # over the byte source it replaces (or the parent's)
-            self._audio = None
+        for helper in (self._audio, self._second):
+            if helper is not None:
+                helper.close()  # over the byte source it replaces (or the parent's)
+        self._audio = self._second = None
         # The decoder lives as long as the reader: a request ahead of where it
         # stands continues without seeking.
         orient = self._decoder.orient if self._decoder is not None else 0
@@ -343,9 +361,91 @@ class FluxonFsVideoReader:
                     raise FluxonFsNoVideoStreamError(self._video.why_no_index)
                 self._report(self._stats(None, 0, time.perf_counter() - t0))
                 return self._no_frames().data
-            frames, native = self._decoder.decode(indices, self.height, self.width, out)
+            halves = self._gop_halves(indices) if out is None else None
+            if halves is None:
+                frames, native = self._decoder.decode(indices, self.height, self.width, out)
+            else:
+                frames, native = self._decode_halves(indices, *halves)
             self._report(self._stats(native, len(frames), time.perf_counter() - t0))
             return frames
+
+    # ---- num_threads >= 2: two GOP sets on two decoders at once ----
+
+    def _gop_halves(self, indices: Sequence[int] | np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Request positions in two sets whose frames start decoding at different
+        keyframes, the decode work (packets from each keyframe to its last target)
+        split evenly, the larger first; None when one decoder should read them all: one thread, one
+        GOP, a lopsided split, an index that is not trusted, damage, or a reader
+        that left the indexed path."""
+        index = self._decoder.index
+        if (self.num_threads < 2 or self.on_damage != "error" or self._split_off
+                or index is None or not index.trusted or index.pkt_damaged.any()):
+            return None
+        wanted = np.asarray(indices).reshape(-1)
+        if wanted.size < 2 or wanted.dtype.kind not in "iu":
+            return None
+        count = index.frame_dec.size
+        wanted = np.where(wanted < 0, wanted + count, wanted).astype(np.int64)
+        if wanted.min() < 0 or wanted.max() >= count:
+            return None  # the decoder names the bad index
+        starts = index.frame_key[wanted]
+        if (starts < 0).any():
+            return None
+        keys, group = np.unique(starts, return_inverse=True)
+        if keys.size < 2:
+            return None
+        work = np.zeros(keys.size, np.int64)
+        np.maximum.at(work, group, index.frame_dec[wanted] - starts + 1)
+        before = np.cumsum(work)[:-1]  # the work left of each cut
+        cut = int(np.argmin(np.maximum(before, work.sum() - before)))
+        if min(before[cut], work.sum() - before[cut]) < MIN_SPLIT_SHARE * work.sum():
+            return None
+        first, second = np.flatnonzero(group <= cut), np.flatnonzero(group > cut)
+        # The larger share to the reader's decoder, whose frame threads make it the faster.
+        return (first, second) if before[cut] >= work.sum() - before[cut] else (second, first)
+
+    def _decode_halves(self, indices: Sequence[int] | np.ndarray, left: np.ndarray,
+                       right: np.ndarray) -> tuple[np.ndarray, Any]:
+        """The left set on the reader's decoder, the right one on a second,
+        single-threaded decoder over the same byte source, at once (both release
+        the GIL); each frame is decoded from its own keyframe either way, so the
+        bytes are those of one decoder (the frame-identity rule)."""
+        if self._second is None:
+            self._second = self._decode.VideoDecoder(self._byte_source, 1, self.name,
+                                                     self.on_damage, self.stream_index)
+        second, before = self._second, self._decoder.index
+        second.index, second.index_learned = before, self._share_index
+        second.orient, second.scaling = self._decoder.orient, self._decoder.scaling
+        wanted = np.asarray(indices).reshape(-1)
+        done: dict[str, Any] = {}
+
+        def decode_right() -> None:
+            try:
+                done["right"] = second.decode(wanted[right], self.height, self.width)
+            except BaseException as exc:  # noqa: BLE001 - raised on the reader's thread
+                done["error"] = exc
+
+        worker = threading.Thread(target=decode_right, name="fluxon-gop-half", daemon=True)
+        worker.start()
+        try:
+            frames_left, stats_left = self._decoder.decode(wanted[left], self.height, self.width)
+        finally:
+            worker.join()
+            if second.index is not before or self._decoder.index is not before:
+                # A decoder learnt something of the file (damage): the reader's
+                # decoder keeps it, and reads stay on one decoder from now on.
+                if self._decoder.index is before:
+                    self._decoder.index = second.index
+                self._split_off = True
+        if "error" in done:
+            raise done["error"]
+        frames_right, stats_right = done["right"]
+        if stats_left.fallback or stats_right.fallback:
+            self._split_off = True  # the index disagreed: one decoder from now on
+        frames = np.empty((wanted.size, self.height, self.width, 3), np.uint8)
+        frames[left], frames[right] = frames_left, frames_right
+        return frames, merge_halves(stats_left, stats_right)
 
     def _report(self, stats: FluxonFsVideoReadStats) -> None:
         self.last_stats = stats
@@ -374,9 +474,10 @@ class FluxonFsVideoReader:
             if self._closed:
                 return
             self._closed = True
-            if self._audio is not None:
-                self._audio.close()
-                self._audio = None
+            for helper in (self._audio, self._second):
+                if helper is not None:
+                    helper.close()
+            self._audio = self._second = None
             if self._decoder is not None:
                 self._decoder.close()
                 self._decoder = None

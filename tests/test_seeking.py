@@ -89,6 +89,30 @@ def test_indexed_reads_equal_the_reference(media, opened, name):
         assert not stats.fallback, stats.fallback
 
 
+@pytest.mark.parametrize("name", SEEK_CLIPS)
+def test_two_threads_read_two_gop_sets_at_once_and_the_same_frames(media, name):
+    """num_threads=2: a read whose frames start at different keyframes is split in
+    two sets decoded at once by two decoders (the reader's, and a one-threaded
+    second); every frame is still the CLI's, lone or in any batch."""
+    import fluxon_video as fv
+
+    ref = media.reference(name, H, W)
+    with fv.open_video(media.path(name), H, W, num_threads=2) as reader:
+        index = reader._decoder.index
+        keyframes = sorted(set(np.searchsorted(index.frame_dec, np.flatnonzero(index.pkt_key))))
+        plans = clip_plans(len(ref), [int(k) for k in keyframes], seed=len(name) + 1)
+        for plan in plans:
+            np.testing.assert_array_equal(reader.read_frames_numpy(plan), ref[plan],
+                                          err_msg=f"{name} {plan}")
+        if len(keyframes) > 2 and index.trusted:
+            # the last frames of the first two GOPs: about as much decoding each
+            pair = [int(keyframes[1]) - 1, int(keyframes[2]) - 1]
+            np.testing.assert_array_equal(reader.read_frames_numpy(pair), ref[pair])
+            assert reader._second is not None  # the split happened
+            stats = reader.last_stats  # both decoders' work, counted once
+            assert stats.frames_returned == 2 and stats.frames_decoded >= 2 and stats.path
+
+
 @pytest.mark.parametrize("name", ["mpeg4.avi", "mpeg4_nobf.avi", "mpeg4_gop3.avi"])
 def test_mpeg4_avi_frames_alone_from_a_cold_decoder(media, opened, name):
     # Every frame on its own after a reset (a fresh decoder seeks to its
