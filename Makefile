@@ -90,10 +90,10 @@ bench-loader: build $(BENCH_STAMP)
 bench-multinode: build
 	$(PY) bench/multinode.py $(BENCH_ARGS)
 
-# A-V clips (~3 min; --quick ~1 min): a 2 s clip's 16 frames at 224x224 and its audio at
+# A-V clips (~4 min; --quick ~1 min): a 2 s clip's 16 frames at 224x224 and its audio at
 # 16 kHz mono, fluxon vs torchcodec (VideoDecoder + AudioDecoder), PyAV and decord's
-# AVReader on local files, frames and samples checked against the ffmpeg CLI; writes
-# bench/results/av.{md,json}.
+# AVReader on local files and through the remote-store model (10 ms, 50 MB/s), frames and
+# samples checked against the ffmpeg CLI; writes bench/results/av.{md,json}.
 bench-av: build $(BENCH_STAMP)
 	$(PY) bench/av_clips.py $(BENCH_ARGS)
 

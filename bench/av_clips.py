@@ -19,6 +19,7 @@ import random
 import subprocess
 import sys
 import time
+import urllib.request
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -123,10 +124,12 @@ def audio_verdict(got: np.ndarray, start_s: float, truth: Truth) -> dict[str, An
 
 
 class Fluxon:
-    def __init__(self, path: Path, exact: bool) -> None:
+    def __init__(self, source: Any, exact: bool) -> None:
         import fluxon_video as fv
 
-        self.reader, self.exact = fv.open_video(path, H, W), exact
+        # a local path, or (remote) a reader the patcher opened through the agent and Redis
+        self.reader = fv.open_video(source, H, W) if isinstance(source, Path) else source
+        self.exact = exact
 
     def clip(self, t: float, indices: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
         clip = self.reader.get_clip_played_in_range(t, t + SPAN_S, fps=FPS, sample_rate=RATE,
@@ -137,14 +140,19 @@ class Fluxon:
         self.reader.close()
 
 
+def local(source: Any) -> Any:
+    """What a peer opens: a path as a string, a download as it came (bytes)."""
+    return str(source) if isinstance(source, Path) else source
+
+
 class Torchcodec:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, source: Any) -> None:
         from torchcodec.decoders import AudioDecoder, VideoDecoder
         from torchcodec.transforms import Resize
 
-        self.video = VideoDecoder(str(path), dimension_order="NHWC", num_ffmpeg_threads=1,
+        self.video = VideoDecoder(local(source), dimension_order="NHWC", num_ffmpeg_threads=1,
                                   transforms=[Resize((H, W))])
-        self.audio = AudioDecoder(str(path), sample_rate=RATE, num_channels=1)
+        self.audio = AudioDecoder(local(source), sample_rate=RATE, num_channels=1)
 
     def clip(self, t: float, indices: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
         frames = self.video.get_frames_played_at((t + np.arange(FRAMES) / FPS).tolist())
@@ -159,10 +167,14 @@ class PyAV:
     """One container; per clip a seek and forward decode of the video (the frames at the
     indices, converted by its reformatter) and of the audio (resampled to 16 kHz mono)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, source: Any) -> None:
+        import io
+
         import av
 
-        self.av, self.container = av, av.open(str(path))
+        source = local(source)
+        self.av = av
+        self.container = av.open(io.BytesIO(source) if isinstance(source, bytes) else source)
         self.vs, self.aus = self.container.streams.video[0], self.container.streams.audio[0]
 
     def clip(self, t: float, indices: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
@@ -197,10 +209,14 @@ class PyAV:
 class Decord:
     """decord's AVReader: the frames of the span and their audio, one slice."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, source: Any) -> None:
+        import io
+
         import decord
 
-        self.reader = decord.AVReader(str(path), ctx=decord.cpu(0), sample_rate=RATE, mono=True,
+        source = local(source)
+        self.reader = decord.AVReader(io.BytesIO(source) if isinstance(source, bytes) else source,
+                                      ctx=decord.cpu(0), sample_rate=RATE, mono=True,
                                       width=W, height=H)
 
     def clip(self, t: float, indices: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
@@ -220,36 +236,106 @@ CONTENDERS = {"fluxon": lambda p: Fluxon(p, True), "fluxon (exact_audio=False)":
 
 
 def run_pass(name: str, videos: list[Path], items: dict[Path, list[float]],
-             truths: dict[Path, Truth]) -> dict[str, Any]:
+             truths: dict[Path, Truth], open_source: Any = None) -> dict[str, Any]:
+    """Every item of every video. Locally one handle serves a video's items; with
+    ``open_source`` (the remote model) each item opens its video anew, as a dataset's
+    random clip per item does, and the open is timed with the clip."""
     check = CheckResult(exact_required=name.startswith("fluxon"))
     item_ms, audio, errors = [], [], []
+    make = CONTENDERS["fluxon" if name in ("fluxon cold", "fluxon warm") else name]
     for path in videos:
-        try:
-            handle = CONTENDERS[name](path)
-        except Exception as exc:  # noqa: BLE001 - a peer that cannot open is a finding
-            errors.append(f"{path.name}: {type(exc).__name__}: {exc}"[:200])
-            continue
-        try:
-            for t, clip in zip(items[path], truths[path].clips):
-                t0 = time.perf_counter()
-                try:
-                    frames, samples, start = handle.clip(t, clip)
-                except Exception as exc:  # noqa: BLE001
-                    errors.append(f"{path.name} @ {t:.2f} s: {type(exc).__name__}: {exc}"[:200])
-                    continue
-                item_ms.append((time.perf_counter() - t0) * 1e3)
-                check.add(frames, clip, truths[path].ref)
-                audio.append({"video": path.name, "t": t, "start_s": start,
-                              **audio_verdict(samples, start, truths[path])})
-        finally:
+        handle = None
+        for t, clip in zip(items[path], truths[path].clips):
+            t0 = time.perf_counter()
+            try:
+                if handle is None:
+                    handle = make(open_source(name, path) if open_source else path)
+                frames, samples, start = handle.clip(t, clip)
+            except Exception as exc:  # noqa: BLE001 - a failing read is a finding
+                errors.append(f"{path.name} @ {t:.2f} s: {type(exc).__name__}: {exc}"[:200])
+                continue
+            finally:
+                if open_source and handle is not None:
+                    handle.close()
+                    handle = None
+            item_ms.append((time.perf_counter() - t0) * 1e3)
+            check.add(frames, clip, truths[path].ref)
+            audio.append({"video": path.name, "t": t, "start_s": start,
+                          **audio_verdict(samples, start, truths[path])})
+        if handle is not None:
             handle.close()
     return {"contender": name, "item_ms": item_ms, "frames": check.as_dict(), "audio": audio,
             "errors": errors}
 
 
+class RemoteModel:
+    """bench/remote.py's store at L ms per request and 50 MB/s per connection: fluxon
+    through the agent and Redis (cold: Redis flushed; warm: a new patcher, Redis warm),
+    the peers downloading each item's file from the HTTP Range server (one GET: what
+    their users do with a remote file; bytes, as torchcodec takes them)."""
+
+    ROWS = ("fluxon cold", "fluxon warm", "torchcodec", "pyav", "decord AVReader")
+
+    def __init__(self, work: Path, video_dir: Path, latency_ms: float) -> None:
+        from stores import RemoteStore, make_patcher, store
+
+        self.store = RemoteStore(work, "av", video_dir, 50.0)
+        self.store.set_latency(latency_ms)
+        self.fx = store("av", video_dir.resolve(), self.store.agent_relay.url,
+                        self.store.redis.url)
+        self.make_patcher, self.patcher = make_patcher, None
+
+    def start(self, row: str) -> None:
+        if self.patcher is not None:
+            self.patcher.close()
+        self.patcher = None
+        if row.startswith("fluxon"):
+            if row == "fluxon cold":
+                self.store.flush()
+            self.patcher = self.make_patcher(self.fx)
+
+    def open(self, row: str, path: Path) -> Any:
+        if self.patcher is not None:
+            return self.patcher.open_video_reader("av", path.name, H, W)
+        with urllib.request.urlopen(f"{self.store.range.url}/{path.name}", timeout=60) as r:
+            return r.read()
+
+    def stop(self) -> None:
+        if self.patcher is not None:
+            self.patcher.close()
+        self.store.stop()
+
+
 def render(results: dict) -> str:
+    rows, notes = table_rows(results["passes"])
+    remote_rows, _ = table_rows(results.get("remote", []))
+    head = ["contender", "A-V clips/s", "ms/clip (median)", "frames", "audio exact",
+            "audio shift (samples)", "audio max diff", "errors"]
+    remote = ["", f"Through the remote-store model (L = {results['settings']['latency_ms']:g} ms "
+              "per request, 50 MB/s per connection; each item opens its video: fluxon through "
+              "the agent and Redis, cold (Redis flushed) and warm (a new patcher, Redis warm); "
+              "the peers download the file, one GET, and decode the bytes):", "",
+              table(head, remote_rows)] if remote_rows else []
+    return "\n".join([
+        "# A-V clips (bench/av_clips.py)", "",
+        f"- Generated {results['generated']} by `{results['command']}`.",
+        f"- Machine: {machine_line(results['machine'])}.",
+        f"- Items: {results['items']} random 2 s spans of {len(results['videos'])} videos "
+        f"({', '.join(results['videos'])}): 16 frames at 8 fps, 224x224, and the span's audio "
+        "at 16 kHz mono; one process, one decoder thread; best of "
+        f"{results['settings']['repeat']} passes.",
+        "- Audio is checked against `ffmpeg -i IN -map 0:a:0 -af aresample=16000 -ac 1 -f f32le -` "
+        "at each contender's own start time: exact items; where not exact, the shift within "
+        "1/8 s at which its samples match the CLI's (mean difference under 5% of their level; "
+        "\"no match\": nowhere), and the largest difference there.", "",
+        "Local files (one handle per video for all its items):", "",
+        table(head, rows), *remote, "",
+        "Alignment on the edit-list file (per item, local):", "", *notes, ""])
+
+
+def table_rows(passes: list[dict]) -> tuple[list[list[str]], list[str]]:
     rows, notes = [], []
-    for p in results["passes"]:
+    for p in passes:
         ms = median(p["item_ms"])
         a = p["audio"]
         exact = sum(x["exact"] for x in a)
@@ -268,20 +354,7 @@ def render(results: dict) -> str:
                                      f"shift {x['shift'] if x['shift'] is not None else 'none'}"
                                      f", max diff {num(x['max_diff'], 4)}") for x in edit))
         notes += [f"- {p['contender']}: {e}" for e in p["errors"][:3]]
-    return "\n".join([
-        "# A-V clips (bench/av_clips.py)", "",
-        f"- Generated {results['generated']} by `{results['command']}`.",
-        f"- Machine: {machine_line(results['machine'])}.",
-        f"- Items: {results['items']} random 2 s spans of {len(results['videos'])} videos "
-        f"({', '.join(results['videos'])}): 16 frames at 8 fps, 224x224, and the span's audio "
-        "at 16 kHz mono; one process, one decoder thread.",
-        "- Audio is checked against `ffmpeg -i IN -map 0:a:0 -af aresample=16000 -ac 1 -f f32le -` "
-        "at each contender's own start time: exact items; where not exact, the shift within "
-        "1/8 s at which its samples match the CLI's (mean difference under 5% of their level; "
-        "\"no match\": nowhere), and the largest difference there.", "",
-        table(["contender", "A-V clips/s", "ms/clip (median)", "frames", "audio exact",
-               "audio shift (samples)", "audio max diff", "errors"], rows), "",
-        "Alignment on the edit-list file (per item):", "", *notes, ""])
+    return rows, notes
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -290,6 +363,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--items", type=int, help="random spans per video (default 8; quick 3)")
     ap.add_argument("--seconds", type=float, help="video length (default 30; quick 12)")
     ap.add_argument("--repeat", type=int, default=2, help="passes per contender (default 2)")
+    ap.add_argument("--latency-ms", type=float, default=10.0,
+                    help="the remote model's latency per request (default 10; -1: local only)")
     args = ap.parse_args(argv)
     args.items = args.items or (3 if args.quick else 8)
     args.seconds = args.seconds or (12 if args.quick else 30)
@@ -302,15 +377,26 @@ def main(argv: list[str] | None = None) -> None:
                  for _ in range(args.items)] for p in videos}
     say("reference frames and audio from the ffmpeg CLI")
     truths = {p: Truth(p, items[p]) for p in videos}
-    passes = []
-    for name in CONTENDERS:
-        say(f"{name}")
-        runs = [run_pass(name, videos, items, truths) for _ in range(args.repeat)]
-        best = min(runs, key=lambda r: median(r["item_ms"]) or float("inf"))
-        passes.append(best)
+    def best_of(name: str, before: Any = None, open_source: Any = None) -> dict[str, Any]:
+        say(name)
+        runs = []
+        for _ in range(args.repeat):
+            if before is not None:
+                before(name)
+            runs.append(run_pass(name, videos, items, truths, open_source))
+        return min(runs, key=lambda r: median(r["item_ms"]) or float("inf"))
+
+    passes = [best_of(name) for name in CONTENDERS]
+    remote = []
+    if args.latency_ms >= 0:
+        model = RemoteModel(args.data / "av-remote", args.data / "av", args.latency_ms)
+        try:
+            remote = [best_of(f"{row}", model.start, model.open) for row in model.ROWS]
+        finally:
+            model.stop()
     results = {**header("av_clips.py", argv, time.perf_counter() - t0, args),
                "machine": machine(), "versions": versions(), "items": sum(map(len, items.values())),
-               "videos": [p.name for p in videos], "passes": passes}
+               "videos": [p.name for p in videos], "passes": passes, "remote": remote}
     for path in write_outputs(out, "av", results, render(results)):
         say(f"wrote {path}")
 
