@@ -236,7 +236,7 @@ class FrameIndex:
             problems.append("no frames")
         elif (shown_pts == AV_NOPTS_VALUE).any():
             problems.append("packets without pts")
-        elif np.unique(shown_pts).size != shown_pts.size:
+        elif (np.diff(shown_pts) == 0).any():  # frame_pts is sorted
             problems.append("duplicate pts")
         elif (distance := self.reorder_distance) > (
                 MAX_REORDER if self.header.get("reorders", True) else 0):
@@ -250,7 +250,7 @@ class FrameIndex:
             problems.append("packets that decode to several frames")
         if (self.pkt_pos < 0).any():
             problems.append("packets without a byte position")
-        elif np.unique(self.pkt_pos).size != self.pkt_pos.size:
+        elif (np.diff(self.pos_sorted) == 0).any():
             problems.append("duplicate packet positions")
         if (self.frame_key < 0).any():
             problems.append("frames before the first keyframe")
