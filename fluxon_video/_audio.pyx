@@ -20,6 +20,7 @@ from libc.string cimport memcpy, strncmp
 import numpy as np
 
 from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
+from fluxon_video._demux cimport describe_audio
 from fluxon_video._errors cimport FX_ERROR_OUT_OF_MEMORY, err_check
 from fluxon_video.libav.avcodec cimport (
     AVDISCARD_ALL, AVCodec, AVCodecContext, AVPacket, av_packet_alloc, av_packet_free, av_packet_unref,
@@ -144,6 +145,12 @@ cdef class AudioDecoder:
 
     def __dealloc__(self):
         self.close()
+
+    def header(self):
+        """The stream as its header says it (FluxonFsAudioMetadata's fields)."""
+        if self.fmt == NULL:
+            raise errors.FluxonFsClosedError(f"{self.name}: the audio decoder is closed")
+        return describe_audio(self.fmt, self.stream_index, &self.codec.ch_layout)
 
     @property
     def first_time_s(self):

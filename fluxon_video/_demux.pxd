@@ -1,4 +1,5 @@
 from fluxon_video.libav.avformat cimport AVFormatContext, AVInputFormat, AVIOContext
+from fluxon_video.libav.avutil cimport AVChannelLayout
 
 cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_info,
                        const AVInputFormat *input_format, int wanted_stream, int *stream_index,
@@ -6,3 +7,4 @@ cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_
 
 cdef str describe_streams(AVFormatContext *fmt)
 cdef int raise_missing_stream(AVFormatContext *fmt, int wanted, str name) except -1
+cdef dict describe_audio(AVFormatContext *fmt, int index, const AVChannelLayout *decoder=*)

@@ -35,7 +35,8 @@ from fluxon_video.libav.avformat cimport (
     av_stream_get_side_data, avformat_open_input,
 )
 from fluxon_video.libav.avutil cimport (
-    AV_NOPTS_VALUE, AVERROR, AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVMEDIA_TYPE_AUDIO,
+    AV_CHANNEL_ORDER_UNSPEC, AV_NOPTS_VALUE, AVChannelLayout, AVERROR, AVERROR_EOF,
+    AVERROR_STREAM_NOT_FOUND, AVMEDIA_TYPE_AUDIO,
     AVMEDIA_TYPE_SUBTITLE, AVMEDIA_TYPE_VIDEO, AVPixFmtDescriptor, AVRational,
     av_channel_layout_describe, av_color_range_name, av_color_space_name, av_pix_fmt_desc_get,
 )
@@ -480,13 +481,21 @@ cdef object audio_header(AVFormatContext *fmt, int video_index):
     """The audio stream av_find_best_stream pairs with the video (as ffmpeg's
     -map 0:a:0 of a typical file), as its header says it, or None."""
     cdef int index = av_find_best_stream(fmt, AVMEDIA_TYPE_AUDIO, -1, video_index, NULL, 0)
-    cdef AVStream *st
+    return describe_audio(fmt, index) if index >= 0 else None
+
+
+cdef dict describe_audio(AVFormatContext *fmt, int index, const AVChannelLayout *decoder=NULL):
+    """Audio stream ``index`` as its header says it (FluxonFsAudioMetadata's fields);
+    a layout the header leaves unnamed is the decoder's (``decoder``, once open), or
+    "unknown", as ffprobe says."""
+    cdef AVStream *st = fmt.streams[index]
+    cdef const AVChannelLayout *named = &st.codecpar.ch_layout
     cdef char layout[128]
-    if index < 0:
-        return None
-    st = fmt.streams[index]
+    if named.order == AV_CHANNEL_ORDER_UNSPEC and decoder != NULL:
+        named = decoder
     layout[0] = 0
-    av_channel_layout_describe(&st.codecpar.ch_layout, layout, sizeof(layout))
+    if named.order != AV_CHANNEL_ORDER_UNSPEC:
+        av_channel_layout_describe(named, layout, sizeof(layout))
     tb = st.time_base.num / st.time_base.den if st.time_base.den else 0.0
     return {
         "stream_index": index,
@@ -494,7 +503,7 @@ cdef object audio_header(AVFormatContext *fmt, int video_index):
         "codec": avcodec_get_name(st.codecpar.codec_id).decode(),
         "sample_rate": st.codecpar.sample_rate,
         "channels": st.codecpar.ch_layout.nb_channels,
-        "layout": layout.decode("utf-8", "replace"),
+        "layout": layout.decode("utf-8", "replace") or "unknown",
         "start_s": st.start_time * tb if st.start_time != AV_NOPTS_VALUE else None,
         "duration_s": st.duration * tb if st.duration != AV_NOPTS_VALUE and st.duration > 0
                       else None,

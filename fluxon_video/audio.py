@@ -135,6 +135,10 @@ class AudioTrack:
     def first_time_s(self) -> float:
         return float(self._decoder.first_time_s)
 
+    def header(self) -> dict[str, Any]:
+        """The stream as its container header says it (FluxonFsAudioMetadata's fields)."""
+        return dict(self._decoder.header())
+
     @property
     def sample_rate(self) -> int:
         return int(self._decoder.sample_rate)

@@ -16,6 +16,7 @@ from fluxon_video.errors import (
     FluxonFsConfigError,
     FluxonFsDecodeError,
     FluxonFsFrameIndexError,
+    FluxonFsNoAudioStreamError,
     FluxonFsNoVideoStreamError,
 )
 from fluxon_video.frame_index import FrameIndex
@@ -23,7 +24,9 @@ from fluxon_video.frames import FrameBatch, as_torch, frame_durations
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.indexing import share_learnt_index
 from fluxon_video.metadata import (
+    FluxonFsAudioMetadata,
     FluxonFsVideoMetadata,
+    audio_metadata,
     build_metadata,
     indices_at_times,
     orientation_from_matrix,
@@ -314,6 +317,22 @@ class FluxonFsVideoReader:
         return AVClip(frames, self.get_audio_played_in_range(
             start_s, stop_s, sample_rate=sample_rate, channels=channels, pad_audio=pad_audio,
             exact_audio=exact_audio))
+
+    @property
+    def audio_metadata(self) -> FluxonFsAudioMetadata | None:
+        """The audio stream's metadata (``metadata.audio``, from the frame index);
+        for an audio-only file, from its header (the audio decoder opens); None
+        when the file has no audio."""
+        if self._metadata is not None:
+            return self._metadata.audio
+        with self._lock:
+            self._check_open()
+            try:
+                if self._audio is None:
+                    self._audio = self._open_audio()
+            except FluxonFsNoAudioStreamError:
+                return None
+            return audio_metadata(self._audio.header())
 
     @property
     def has_video(self) -> bool:

@@ -327,3 +327,19 @@ def test_the_frame_index_lists_the_audio_packets_as_ffprobe_does(audio_media, na
         assert fv.FluxonFsVideoMetadata is type(reader.metadata)
         restored = type(index).from_bytes(index.to_bytes())
         np.testing.assert_array_equal(restored.audio_packets, want)
+
+
+@pytest.mark.parametrize("name", [*AUDIO_ONLY, "aac_51_48k.mp4", "pcm_8k.mov"])
+def test_audio_metadata_is_ffprobes_with_or_without_video(audio_media, name):
+    path = audio_media / name
+    want = probe(path, "a:0", "stream=index,codec_name,sample_rate,channels,channel_layout,"
+                              "start_time,duration")["streams"][0]
+    with fv.open_video(path) as reader:
+        got = reader.audio_metadata
+    assert (got.stream_index, got.codec, got.sample_rate, got.channels) == (
+        want["index"], want["codec_name"], int(want["sample_rate"]), want["channels"])
+    assert got.layout == want.get("channel_layout", "unknown")
+    for ours, theirs in [(got.start_s, want.get("start_time")), (got.duration_s,
+                                                                 want.get("duration"))]:
+        assert (ours is None) == (theirs is None) and (ours is None or
+                                                       abs(ours - float(theirs)) < 1e-6)

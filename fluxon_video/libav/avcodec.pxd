@@ -93,6 +93,7 @@ cdef extern from "libavcodec/avcodec.h" nogil:
 
     ctypedef struct AVCodecContext:
         void *opaque
+        AVChannelLayout ch_layout
         int thread_count
         int thread_type
         AVRational pkt_timebase
