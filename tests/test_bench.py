@@ -215,3 +215,32 @@ def test_av_audio_verdict_names_exact_shifted_and_broken_audio():
     broken = exact.copy()
     broken[5] = np.nan
     assert audio_verdict(broken, start, truth)["shift"] is None
+
+
+def test_lerobot_batches_rows_times_and_clusters():
+    from lerobot import (FPS, ROWS, clusters, episode_lengths, from_timestamps, make_batches,
+                         ratios, row_times)
+
+    lengths = episode_lengths(5, seed=7)
+    assert lengths == episode_lengths(5, seed=7)  # seeded
+    assert all(10 * FPS <= n <= 30 * FPS and n % (2 * FPS) == 0 for n in lengths)
+    starts = from_timestamps(lengths)
+    assert starts[0] == 0.0 and starts[2] == (lengths[0] + lengths[1]) / FPS
+    for batch in make_batches(lengths, 20, seed=7):
+        assert len(batch) == ROWS
+        times = row_times(batch, starts)
+        assert np.allclose(np.diff(times), 1 / FPS)  # consecutive rows, even across episodes
+    # Times sorted and split where two targets are 10 s or more apart.
+    assert clusters([32.0, 1.0, 1.5, 12.0, 21.9]) == [[1, 2], [3, 4], [0]]
+    assert clusters([]) == []
+    rows = [{"contender": "fluxon", "batches_per_s": 10.0, "ok": True},
+            {"contender": "per-row opens (PyAV)", "batches_per_s": 0.5, "ok": True},
+            {"contender": "broken", "batches_per_s": None, "ok": False}]
+    assert ratios(rows) == {"fluxon": 1.0, "per-row opens (PyAV)": 20.0, "broken": None}
+
+
+def test_lerobot_help():
+    out = subprocess.run([sys.executable, str(BENCH / "lerobot.py"), "--help"], check=True,
+                         capture_output=True, text=True).stdout
+    for option in ("--quick", "--episodes", "--batches", "--codecs", "--out"):
+        assert option in out

@@ -1,0 +1,377 @@
+"""LeRobot v3 batches: 16 consecutive dataset rows from episodes packed into one MP4 per camera.
+
+LeRobot v3 concatenates many episodes into one shard per camera
+(videos/<camera>/chunk-000/file-000.mp4) and keeps each episode's from_timestamp in
+its episodes metadata; row (episode, frame k) is the frame on screen at
+from_timestamp + k / fps in each camera's shard. Generated here (once, cached under
+<data>/lerobot) with the ffmpeg CLI: two cameras (640x480 and 320x240), N episodes of
+10-30 s (seeded, whole GOPs: a keyframe starts every episode, as in a concatenated
+shard), 30 fps, H.264 (-g 60 -bf 2) and AV1 (libsvtav1 preset 12, -g 60).
+
+A batch is 16 consecutive rows from a seeded-random start (it may cross into the next
+episode); per camera its 16 frames at 224x224 RGB. Contenders, one thread each:
+- per-row opens (PyAV): per row and camera open the shard, seek, decode forward to
+  the frame, close (a naive dataset's __getitem__);
+- Daft-style batched PyAV: per shard, the batch's times sorted and clustered (targets
+  under 10 s apart), one open per shard, one seek and one forward decode per cluster;
+- fluxon: a reader kept open per shard, ``read_frames_numpy(indices_at_times(times))``;
+- fluxon pool: ``read_many_numpy_with_stats`` with one request per shard (max_workers=1);
+- torchcodec: a ``VideoDecoder`` kept open per shard, ``get_frames_played_at(times)``,
+  and LeRobot's own call ``get_frames_at([round(t * fps) ...])``.
+Frames are checked against the ffmpeg CLI (scale=224:224:flags=bilinear,format=rgb24;
+fluxon bit for bit, peers for identity); the targets come from ffprobe's frame times.
+Batches/s is the median over passes (a pass: opening what it keeps open, then every batch).
+Targets: fluxon >= 2x the Daft-style reader and >= 10x per-row opens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from frames import CheckResult, cli_reference, needed
+from harness import (add_options, error_text, finish, header, machine, machine_line, median,
+                     num, say, scenario_parser, table, times, versions, write_outputs)
+
+H = W = 224
+FPS, ROWS, CLUSTER_S, TOL = 30, 16, 10.0, 1e-6
+CAMERAS = {"observation.images.front": (480, 640), "observation.images.wrist": (240, 320)}
+CODECS = {"h264": ["-c:v", "libx264", "-preset", "veryfast", "-g", "60", "-bf", "2"],
+          "av1": ["-c:v", "libsvtav1", "-preset", "12", "-g", "60"]}
+GOALS = {"Daft-style batched PyAV": 2.0, "per-row opens (PyAV)": 10.0}
+
+
+# ---- the dataset and the workload (pure) ----
+
+def episode_lengths(episodes: int, seed: int) -> list[int]:
+    """Frames per episode: 10-30 s in whole 2 s GOPs, seeded."""
+    rng = random.Random(seed)
+    return [rng.randrange(5, 16) * 2 * FPS for _ in range(episodes)]
+
+
+def from_timestamps(lengths: list[int]) -> list[float]:
+    """Each episode's start in the shard, as LeRobot's episodes metadata keeps it."""
+    return [float(sum(lengths[:e])) / FPS for e in range(len(lengths))]
+
+
+def make_batches(lengths: list[int], count: int, seed: int) -> list[list[tuple[int, int]]]:
+    """``count`` batches of ROWS consecutive rows (episode, frame in episode)."""
+    rows = [(e, k) for e, n in enumerate(lengths) for k in range(n)]
+    rng = random.Random(seed + 1)
+    return [rows[s:s + ROWS] for s in (rng.randrange(len(rows) - ROWS + 1) for _ in range(count))]
+
+
+def row_times(batch: list[tuple[int, int]], starts: list[float]) -> list[float]:
+    return [starts[e] + k / FPS for e, k in batch]
+
+
+def clusters(seconds: list[float], gap_s: float = CLUSTER_S) -> list[list[int]]:
+    """Positions of ``seconds`` sorted by time, split where two targets are >= gap_s apart."""
+    out: list[list[int]] = []
+    for pos in sorted(range(len(seconds)), key=lambda p: seconds[p]):
+        if out and seconds[pos] - seconds[out[-1][-1]] < gap_s:
+            out[-1].append(pos)
+        else:
+            out.append([pos])
+    return out
+
+
+def make_shards(data: Path, codec: str, lengths: list[int]) -> dict[str, Path]:
+    """One shard per camera (and meta/episodes.json), generated once."""
+    root = data / f"{codec}-{len(lengths)}ep-{sum(lengths)}f"
+    shards = {cam: root / "videos" / cam / "chunk-000" / "file-000.mp4" for cam in CAMERAS}
+    for cam, path in shards.items():
+        if not path.exists():
+            h, w = CAMERAS[cam]
+            say(f"encoding {codec} {w}x{h}, {len(lengths)} episodes, {sum(lengths) / FPS:g} s")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            part = path.with_suffix(".part.mp4")
+            subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i",
+                            f"testsrc2=size={w}x{h}:rate={FPS}", "-frames:v", str(sum(lengths)),
+                            *CODECS[codec], "-pix_fmt", "yuv420p", str(part)], check=True,
+                           env={**os.environ, "SVT_LOG": "1"})  # SVT-AV1: errors only
+            part.rename(path)
+    starts = from_timestamps(lengths)
+    meta = [{"episode_index": e, "length": n, **{f"videos/{cam}/{k}": v for cam in CAMERAS for
+             k, v in (("chunk_index", 0), ("file_index", 0), ("from_timestamp", starts[e]),
+                      ("to_timestamp", starts[e] + n / FPS))}} for e, n in enumerate(lengths)]
+    (root / "meta").mkdir(exist_ok=True)
+    (root / "meta" / "episodes.json").write_text(json.dumps(meta, indent=1))
+    return shards
+
+
+def frame_times(path: Path) -> np.ndarray:
+    """Every frame's pts in seconds, sorted (ffprobe: the oracle of the targets)."""
+    out = json.loads(subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+         "stream=time_base:frame=pts,best_effort_timestamp", "-of", "json", str(path)],
+        capture_output=True, check=True).stdout)
+    base = Fraction(out["streams"][0]["time_base"])
+    return np.array(sorted(float(int(f.get("pts", f.get("best_effort_timestamp"))) * base)
+                           for f in out["frames"]))
+
+
+# ---- contenders: batch(times per camera) -> frames per camera, in row order ----
+
+def pyav_pick(container: Any, stream: Any, seconds: list[float]) -> list[np.ndarray]:
+    """One seek to the keyframe before the first time and a forward decode: for each
+    (sorted) time the frame on screen then, converted like the reference."""
+    container.seek(int(seconds[0] / stream.time_base), stream=stream, backward=True)
+    out: list[np.ndarray] = []
+    prev = None
+    for frame in container.decode(stream):
+        while len(out) < len(seconds) and frame.time > seconds[len(out)] + TOL:
+            if prev is None:
+                raise RuntimeError(f"the seek landed after {seconds[len(out)]:.3f} s")
+            out.append(prev.to_ndarray(width=W, height=H, format="rgb24",
+                                       interpolation="BILINEAR"))
+        if len(out) == len(seconds):
+            break
+        prev = frame
+    while len(out) < len(seconds) and prev is not None:  # the end of the stream
+        out.append(prev.to_ndarray(width=W, height=H, format="rgb24", interpolation="BILINEAR"))
+    return out
+
+
+def pyav_open(path: Path) -> tuple[Any, Any]:
+    import av
+
+    container = av.open(str(path))
+    stream = container.streams.video[0]
+    stream.thread_type = "AUTO"
+    stream.codec_context.thread_count = 1
+    return container, stream
+
+
+class PerRow:
+    def __init__(self, shards: dict[str, Path]) -> None:
+        self.shards = shards
+
+    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
+        out = {}
+        for cam, seconds in by_cam.items():
+            frames = []
+            for t in seconds:
+                container, stream = pyav_open(self.shards[cam])
+                frames += pyav_pick(container, stream, [t])
+                container.close()
+            out[cam] = np.stack(frames)
+        return out
+
+
+class DaftStyle(PerRow):
+    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
+        out = {}
+        for cam, seconds in by_cam.items():
+            container, stream = pyav_open(self.shards[cam])
+            frames: list[Any] = [None] * len(seconds)
+            for group in clusters(seconds):
+                for pos, frame in zip(group, pyav_pick(container, stream,
+                                                       [seconds[p] for p in group])):
+                    frames[pos] = frame
+            container.close()
+            out[cam] = np.stack(frames)
+        return out
+
+
+class Fluxon(PerRow):
+    def __init__(self, shards: dict[str, Path]) -> None:
+        import fluxon_video as fv
+
+        self.readers = {cam: fv.open_video(p, H, W, num_threads=1) for cam, p in shards.items()}
+
+    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
+        return {cam: self.readers[cam].read_frames_numpy(self.readers[cam].indices_at_times(t))
+                for cam, t in by_cam.items()}
+
+
+class FluxonPool(PerRow):
+    def __init__(self, shards: dict[str, Path]) -> None:
+        import fluxon_video as fv
+        from stores import make_patcher, store
+
+        root = next(iter(shards.values())).parents[3]
+        self.fv, self.rel = fv, {cam: str(p.relative_to(root)) for cam, p in shards.items()}
+        self.patcher = make_patcher(store("lerobot", root, None, None))
+        self.pool = self.patcher.open_video_reader_pool()
+        self.times = {}  # each shard's frame times: the index, read once per shard
+        for cam, rel in self.rel.items():
+            with self.patcher.open_video_reader("lerobot", rel, H, W) as reader:
+                self.times[cam] = (reader.timestamps_s(), reader.metadata)
+
+    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
+        from fluxon_video.metadata import indices_at_times
+
+        requests = [self.fv.FluxonFsVideoReadRequest(
+            "lerobot", self.rel[cam], H, W, 1, tuple(indices_at_times(*self.times[cam], t)))
+            for cam, t in by_cam.items()]
+        results = self.pool.read_many_numpy_with_stats(requests, max_workers=1)
+        return {cam: r.frames for cam, r in zip(by_cam, results)}
+
+    def close(self) -> None:
+        self.pool.close()
+        self.patcher.close()
+
+
+class Torchcodec(PerRow):
+    def __init__(self, shards: dict[str, Path]) -> None:
+        from torchcodec.decoders import VideoDecoder
+        from torchcodec.transforms import Resize
+
+        self.decoders = {cam: VideoDecoder(str(p), dimension_order="NHWC", num_ffmpeg_threads=1,
+                                           transforms=[Resize((H, W))])
+                         for cam, p in shards.items()}
+
+    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
+        return {cam: self.decoders[cam].get_frames_played_at(t).data.numpy()
+                for cam, t in by_cam.items()}
+
+
+class TorchcodecRounded(Torchcodec):
+    """LeRobot's own torchcodec call: the indices round(t * fps), ``get_frames_at``."""
+
+    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
+        return {cam: self.decoders[cam].get_frames_at([round(x * FPS) for x in t]).data.numpy()
+                for cam, t in by_cam.items()}
+
+
+CONTENDERS = {"fluxon": Fluxon, "fluxon pool.read_many": FluxonPool,
+              "Daft-style batched PyAV": DaftStyle, "per-row opens (PyAV)": PerRow,
+              "torchcodec get_frames_played_at": Torchcodec,
+              "torchcodec get_frames_at(round(t·fps))": TorchcodecRounded}
+TIME_NOTE = ("A row's time from_timestamp + k / fps, summed in floats, can fall one ulp below "
+             "the frame's pts (20.0 + 166 / 30 < 766 / 30): the PyAV rows allow 1 µs, fluxon's "
+             "indices_at_times 1 ns; torchcodec's get_frames_played_at allows none and returns "
+             "the frame before. LeRobot itself calls torchcodec with round(t · fps) indices.")
+
+
+def run_pass(name: str, shards: dict[str, Path], work: list[dict[str, list[float]]],
+             targets: list[dict[str, list[int]]], refs: dict) -> dict[str, Any]:
+    check = CheckResult(exact_required=name.startswith("fluxon"))
+    batch_ms, errors, handle = [], [], None
+    t0 = time.perf_counter()
+    try:
+        handle = CONTENDERS[name](shards)
+        open_ms = (time.perf_counter() - t0) * 1e3
+        for by_cam, want in zip(work, targets):
+            t0 = time.perf_counter()
+            frames = handle.batch(by_cam)
+            batch_ms.append((time.perf_counter() - t0) * 1e3)
+            for cam, got in frames.items():
+                check.add(np.asarray(got), want[cam], refs[cam])
+    except Exception as exc:  # noqa: BLE001 - a failing contender is a finding
+        errors.append(error_text(exc))
+        open_ms = 0.0
+    finally:
+        if hasattr(handle, "close"):
+            handle.close()
+    total = sum(batch_ms) + open_ms
+    return {"open_ms": open_ms, "batch_ms": batch_ms, "check": check.as_dict(), "errors": errors,
+            "batches_per_s": len(batch_ms) / (total / 1e3) if batch_ms and not errors else None}
+
+
+def summary(name: str, passes: list[dict]) -> dict[str, Any]:
+    errors = [e for p in passes for e in p["errors"]]
+    check = passes[-1]["check"]
+    return {"contender": name, "passes": passes, "errors": errors,
+            "batches_per_s": median(p["batches_per_s"] for p in passes if p["batches_per_s"]),
+            "ms_per_batch": median(ms for p in passes for ms in p["batch_ms"]),
+            "open_ms": median(p["open_ms"] for p in passes),
+            "ok": not errors and all(p["check"]["ok"] for p in passes),
+            "verdict": f"FAILED: {errors[0]}" if errors else next(
+                (p["check"]["verdict"] for p in passes if not p["check"]["ok"]), check["verdict"])}
+
+
+def ratios(rows: list[dict]) -> dict[str, float | None]:
+    """fluxon's batches/s over each contender's."""
+    fx = next((r["batches_per_s"] for r in rows if r["contender"] == "fluxon" and r["ok"]), None)
+    return {r["contender"]: fx / r["batches_per_s"] if fx and r["batches_per_s"] else None
+            for r in rows}
+
+
+def render(results: dict) -> str:
+    s = results["settings"]
+    out = ["# LeRobot v3 batches (bench/lerobot.py)", "", f"`{results['command']}`, "
+           f"{results['generated']}, {results['duration_s']} s", "",
+           f"Machine: {machine_line(results['machine'])}", "",
+           "Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()), "",
+           f"{s['episodes']} episodes ({', '.join(f'{n // FPS}' for n in results['lengths'])} s) "
+           f"packed into one shard per camera ({', '.join(f'{w}x{h}' for h, w in CAMERAS.values())})"
+           f", {FPS} fps; {s['batches']} batches of {ROWS} consecutive rows, {len(CAMERAS)} "
+           f"cameras ({ROWS * len(CAMERAS)} frames per batch, {H}x{W} RGB); median of "
+           f"{s['repeat']} passes, a pass including its opens. Ratio: fluxon's batches/s over "
+           "the row's.", ""]
+    goals = []
+    for codec, rows in results["codecs"].items():
+        r = ratios(rows)
+        out += [f"## {codec}", "", table(
+            ["contender", "batches/s", "ms/batch (median)", "open ms", "fluxon ×", "frames"],
+            [[x["contender"], num(x["batches_per_s"]), num(x["ms_per_batch"], 1),
+              num(x["open_ms"], 1), times(r[x["contender"]]), x["verdict"][:70]]
+             for x in rows]), ""]
+        goals += [[codec, f"fluxon ÷ {name} >= {goal:g}×", times(r.get(name)),
+                   "n/a" if r.get(name) is None else "met" if r[name] >= goal else "missed"]
+                  for name, goal in GOALS.items()]
+    out += ["## Targets", "", table(["codec", "target", "measured", "status"], goals), ""]
+    out += [f"- {n}" for n in results.get("notes", [])]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = scenario_parser("lerobot.py", __doc__, "3 episodes, 4 batches",
+                         "lerobot.md and lerobot.json")
+    full, quick = add_options(ap, [
+        ("--episodes", int, 8, 3, "episodes per shard"),
+        ("--batches", int, 12, 4, "batches of 16 rows"),
+        ("--repeat", int, 2, "passes per contender"),
+        ("--codecs", str, "h264,av1", "codecs, comma-separated (h264, av1)"),
+        ("--seed", int, 7, "seed of the episode lengths and the batch starts")])
+    args = finish(ap, ap.parse_args(argv), full, quick, ("episodes", "batches", "repeat"))
+    if args.render:
+        results = json.loads(args.render.read_text())
+        for path in write_outputs(args.out, "lerobot", None, render(results)):
+            say(f"wrote {path}")
+        return
+    t_start = time.perf_counter()
+    lengths = episode_lengths(args.episodes, args.seed)
+    starts = from_timestamps(lengths)
+    work = [{cam: row_times(b, starts) for cam in CAMERAS}
+            for b in make_batches(lengths, args.batches, args.seed)]
+    codecs, notes = {}, [TIME_NOTE]
+    import av, fluxon_video, torchcodec.decoders  # noqa: E401, F401 - imports not timed
+    for codec in args.codecs.split(","):
+        shards = make_shards(args.data / "lerobot", codec, lengths)
+        say(f"{codec}: the targets (ffprobe) and reference frames (the ffmpeg CLI)")
+        ptimes = {cam: frame_times(p) for cam, p in shards.items()}
+        targets = [{cam: (np.searchsorted(ptimes[cam], np.asarray(t) + TOL, "right") - 1).tolist()
+                    for cam, t in by_cam.items()} for by_cam in work]
+        refs = {cam: cli_reference(p, H, W, needed(t[cam] for t in targets))
+                for cam, p in shards.items()}
+        codecs[codec] = []
+        for name in CONTENDERS:
+            say(f"{codec}: {name}")
+            passes = [run_pass(name, shards, work, targets, refs) for _ in range(args.repeat)]
+            codecs[codec].append(summary(name, passes))
+        notes.append(f"{codec} shards: " + ", ".join(
+            f"{p.stat().st_size / 2**20:.1f} MiB" for p in shards.values()))
+    results = {**header("lerobot.py", argv, time.perf_counter() - t_start, args),
+               "machine": machine(), "versions": versions(), "lengths": lengths,
+               "batches": [[list(r) for r in b] for b in
+                           make_batches(lengths, args.batches, args.seed)],
+               "codecs": codecs, "notes": notes}
+    for path in write_outputs(args.out, "lerobot", results, render(results)):
+        say(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()
