@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.fluxon-installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av clean
+.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot clean
 
 build: $(STAMP)
 
@@ -96,6 +96,12 @@ bench-multinode: build
 # samples checked against the ffmpeg CLI; writes bench/results/av.{md,json}.
 bench-av: build $(BENCH_STAMP)
 	$(PY) bench/av_clips.py $(BENCH_ARGS)
+
+# LeRobot-style shards (~4 min; --quick ~1 min): batches of 16 consecutive rows from
+# multi-episode shards (H.264 and AV1, 2 cameras), fluxon vs the Daft-style batched PyAV
+# reader, per-row opens and torchcodec; writes bench/results/lerobot.{md,json}.
+bench-lerobot: build $(BENCH_STAMP)
+	$(PY) bench/lerobot.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info fluxon_video/*.so .pytest_cache \
