@@ -99,7 +99,7 @@ bench-av: build $(BENCH_STAMP)
 
 # LeRobot-style shards (~4 min; --quick ~1 min): batches of 16 consecutive rows from
 # multi-episode shards (H.264 and AV1, 2 cameras), fluxon vs the Daft-style batched PyAV
-# reader, per-row opens and torchcodec; writes bench/results/lerobot.{md,json}.
+# reader, per-row opens, SPDL and torchcodec; writes bench/results/lerobot.{md,json}.
 bench-lerobot: build $(BENCH_STAMP)
 	$(PY) bench/lerobot.py $(BENCH_ARGS)
 

@@ -16,6 +16,7 @@ episode); per camera its 16 frames at 224x224 RGB. Contenders, one thread each:
   under 10 s apart), one open per shard, one seek and one forward decode per cluster;
 - fluxon: a reader kept open per shard, ``read_frames_numpy(indices_at_times(times))``;
 - fluxon pool: ``read_many_numpy_with_stats`` with one request per shard (max_workers=1);
+- SPDL: each shard's packets demuxed once, ``sample_decode_video`` per batch at round(t * fps);
 - torchcodec: a ``VideoDecoder`` kept open per shard, ``get_frames_played_at(times)``,
   and LeRobot's own call ``get_frames_at([round(t * fps) ...])``.
 Frames are checked against the ffmpeg CLI (scale=224:224:flags=bilinear,format=rgb24;
@@ -244,8 +245,24 @@ class TorchcodecRounded(Torchcodec):
                 for cam, t in by_cam.items()}
 
 
+class Spdl(PerRow):
+    """SPDL (spdl-io): each shard's packets demuxed once, then per batch
+    ``sample_decode_video`` at LeRobot's indices round(t * fps) (contenders.SpdlHandle,
+    the reference's own scale filter)."""
+
+    def __init__(self, shards: dict[str, Path]) -> None:
+        from contenders import SpdlHandle
+
+        self.handles = {cam: SpdlHandle(p, H, W, 1) for cam, p in shards.items()}
+
+    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
+        return {cam: self.handles[cam].read([round(x * FPS) for x in t])
+                for cam, t in by_cam.items()}
+
+
 CONTENDERS = {"fluxon": Fluxon, "fluxon pool.read_many": FluxonPool,
               "Daft-style batched PyAV": DaftStyle, "per-row opens (PyAV)": PerRow,
+              "SPDL sample_decode_video(round(t·fps))": Spdl,
               "torchcodec get_frames_played_at": Torchcodec,
               "torchcodec get_frames_at(round(t·fps))": TorchcodecRounded}
 TIME_NOTE = ("A row's time from_timestamp + k / fps, summed in floats, can fall one ulp below "
