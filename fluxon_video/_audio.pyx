@@ -13,7 +13,7 @@ stores timestamps in units that resolve one sample (MP4/MOV, WAV, FLAC,
 Matroska at a rate whose samples fall on its millisecond ticks); anywhere
 else a read decodes the stream from its first packet and counts.
 """
-from libc.errno cimport EAGAIN, EINVAL
+from libc.errno cimport EAGAIN
 from libc.stdint cimport int64_t, uint8_t
 from libc.string cimport memcpy, strncmp
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
 from fluxon_video._demux cimport describe_audio
-from fluxon_video._errors cimport FX_ERROR_OUT_OF_MEMORY, err_check
+from fluxon_video._errors cimport err_check
 from fluxon_video.libav.avcodec cimport (
     AVDISCARD_ALL, AVCodec, AVCodecContext, AVPacket, av_packet_alloc, av_packet_free, av_packet_unref,
     avcodec_alloc_context3, avcodec_find_decoder, avcodec_flush_buffers, avcodec_free_context,
@@ -37,10 +37,10 @@ from fluxon_video.libav.avutil cimport (
     AV_CHANNEL_ORDER_UNSPEC, AV_NOPTS_VALUE, AV_SAMPLE_FMT_FLTP, AVChannelLayout, AVERROR,
     AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVFrame, AVMEDIA_TYPE_AUDIO, AVSampleFormat,
     av_channel_layout_copy, av_channel_layout_default, av_channel_layout_uninit, av_frame_alloc,
-    av_frame_free, av_frame_unref,
+    av_frame_free,
 )
 from fluxon_video.libav.swresample cimport (
-    SwrContext, swr_alloc_set_opts2, swr_convert, swr_free, swr_get_out_samples, swr_init,
+    SwrContext, swr_alloc_set_opts2, swr_convert, swr_free, swr_init,
 )
 
 from fluxon_video import errors

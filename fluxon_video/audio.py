@@ -201,7 +201,7 @@ class AudioTrack:
         if self._packets is None or self._packets[0].shape[1] == 0 or stop <= start:
             return
         (pts, offset, size), (num, den) = self._packets
-        how, begin = self._decoder.plan(max(start, 0), exact)
+        _, begin = self._decoder.plan(max(start, 0), exact)
         first, rate = self.first_time_s, self.sample_rate
         times = pts * num / den
         # A packet's pts is its first sample's time: keep the one that starts

@@ -30,6 +30,18 @@ class FrameBatch:
         """``data`` as a torch uint8 tensor sharing its memory (NCHW: a permuted view)."""
         return as_torch(self.data, layout)
 
+    def span_s(self) -> tuple[float, float]:
+        """The time these frames cover: from the earliest one's pts to the end of
+        the latest one's display (the span of a clip's audio)."""
+        return covered_span(self.pts_s, self.duration_s)
+
+
+def covered_span(pts_s: np.ndarray, duration_s: np.ndarray) -> tuple[float, float]:
+    """(earliest pts, latest pts + duration) of frames; (0, 0) for none."""
+    if pts_s.size == 0:
+        return 0.0, 0.0
+    return float(pts_s.min()), float((pts_s + duration_s).max())
+
 
 def frame_durations(times: np.ndarray, end_s: float) -> np.ndarray:
     """How long each frame is shown: until the next one, the last until end_s."""

@@ -33,7 +33,7 @@ from fluxon_video.errors import (
     FluxonFsError,
     FluxonFsFrameIndexError,
 )
-from fluxon_video.frames import as_torch, frame_durations
+from fluxon_video.frames import as_torch, covered_span, frame_durations
 from fluxon_video.fs.config import RequestIdentity
 from fluxon_video.fs.paths import check_relpath
 from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
@@ -480,10 +480,9 @@ def _audio_of(reader: FluxonFsVideoReader, request: FluxonFsVideoReadRequest) ->
         start_s, end_s = request.audio_span_s
     elif request.indices:
         times = reader.timestamps_s()
-        count = len(times)
-        chosen = [i + count if i < 0 else i for i in request.indices]
-        ends = frame_durations(times, reader.metadata.end_s)[chosen] + times[chosen]
-        start_s, end_s = float(times[chosen].min()), float(ends.max())
+        chosen = np.asarray(request.indices, np.int64) % len(times)  # negatives from the end
+        start_s, end_s = covered_span(
+            times[chosen], frame_durations(times, reader.metadata.end_s)[chosen])
     else:
         start_s = end_s = 0.0
     return reader.read_audio(start_s, end_s, request.audio)

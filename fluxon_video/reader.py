@@ -40,6 +40,8 @@ from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsVideoReadStats
 
 log = get_logger("reader")
+# Frames one step of iteration decodes: a forward decode, a bounded array.
+ITER_CHUNK = 16
 # A read splits over two decoders only when the smaller set has at least this
 # share of the decode work (below it the second thread buys little).
 MIN_SPLIT_SHARE = 0.2
@@ -55,8 +57,6 @@ def merge_halves(left: Any, right: Any) -> Any:
                     else value or getattr(right, key))
               for key, value in left.as_dict().items()}
     return type(left)(**merged)
-# Frames one step of iteration decodes: a forward decode, a bounded array.
-ITER_CHUNK = 16
 
 
 class FluxonFsVideoReader:
@@ -267,21 +267,21 @@ class FluxonFsVideoReader:
             self._check_open()
             t0 = time.perf_counter()
             self._range_source.check_current()  # the version rule: fs/file_metadata.py
-            if self._audio is None:
-                self._audio = self._open_audio()
-            samples = self._audio.read(start_s, end_s, spec, num_samples)
+            samples = self._audio_track().read(start_s, end_s, spec, num_samples)
             self._report(self._stats(None, 0, time.perf_counter() - t0))
             return samples
 
-    def _open_audio(self) -> AudioTrack:
-        """The audio stream the frame index names (with its packet table), or
-        for a file without an index the one FFmpeg picks."""
-        index = self._decoder.index
-        header = index.header.get("audio") if index is not None else None
-        if header is None:
-            return AudioTrack(self._byte_source, self.name)
-        return AudioTrack(self._byte_source, self.name, header["stream_index"],
-                          (index.audio_packets, tuple(header["time_base"])))
+    def _audio_track(self) -> AudioTrack:
+        """The reader's audio track, opened on first use: the stream the frame
+        index names (with its packet table), or for a file without an index the
+        one FFmpeg picks."""
+        if self._audio is None:
+            index = self._decoder.index
+            header = index.header.get("audio") if index is not None else None
+            self._audio = (AudioTrack(self._byte_source, self.name) if header is None else
+                           AudioTrack(self._byte_source, self.name, header["stream_index"],
+                                      (index.audio_packets, tuple(header["time_base"]))))
+        return self._audio
 
     def get_audio_played_in_range(self, start_s: float, stop_s: float, *,
                                   sample_rate: int | None = None, channels: int | None = None,
@@ -312,8 +312,7 @@ class FluxonFsVideoReader:
         frames = self.get_frames_at(indices)
         if len(frames) == 0:
             raise FluxonFsFrameIndexError(f"{self.name}: a clip needs at least one frame index")
-        start_s = float(frames.pts_s.min())
-        stop_s = float((frames.pts_s + frames.duration_s).max())
+        start_s, stop_s = frames.span_s()
         return AVClip(frames, self.get_audio_played_in_range(
             start_s, stop_s, sample_rate=sample_rate, channels=channels, pad_audio=pad_audio,
             exact_audio=exact_audio))
@@ -328,11 +327,9 @@ class FluxonFsVideoReader:
         with self._lock:
             self._check_open()
             try:
-                if self._audio is None:
-                    self._audio = self._open_audio()
+                return audio_metadata(self._audio_track().header())
             except FluxonFsNoAudioStreamError:
                 return None
-            return audio_metadata(self._audio.header())
 
     @property
     def has_video(self) -> bool:

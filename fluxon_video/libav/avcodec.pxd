@@ -52,7 +52,6 @@ cdef extern from "libavcodec/codec_par.h" nogil:
         AVColorSpace color_space
         int sample_rate
         AVChannelLayout ch_layout
-        int frame_size
         int seek_preroll
 
 

@@ -9,7 +9,6 @@ cdef extern from "libswresample/swresample.h" nogil:
     struct SwrContext:
         pass
 
-    unsigned swresample_version()
     int swr_alloc_set_opts2(SwrContext **ps,
                             const AVChannelLayout *out_ch_layout, AVSampleFormat out_sample_fmt,
                             int out_sample_rate,
@@ -19,4 +18,3 @@ cdef extern from "libswresample/swresample.h" nogil:
     void swr_free(SwrContext **s)
     int swr_convert(SwrContext *s, uint8_t **out, int out_count,
                     const uint8_t **in_, int in_count)
-    int swr_get_out_samples(SwrContext *s, int in_samples)
