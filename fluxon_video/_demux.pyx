@@ -23,7 +23,7 @@ from fluxon_video._avio cimport (
 from fluxon_video._pagecache cimport fx_pagecache
 from fluxon_video._errors cimport FX_ERROR_OUT_OF_MEMORY, err_check
 from fluxon_video.libav.avcodec cimport (
-    AVCodecID, AVDISCARD_ALL, AV_CODEC_ID_MPEG4, AV_CODEC_ID_VP8, AV_CODEC_ID_VP9,
+    AVCodecID, AVDISCARD_ALL, AVDISCARD_DEFAULT, AV_CODEC_ID_MPEG4, AV_CODEC_ID_VP8, AV_CODEC_ID_VP9,
     AV_CODEC_PROP_REORDER, AVCodecDescriptor, AVCodecParameters,
     AVPacket, AV_PKT_DATA_DISPLAYMATRIX, AV_PKT_FLAG_DISCARD, AV_PKT_FLAG_CORRUPT, AV_PKT_FLAG_KEY,
     av_packet_alloc, av_packet_free, av_packet_unref, avcodec_descriptor_get, avcodec_get_name,
@@ -313,6 +313,11 @@ cdef void log_free(PacketLog *log) noexcept nogil:
     free(log.vops)
     free(log.head_end)
     free(log.head)
+    log_init(log)
+
+
+cdef void log_init(PacketLog *log) noexcept nogil:
+    """An empty log that owns nothing."""
     log.pts = log.dts = log.pos = log.size = log.duration = log.head_end = NULL
     log.flags = log.head = NULL
     log.vops = NULL
@@ -326,9 +331,10 @@ cdef bint is_mov(AVFormatContext *fmt) noexcept nogil:
 
 
 cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
-              AVFormatContext **fmt, int *stream_index, const char **failed_call) noexcept nogil:
+              PacketLog *audio_log, AVFormatContext **fmt, int *stream_index,
+              const char **failed_call) noexcept nogil:
     # *stream_index: the stream asked for (-1: choose_stream's rule), then the one read
-    cdef int ret
+    cdef int ret, audio_index = -1
     cdef AVCodecID codec_id
     cdef AVPacket *pkt
     # Stream info (what the codec says: size as decoded, pix_fmt, colours) comes
@@ -351,6 +357,13 @@ cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
         # now (as much as the cache holds), fetched in large parallel batches
         # instead of a readahead window at a time.
         fx_source_prefetch(pc, fx_avio_cursor(pb).pos, pc.file_size - fx_avio_cursor(pb).pos)
+        if not is_mov(fmt[0]):
+            # No sample table lists the audio packets: log them as they go by
+            # (the bytes are read anyway), so audio reads know where theirs are.
+            audio_index = av_find_best_stream(fmt[0], AVMEDIA_TYPE_AUDIO, -1, stream_index[0],
+                                              NULL, 0)
+            if audio_index >= 0:
+                fmt[0].streams[audio_index].discard = AVDISCARD_DEFAULT
     # Packets without a pts (AVI's I and P frames) get the one the demuxer
     # can infer; the indexed path reads packets the same way.
     fmt[0].flags |= AVFMT_FLAG_GENPTS
@@ -370,6 +383,9 @@ cdef int scan(AVIOContext *pb, fx_pagecache *pc, bint zero_fill, PacketLog *log,
         if pkt.stream_index == stream_index[0]:
             failed_call[0] = "growing the packet log"
             ret = log_append(log, pkt)
+        elif pkt.stream_index == audio_index:
+            failed_call[0] = "growing the audio packet log"
+            ret = log_append(audio_log, pkt)
         av_packet_unref(pkt)
         if ret < 0:
             break
@@ -456,15 +472,25 @@ cdef dict stream_header(AVFormatContext *fmt, AVStream *st, int64_t file_size):
     }
 
 
-cdef object audio_packets(AVFormatContext *fmt, int audio_index):
-    """(pts, pos, size) int64 arrays of an MP4/MOV audio stream's samples, from
-    the sample table the open parsed (no byte of media read); empty elsewhere,
-    where no table lists every packet."""
+cdef object audio_packets(AVFormatContext *fmt, int audio_index, PacketLog *scanned):
+    """(pts, pos, size) int64 arrays of the audio stream's packets, in decode
+    order: MP4/MOV's from the sample table the open parsed (no byte of media
+    read), elsewhere the ones the scan logged; a packet the demuxer gave no
+    pts has its predecessor's (the table stays sorted for lookups)."""
     cdef AVStream *st
     cdef const AVIndexEntry *e
-    cdef int i, n
-    if audio_index < 0 or not is_mov(fmt):
+    cdef int64_t i, n
+    if audio_index < 0:
         return np.empty((3, 0), np.int64)
+    if not is_mov(fmt):
+        n = scanned.n
+        if n == 0:
+            return np.empty((3, 0), np.int64)
+        out = np.stack([np.asarray(<int64_t[:n]> scanned.pts), np.asarray(<int64_t[:n]> scanned.pos),
+                        np.asarray(<int64_t[:n]> scanned.size)])
+        known = out[0] != AV_NOPTS_VALUE
+        out[0] = out[0][np.maximum.accumulate(np.where(known, np.arange(n), 0))]
+        return out[:, np.argmax(known):] if known.any() else np.empty((3, 0), np.int64)
     st = fmt.streams[audio_index]
     n = avformat_index_get_entries_count(st)
     out = np.empty((3, n), np.int64)
@@ -516,25 +542,21 @@ def scan_packets(ByteSource source, str name=None, int stream_index=-1):
     name = name or source.name
     cdef AVIOContext *pb = NULL
     cdef AVFormatContext *fmt = NULL
-    cdef PacketLog log
+    cdef PacketLog log, audio_log
     cdef int ret = 0, attempt, wanted = stream_index
     cdef bint zero_fill, retry = False
     cdef const char *failed_call = NULL
     cdef AVStream *st
-    log.n = log.cap = log.head_used = log.head_cap = 0
-    log.pts = log.dts = log.pos = log.size = log.duration = log.head_end = NULL
-    log.flags = log.head = NULL
-    log.vops = NULL
-    log.mpeg4 = log.zero_filled = False
-    log.shown_codec = 0
+    log_init(&log)
+    log_init(&audio_log)
     try:
         for attempt in range(2):
             zero_fill = attempt == 0
             pb = fx_avio_open(source)
             stream_index = wanted
             with nogil:
-                ret = scan(pb, source.core.pc, zero_fill, &log, &fmt, &stream_index,
-                           &failed_call)
+                ret = scan(pb, source.core.pc, zero_fill, &log, &audio_log, &fmt,
+                           &stream_index, &failed_call)
                 retry = (ret == 0 and log.zero_filled
                          and not take_sample_table(fmt.streams[stream_index], &log))
             if not retry:
@@ -542,6 +564,7 @@ def scan_packets(ByteSource source, str name=None, int stream_index=-1):
             avformat_close_input(&fmt)
             fx_avio_close(&pb)
             log_free(&log)
+            log_free(&audio_log)
         if fx_avio_cursor(pb).error:
             raise source.fetch_error(fx_avio_cursor(pb))
         if ret == AVERROR_STREAM_NOT_FOUND:
@@ -573,8 +596,10 @@ def scan_packets(ByteSource source, str name=None, int stream_index=-1):
                           pkt_hidden=(flags & 8) != 0, pkt_several=(flags & 16) != 0,
                           header={**stream_header(fmt, st, source.size), "audio": audio},
                           audio_packets=audio_packets(
-                              fmt, audio["stream_index"] if audio is not None else -1))
+                              fmt, audio["stream_index"] if audio is not None else -1,
+                              &audio_log))
     finally:
         avformat_close_input(&fmt)
         fx_avio_close(&pb)
         log_free(&log)
+        log_free(&audio_log)

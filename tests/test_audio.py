@@ -309,10 +309,13 @@ def test_dataset_workers_on_a_second_node_read_the_audio_from_the_kv(audio_media
             assert total.remote_bytes == 0 and total.kv_hits > 0, total
 
 
-@pytest.mark.parametrize("name", ["aac_stereo.mp4", "edit_list.mp4", "pcm_8k.mov"])
+@pytest.mark.parametrize("name", ["aac_stereo.mp4", "edit_list.mp4", "pcm_8k.mov",
+                                  "opus_stereo.webm", "mp3_mono.mkv", "flac_51.mkv",
+                                  "early_audio.mkv"])
 def test_the_frame_index_lists_the_audio_packets_as_ffprobe_does(audio_media, name):
-    """MP4/MOV: every audio packet's pts, byte offset and size, from the sample
-    table (no payload read), so a clip's audio bytes can be fetched ahead."""
+    """Every audio packet's pts, byte offset and size, so a clip's audio bytes
+    can be fetched ahead: MP4/MOV's from the sample table (no payload read),
+    Matroska's logged by the scan that indexes the video."""
     path = audio_media / name
     info = probe(path, "a:0", "stream=time_base")["streams"][0]
     packets = probe(path, "a:0", "packet=pts,pos,size")["packets"]
