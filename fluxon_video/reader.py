@@ -59,6 +59,26 @@ def merge_halves(left: Any, right: Any) -> Any:
     return type(left)(**merged)
 
 
+def place_rows(frames: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Move row k of ``frames`` to row ``positions[k]`` in place, following the
+    permutation's cycles: one row of scratch instead of a second array."""
+    source = np.empty_like(positions)
+    source[positions] = np.arange(positions.size)
+    done = np.zeros(positions.size, bool)
+    for start in range(positions.size):
+        if done[start] or source[start] == start:
+            continue
+        held, j = frames[start].copy(), start
+        while True:
+            done[j] = True
+            if source[j] == start:
+                frames[j] = held
+                break
+            frames[j] = frames[source[j]]
+            j = source[j]
+    return frames
+
+
 class FluxonFsVideoReader:
     """Reads frames of one video through FluxonFS; use as a context manager.
 
@@ -436,16 +456,22 @@ class FluxonFsVideoReader:
         wanted = np.asarray(indices).reshape(-1)
         done: dict[str, Any] = {}
 
+        # Both decode into one array (the left set's rows, then the right's),
+        # put in request order after: peak memory is the output, as for one decoder.
+        frames = np.empty((wanted.size, self.height, self.width, 3), np.uint8)
+
         def decode_right() -> None:
             try:
-                done["right"] = second.decode(wanted[right], self.height, self.width)
+                done["right"] = second.decode(wanted[right], self.height, self.width,
+                                              frames[left.size:])
             except BaseException as exc:  # noqa: BLE001 - raised on the reader's thread
                 done["error"] = exc
 
         worker = threading.Thread(target=decode_right, name="fluxon-gop-half", daemon=True)
         worker.start()
         try:
-            frames_left, stats_left = self._decoder.decode(wanted[left], self.height, self.width)
+            _, stats_left = self._decoder.decode(wanted[left], self.height, self.width,
+                                                 frames[:left.size])
         finally:
             worker.join()
             if second.index is not before or self._decoder.index is not before:
@@ -456,12 +482,11 @@ class FluxonFsVideoReader:
                 self._split_off = True
         if "error" in done:
             raise done["error"]
-        frames_right, stats_right = done["right"]
+        _, stats_right = done["right"]
         if stats_left.fallback or stats_right.fallback:
             self._split_off = True  # the index disagreed: one decoder from now on
-        frames = np.empty((wanted.size, self.height, self.width, 3), np.uint8)
-        frames[left], frames[right] = frames_left, frames_right
-        return frames, merge_halves(stats_left, stats_right)
+        return place_rows(frames, np.concatenate([left, right])), merge_halves(stats_left,
+                                                                                stats_right)
 
     def _report(self, stats: FluxonFsVideoReadStats) -> None:
         self.last_stats = stats

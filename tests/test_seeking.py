@@ -113,6 +113,20 @@ def test_two_threads_read_two_gop_sets_at_once_and_the_same_frames(media, name):
             assert stats.frames_returned == 2 and stats.frames_decoded >= 2 and stats.path
 
 
+def test_two_decoders_rows_go_to_their_places_in_one_array():
+    """The split read's rows (left set, then right set) are put in request
+    order in place: the same as numpy's scatter, for every permutation shape."""
+    from fluxon_video.reader import place_rows
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 3, 7, 40):
+        rows = rng.integers(0, 255, size=(n, 2, 3, 3), dtype=np.uint8)
+        positions = rng.permutation(n)
+        want = np.empty_like(rows)
+        want[positions] = rows
+        np.testing.assert_array_equal(place_rows(rows.copy(), positions), want)
+
+
 @pytest.mark.parametrize("name", ["mpeg4.avi", "mpeg4_nobf.avi", "mpeg4_gop3.avi"])
 def test_mpeg4_avi_frames_alone_from_a_cold_decoder(media, opened, name):
     # Every frame on its own after a reset (a fresh decoder seeks to its
