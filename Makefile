@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.fluxon-installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot clean
+.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot bench-threads clean
 
 build: $(STAMP)
 
@@ -102,6 +102,12 @@ bench-av: build $(BENCH_STAMP)
 # reader, per-row opens, SPDL and torchcodec; writes bench/results/lerobot.{md,json}.
 bench-lerobot: build $(BENCH_STAMP)
 	$(PY) bench/lerobot.py $(BENCH_ARGS)
+
+# Decoder threads (~10 min; --quick ~1 min): random clips of 1080p H.264 and HEVC at
+# 224x224 with 1, 2 and auto threads, fluxon vs PyAV, torchcodec, decord and SPDL at the
+# same setting; writes bench/results/threads.{md,json}.
+bench-threads: build $(BENCH_STAMP)
+	$(PY) bench/threads.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info fluxon_video/*.so .pytest_cache \

@@ -244,3 +244,27 @@ def test_lerobot_help():
                          capture_output=True, text=True).stdout
     for option in ("--quick", "--episodes", "--batches", "--codecs", "--out"):
         assert option in out
+
+
+def test_threads_report_gains_and_the_target():
+    import harness
+    import threads
+
+    out = subprocess.run([sys.executable, str(BENCH / "threads.py"), "--help"], check=True,
+                         capture_output=True, text=True).stdout
+    for option in ("--quick", "--clips", "--repeat", "--videos", "--out"):
+        assert option in out
+
+    def row(one, two, auto, ok=True):
+        return {k: {"clips_per_s": v, "ok": ok, "verdict": "bit-exact" if ok else "OFF: x"}
+                for k, v in zip(("1", "2", "auto"), (one, two, auto))}
+
+    results = {"command": "python bench/threads.py", "generated": "now", "duration_s": 1,
+               "machine": harness.machine(), "versions": {}, "cpus": 2,
+               "settings": {"clips": 4, "repeat": 1},
+               "videos": {"v.mp4": {"fluxon": row(2.0, 3.6, 3.2),
+                                    "pyav": row(1.0, 1.2, 2.0, ok=False)}}}
+    text = threads.render(results)
+    assert "| fluxon | 2.00 | 3.60 | 3.20 | 1.80× | 1.60× | – | – | – | bit-exact |" in text
+    assert "| pyav | 1.00 | 1.20 | 2.00 | 1.20× | 2.00× | 2.00× | 3.00× | 1.60× | ⚠ OFF: x |" in text
+    assert "| v.mp4 | fluxon 2 threads ÷ 1 thread >= 1.7× | 1.80× | met |" in text
