@@ -129,6 +129,13 @@ def machine_line(m: dict) -> str:
     return f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, git {m['git']}"
 
 
+def report_head(title: str, results: dict) -> list[str]:
+    """A report's first lines: its title, the command and when it ran, machine, versions."""
+    return [f"# {title}", "", f"`{results['command']}`, {results['generated']}, "
+            f"{results['duration_s']} s", "", f"Machine: {machine_line(results['machine'])}", "",
+            "Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()), ""]
+
+
 def fluxon_versions() -> dict[str, str]:
     import fluxon_video
     from fluxon_video.native import require_native

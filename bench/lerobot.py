@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from frames import CheckResult, cli_reference, needed
-from harness import (add_options, error_text, finish, header, machine, machine_line, median,
-                     num, say, scenario_parser, table, times, versions, write_outputs)
+from harness import (add_options, error_text, finish, header, machine, median, num,
+                     report_head, say, scenario_parser, table, times, versions, write_outputs)
 
 H = W = 224
 FPS, ROWS, CLUSTER_S, TOL = 30, 16, 10.0, 1e-6
@@ -317,10 +317,7 @@ def ratios(rows: list[dict]) -> dict[str, float | None]:
 
 def render(results: dict) -> str:
     s = results["settings"]
-    out = ["# LeRobot v3 batches (bench/lerobot.py)", "", f"`{results['command']}`, "
-           f"{results['generated']}, {results['duration_s']} s", "",
-           f"Machine: {machine_line(results['machine'])}", "",
-           "Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()), "",
+    out = [*report_head("LeRobot v3 batches (bench/lerobot.py)", results),
            f"{s['episodes']} episodes ({', '.join(f'{n // FPS}' for n in results['lengths'])} s) "
            f"packed into one shard per camera ({', '.join(f'{w}x{h}' for h, w in CAMERAS.values())})"
            f", {FPS} fps; {s['batches']} batches of {ROWS} consecutive rows, {len(CAMERAS)} "

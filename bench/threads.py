@@ -27,8 +27,8 @@ import numpy as np
 from contenders import PEERS, Handle, open_handle
 from dataset import HEVC, X264, VideoSpec, prepare, sample_clips
 from frames import CheckResult, cli_reference, needed
-from harness import (add_options, error_text, finish, header, machine, machine_line, median,
-                     num, say, scenario_parser, table, times, versions, write_outputs)
+from harness import (add_options, error_text, finish, header, machine, median, num,
+                     report_head, say, scenario_parser, table, times, versions, write_outputs)
 
 H = W = 224
 CLIP, STRIDE, GOAL = 16, 2, 1.7
@@ -79,10 +79,7 @@ def summary(passes: list[dict]) -> dict[str, Any]:
 
 def render(results: dict) -> str:
     s = results["settings"]
-    out = ["# Decoder threads (bench/threads.py)", "", f"`{results['command']}`, "
-           f"{results['generated']}, {results['duration_s']} s", "",
-           f"Machine: {machine_line(results['machine'])}", "",
-           "Versions: " + ", ".join(f"{k} {v}" for k, v in results["versions"].items()), "",
+    out = [*report_head("Decoder threads (bench/threads.py)", results),
            f"{s['clips']} clips of {CLIP} frames ({STRIDE} apart) at {H}x{W} per pass, median of "
            f"{s['repeat']} interleaved passes (a pass includes its open). auto: FFmpeg's "
            f"thread_count 0 for the peers, os.cpu_count() = {results['cpus']} for fluxon. ⚠: "
