@@ -244,3 +244,9 @@ def test_lerobot_help():
                          capture_output=True, text=True).stdout
     for option in ("--quick", "--episodes", "--batches", "--codecs", "--out"):
         assert option in out
+
+
+def test_index_load_help():
+    out = subprocess.run([sys.executable, str(BENCH / "index_load.py"), "--help"], check=True,
+                         capture_output=True, text=True).stdout
+    assert "FrameIndex.from_bytes" in out and "--minutes" in out and "--repeat" in out
