@@ -24,10 +24,11 @@ tail of the file (MP4's moov, Matroska's header and Cues), up to
 so a reader that loads the index opens the container without fetching a
 page (see ``open_extents``).
 
-The index is stored in the KV as an opaque blob under the file version, of
-the kind ``blob_kind(stream_index)`` names: it carries the format version, so
-a reader never loads an index written in another format, and the stream asked
-for (the default rule's stream has its own kind).
+The index is stored in the KV as an opaque blob (index_blob.py lays it out)
+under the file version, of the kind ``blob_kind(stream_index)`` names: it
+carries the format version, so a reader never loads an index written in
+another format, and the stream asked for (the default rule's stream has its
+own kind).
 
 An index is *trusted* only where that derivation is known to hold (for
 MPEG-4 part 2 the scan checks the bitstream, see mpeg4.py, and passes its
@@ -37,16 +38,15 @@ falls back to a sequential decode on any disagreement.
 
 from __future__ import annotations
 
-import io
-import json
-import zlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-FORMAT_VERSION = 9
+from fluxon_video import index_blob
+
+FORMAT_VERSION = 10
 BLOB_KIND = f"frameindex-v{FORMAT_VERSION}"  # the default stream's index
 
 
@@ -67,6 +67,11 @@ MAX_REORDER = 16
 # Packets past a cluster's last target fetched with it: what a decoder
 # typically needs to output the next frame (its reorder delay).
 CONFIRM_PACKETS = 4
+# How the blob stores the per-packet columns: int64 ones as they are (narrowed
+# or delta-coded by index_blob), the bool ones as the bits of one uint8 column
+# (bit i: FLAG_COLUMNS[i]).
+INT_COLUMNS = ("pkt_pts", "pkt_dts", "pkt_pos", "pkt_size", "pkt_duration")
+FLAG_COLUMNS = ("pkt_key", "pkt_discard", "pkt_cut", "pkt_hidden", "pkt_several", "pkt_damaged")
 
 
 @dataclass
@@ -140,7 +145,7 @@ class FrameIndex:
         self.frame_key = self._start_keyframes()
         pos_order = np.argsort(self.pkt_pos, kind="stable")
         self.pos_sorted = self.pkt_pos[pos_order]
-        self.pos_dec = pos_order.astype(np.int64)
+        self.pos_dec = pos_order.astype(np.int64, copy=False)
         self._check_trust()
 
     def _flags(self, values: np.ndarray | None) -> np.ndarray:
@@ -217,7 +222,7 @@ class FrameIndex:
             if not bad.any():
                 break
             j[bad] -= 1
-        return np.where(j >= 0, keys[np.maximum(j, 0)], -1).astype(np.int64)
+        return np.where(j >= 0, keys[np.maximum(j, 0)], -1).astype(np.int64, copy=False)
 
     def _check_trust(self) -> None:
         if not self.trusted:
@@ -370,48 +375,39 @@ class FrameIndex:
     # ---- storage ----
 
     def to_bytes(self) -> bytes:
-        buf = io.BytesIO()
-        np.savez(buf, pkt_pts=self.pkt_pts, pkt_pos=self.pkt_pos, pkt_size=self.pkt_size,
-                 pkt_key=self.pkt_key, pkt_discard=self.pkt_discard, pkt_duration=self.pkt_duration,
-                 pkt_cut=self.pkt_cut, pkt_dts=self.pkt_dts, pkt_hidden=self.pkt_hidden,
-                 pkt_several=self.pkt_several, pkt_damaged=self.pkt_damaged,
-                 damage_notes=np.asarray([json.dumps(
-                     {str(k): v for k, v in self.damage_notes.items()})]),
-                 decoded_pts=(self.decoded_pts if self.decoded_pts is not None
-                              else np.empty(0, np.int64)),
-                 surveyed=np.asarray([self.decoded_pts is not None]),
-                 header=np.asarray([json.dumps(self.header)]),
-                 meta=np.asarray([FORMAT_VERSION, self.stream_index, int(self.trusted)], np.int64),
-                 names=np.asarray([self.format_name, self.codec_name, self.reason]),
-                 extent_pos=np.asarray([off for off, _ in self.open_extents], np.int64),
-                 extent_len=np.asarray([len(d) for _, d in self.open_extents], np.int64),
-                 extent_bytes=np.frombuffer(b"".join(d for _, d in self.open_extents), np.uint8),
-                 audio_packets=self.audio_packets)
-        return zlib.compress(buf.getvalue(), 3)
+        """The blob stored in the KV (layout: index_blob.py)."""
+        flags = np.zeros(self.pkt_pts.shape, np.uint8)
+        for bit, name in enumerate(FLAG_COLUMNS):
+            flags |= getattr(self, name).astype(np.uint8) << bit
+        columns = {name: getattr(self, name) for name in INT_COLUMNS}
+        columns["pkt_flags"] = flags
+        columns["audio_packets"] = self.audio_packets
+        if self.decoded_pts is not None:
+            columns["decoded_pts"] = self.decoded_pts
+        meta = {"format_name": self.format_name, "codec_name": self.codec_name,
+                "stream_index": self.stream_index, "trusted": self.trusted,
+                "reason": self.reason, "header": self.header,
+                "damage_notes": {str(k): v for k, v in self.damage_notes.items()}}
+        return index_blob.pack(FORMAT_VERSION, meta, columns, self.open_extents)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> FrameIndex | None:
         """The index, or None if data is not a current-format index."""
         try:
-            arrays: Any = np.load(io.BytesIO(zlib.decompress(data)), allow_pickle=False)
-            version, stream_index, trusted = (int(x) for x in arrays["meta"])
-            if version != FORMAT_VERSION:
-                return None
-            format_name, codec_name, reason = (str(x) for x in arrays["names"])
-            raw = arrays["extent_bytes"].tobytes()
-            ends = np.cumsum(arrays["extent_len"])
-            extents = [(int(off), raw[end - n:end]) for off, n, end
-                       in zip(arrays["extent_pos"], arrays["extent_len"], ends)]
-            return cls(format_name, codec_name, stream_index, arrays["pkt_pts"], arrays["pkt_pos"],
-                       arrays["pkt_size"], arrays["pkt_key"], arrays["pkt_discard"],
-                       trusted=bool(trusted), reason=reason, pkt_duration=arrays["pkt_duration"],
-                       pkt_cut=arrays["pkt_cut"], pkt_dts=arrays["pkt_dts"],
-                       pkt_hidden=arrays["pkt_hidden"], pkt_several=arrays["pkt_several"],
-                       pkt_damaged=arrays["pkt_damaged"],
-                       damage_notes={int(k): str(v) for k, v in
-                                     json.loads(str(arrays["damage_notes"][0])).items()},
-                       decoded_pts=arrays["decoded_pts"] if bool(arrays["surveyed"][0]) else None,
-                       header=json.loads(str(arrays["header"][0])), open_extents=extents,
-                       audio_packets=arrays["audio_packets"])
+            meta, columns, extents = index_blob.unpack(data, FORMAT_VERSION)
+            flags = columns["pkt_flags"]
+            packets = {name: columns[name] for name in INT_COLUMNS}
+            audio = columns["audio_packets"]
+            if (any(values.shape != flags.shape for values in packets.values())
+                    or flags.ndim != 1 or audio.ndim != 2 or audio.shape[0] != 3):
+                return None  # the constructor would broadcast or index out of range
+            for bit, name in enumerate(FLAG_COLUMNS):
+                packets[name] = (flags & (1 << bit)) != 0
+            return cls(str(meta["format_name"]), str(meta["codec_name"]),
+                       int(meta["stream_index"]), trusted=bool(meta["trusted"]),
+                       reason=str(meta["reason"]), header=meta["header"],
+                       damage_notes={int(k): str(v) for k, v in meta["damage_notes"].items()},
+                       decoded_pts=columns.get("decoded_pts"), open_extents=extents,
+                       audio_packets=audio, **packets)
         except Exception:  # noqa: BLE001 - a damaged blob is just a miss
             return None

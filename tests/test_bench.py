@@ -268,3 +268,9 @@ def test_threads_report_gains_and_the_target():
     assert "| fluxon | 2.00 | 3.60 | 3.20 | 1.80× | 1.60× | – | – | – | bit-exact |" in text
     assert "| pyav | 1.00 | 1.20 | 2.00 | 1.20× | 2.00× | 2.00× | 3.00× | 1.60× | ⚠ OFF: x |" in text
     assert "| v.mp4 | fluxon 2 threads ÷ 1 thread >= 1.7× | 1.80× | met |" in text
+
+
+def test_index_load_help():
+    out = subprocess.run([sys.executable, str(BENCH / "index_load.py"), "--help"], check=True,
+                         capture_output=True, text=True).stdout
+    assert "FrameIndex.from_bytes" in out and "--minutes" in out and "--repeat" in out
