@@ -236,21 +236,10 @@ class FrameIndex:
             # which says the presentation order only for MPEG-4 part 2 (whose
             # packets the scan checks, see mpeg4.py), not for B-pyramids.
             problems.append(f"{self.codec_name} in AVI: no pts give the order of reordered frames")
-        shown_pts = self.frame_pts
-        if shown_pts.size == 0:
+        if self.frame_pts.size == 0:
             problems.append("no frames")
-        elif (shown_pts == AV_NOPTS_VALUE).any():
-            problems.append("packets without pts")
-        elif (np.diff(shown_pts) == 0).any():  # frame_pts is sorted
-            problems.append("duplicate pts")
-        elif (distance := self.reorder_distance) > (
-                MAX_REORDER if self.header.get("reorders", True) else 0):
-            # A decoder holds at most a DPB of frames back (none for a codec
-            # that does not reorder): a frame shown farther from where it is
-            # decoded has a damaged timestamp, and the decoder will not output
-            # it where its pts says.
-            problems.append(f"a frame's pts puts it {distance} frames from "
-                            "where it is decoded")
+        elif self.time_problem:
+            problems.append(self.time_problem)
         if self.pkt_several.any():
             problems.append("packets that decode to several frames")
         if (self.pkt_pos < 0).any():
@@ -264,6 +253,24 @@ class FrameIndex:
         if problems:
             self.trusted = False
             self.reason = "; ".join(problems)
+
+    @cached_property
+    def time_problem(self) -> str:
+        """Why the packets' pts do not say which frame the decoder outputs when
+        ("" when they do): then the frames' times are not the sorted pts."""
+        shown_pts = self.frame_pts
+        if (shown_pts == AV_NOPTS_VALUE).any():
+            return "packets without pts"
+        if (np.diff(shown_pts) == 0).any():  # frame_pts is sorted
+            return "duplicate pts"
+        if (distance := self.reorder_distance) > (
+                MAX_REORDER if self.header.get("reorders", True) else 0):
+            # A decoder holds at most a DPB of frames back (none for a codec
+            # that does not reorder): a frame shown farther from where it is
+            # decoded has a damaged timestamp, and the decoder will not output
+            # it where its pts says.
+            return f"a frame's pts puts it {distance} frames from where it is decoded"
+        return ""
 
     @cached_property
     def _by_decode_rank(self) -> np.ndarray:

@@ -14,9 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from fluxon_video.errors import FluxonFsDecodeError, FluxonFsFrameIndexError
+from fluxon_video.errors import (
+    FluxonFsDamagedStreamError, FluxonFsDecodeError, FluxonFsFrameIndexError,
+)
 from fluxon_video.damage import numbered_frames
-from fluxon_video.frame_index import FrameIndex
+from fluxon_video.frame_index import AV_NOPTS_VALUE, FrameIndex
 from fluxon_video.validation import positive_int
 
 
@@ -131,12 +133,30 @@ def orientation_from_matrix(matrix: Iterable[int] | None) -> int | None:
     return None
 
 
-def timestamps_s(index: FrameIndex, on_damage: str = "error") -> np.ndarray:
+def timestamps_s(index: FrameIndex, on_damage: str = "error", name: str = "") -> np.ndarray:
     """Presentation time of every frame, in frame-index order (pts x time_base),
-    numbered as ``on_damage`` numbers them (damage.numbered_frames)."""
+    numbered as ``on_damage`` numbers them (damage.numbered_frames).
+
+    Where the container's timestamps are damaged (index.time_problem), the
+    sorted pts are not the times of the frames a read returns: only the
+    conceal policy's survey (the decoder's own output times) says them, and
+    without it this raises FluxonFsDamagedStreamError rather than give a
+    time that would pick another frame."""
+    if index.time_problem and (on_damage != "conceal" or index.decoded_pts is None):
+        raise FluxonFsDamagedStreamError(
+            f"{name or 'this video'}: the container's timestamps are damaged "
+            f"({index.time_problem}), so they do not say which frame is shown when; frames "
+            "read by index are exact, and a reader opened with on_damage='conceal' times "
+            "the frames as the decoder outputs them")
+    return _frame_times(index, on_damage)
+
+
+def _frame_times(index: FrameIndex, on_damage: str) -> np.ndarray:
+    """The frames' pts in seconds; NaN for a frame without pts."""
     num, den = index.header.get("time_base", (1, 1))
+    pts = numbered_frames(index, on_damage)[0]
     # pts * num / den, not pts * (num / den): 208 * 0.001 is 0.20800000000000002.
-    return numbered_frames(index, on_damage)[0].astype(np.float64) * num / den
+    return np.where(pts == AV_NOPTS_VALUE, np.nan, pts.astype(np.float64) * num / den)
 
 
 def _frame_end_s(index: FrameIndex, times: np.ndarray, last: int) -> float:
@@ -160,7 +180,10 @@ def build_metadata(index: FrameIndex, size_bytes: int, mtime_ns: int,
     count = int(packets.shape[0])
     if count == 0:
         raise FluxonFsDecodeError(f"{name}: the video stream has no frames")
-    times = timestamps_s(index, on_damage)
+    times = _frame_times(index, on_damage)
+    times = times[np.isfinite(times)]  # the span of the frames whose pts are known
+    if times.size == 0:
+        times = np.zeros(1)
     begin = float(times[0])
     end = _frame_end_s(index, times, int(packets[-1]))
     duration = end - begin
@@ -211,6 +234,12 @@ def indices_at_times(frame_times: np.ndarray, metadata: FluxonFsVideoMetadata, s
         bad = float(times[outside][0])
         raise FluxonFsFrameIndexError(
             f"{name}: time {bad} s is outside the video [{metadata.begin_s}, {metadata.end_s}) s")
+    if not (np.diff(frame_times) >= 0).all():  # NaN compares False too
+        # The conceal policy's times of a stream whose timestamps are damaged:
+        # they go back, or a frame has none, and no frame is "the one shown at t".
+        raise FluxonFsDamagedStreamError(
+            f"{name}: the frames' times do not increase in frame order (damaged "
+            "timestamps), so no frame is the one shown at a given time; read by index")
     found = np.searchsorted(frame_times, times + TIME_TOLERANCE_S, side="right") - 1
     return [int(i) for i in found]
 

@@ -185,7 +185,7 @@ class FluxonFsPatcher:
         """Presentation time of every frame (float64 seconds, frame order), like
         ``reader.timestamps_s()``, without opening a decoder."""
         index, _, _ = self._video_index(export_name, relpath, identity, on_damage, stream_index)
-        return timestamps_s(index, on_damage)
+        return timestamps_s(index, on_damage, f"{export_name}:{relpath}")
 
     def video_metadata_and_timestamps_s(
             self, export_name: str, relpath: str, *,
@@ -195,7 +195,7 @@ class FluxonFsPatcher:
         """Both, from one load of the frame index (one KV read when it is warm)."""
         index, metadata, _ = self._video_index(export_name, relpath, identity, on_damage,
                                                stream_index)
-        return metadata, timestamps_s(index, on_damage)
+        return metadata, timestamps_s(index, on_damage, f"{export_name}:{relpath}")
 
     def _video_index(self, export_name: str, relpath: str,
                      identity: RequestIdentity | str | None, on_damage: str = "error",

@@ -419,7 +419,7 @@ class FluxonFsVideoReaderPool:
             stream_index: int | None = None) -> tuple[FluxonFsVideoMetadata, np.ndarray]:
         """Metadata and every frame's time from one index load (see the patcher's)."""
         index, metadata, _ = self._video_index(export_name, relpath, stream_index)
-        return metadata, timestamps_s(index, self.on_damage)
+        return metadata, timestamps_s(index, self.on_damage, f"{export_name}:{relpath}")
 
     def video_timestamps_s(self, export_name: str, relpath: str,
                            stream_index: int | None = None) -> np.ndarray:

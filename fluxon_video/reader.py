@@ -211,14 +211,13 @@ class FluxonFsVideoReader:
     def timestamps_s(self) -> np.ndarray:
         """Presentation time of every frame in seconds (float64), in frame-index order."""
         self.metadata  # noqa: B018 - raises for a file without an index
-        return timestamps_s(self._index(), self.on_damage)
+        return timestamps_s(self._index(), self.on_damage, self.name)
 
     def indices_at_times(self, seconds: float | Sequence[float] | np.ndarray) -> list[int]:
         """For each time, the index of the frame displayed then (the last frame
         whose pts <= t), for t in [begin_s, end_s); else FluxonFsFrameIndexError."""
         metadata = self.metadata  # raises for a file without an index
-        return indices_at_times(timestamps_s(self._index(), self.on_damage), metadata, seconds,
-                                self.name)
+        return indices_at_times(self.timestamps_s(), metadata, seconds, self.name)
 
     # ---- torchcodec-style access: frames with their times ----
 

@@ -288,3 +288,55 @@ def test_a_lying_pts_never_misplaces_a_frame_alone_or_in_a_batch(media, threads)
             read += 1
             assert np.array_equal(got[indices.index(i)], expected[i]), (i, indices)
     assert read > 30  # the lie costs the fast path, not the frames
+
+
+def _drop_a_cluster_timestamp(path, out):
+    """The second Matroska cluster's Timestamp element turned into a Void one (a
+    damage the demuxer reads as the cluster starting at 0: its frames' pts repeat
+    the first cluster's)."""
+    data = bytearray(path.read_bytes())
+    cluster = data.index(b"\x1f\x43\xb6\x75", data.index(b"\x1f\x43\xb6\x75") + 4)
+    at = cluster + 4 + (9 - data[cluster + 4].bit_length())  # after the size's vint
+    if data[at] == 0xBF:  # a CRC-32 element first (6 bytes)
+        at += 6
+    assert data[at] == 0xE7, "the cluster's first element is not its Timestamp"
+    data[at] = 0xEC
+    out.write_bytes(bytes(data))
+
+
+def test_damaged_timestamps_never_time_another_frame(tmp_path):
+    """Frames of a cluster whose timestamp is lost get pts 0.. again: the sorted
+    pts are not the times of the frames the decoder outputs. By default times
+    raise a named error (reads by index stay exact); on_damage="conceal" gives
+    each frame the time the decoder gives it (ffprobe's best effort timestamp)."""
+    good, path = tmp_path / "good.mkv", tmp_path / "lost_cluster_time.mkv"
+    subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-f", "lavfi", "-i",
+                    f"testsrc2=size={W}x{H}:rate=30", "-t", "4", "-c:v", "libx264", "-g", "30",
+                    "-bf", "2", "-cluster_time_limit", "1000", str(good)], check=True)
+    _drop_a_cluster_timestamp(good, path)
+    expected = reference_frames(path, H, W, threads=1)
+    cli_times = np.array([float(f.get("best_effort_timestamp_time", "nan"))
+                          for f in ffprobe_frames(path)])
+    assert (np.diff(cli_times) < 0).any()  # the damage shows in the CLI's times
+    with fv.open_video(path, H, W) as reader:
+        assert len(reader) == expected.shape[0]
+        assert 0 <= reader.metadata.begin_s < reader.metadata.end_s < 10
+        for call in (reader.timestamps_s, lambda: reader.indices_at_times([0.5]),
+                     lambda: reader.get_frames_at([3])):
+            with pytest.raises(errors.FluxonFsDamagedStreamError, match="lost_cluster_time.mkv"):
+                call()
+        for i in (0, 29, 30, 45, expected.shape[0] - 1):
+            np.testing.assert_array_equal(reader.read_frames_numpy([i])[0], expected[i])
+    with fv.open_video(path, H, W, on_damage="conceal") as reader:
+        times = reader.timestamps_s()
+        # Where the decoder outputs a frame with no time at all, ffprobe shows its
+        # own guess or none; every time the decoder does give is the CLI's.
+        known = np.isfinite(times)
+        assert known.sum() >= times.size - 2
+        np.testing.assert_allclose(times[known], cli_times[known], atol=1e-9)
+        chosen = [int(i) for i in np.flatnonzero(known)[[0, 29, 35, -1]]]
+        batch = reader.get_frames_at(chosen)
+        np.testing.assert_array_equal(batch.data, expected[chosen])
+        np.testing.assert_allclose(batch.pts_s, cli_times[chosen], atol=1e-9)
+        with pytest.raises(errors.FluxonFsDamagedStreamError, match="do not increase"):
+            reader.indices_at_times([0.5])  # two frames carry 0.5 s: neither is "the" one
