@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.fluxon-installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot bench-threads clean
+.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot bench-threads bench-remote-long clean
 
 build: $(STAMP)
 
@@ -57,9 +57,10 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml bench/install_peers.py
 	$(PY) bench/install_peers.py
 	@touch $@
 
-# The benchmark: local files (bench/run.py), then the remote store (bench/remote.py).
-# `make bench BENCH_ARGS=--quick` is the smoke run of both (a few minutes).
-bench: bench-local bench-remote
+# The benchmark, one table per dataset shape: local files (bench/run.py), the remote
+# store on short clips and on long videos (bench/remote.py), LeRobot-style shards
+# (bench/lerobot.py). `make bench BENCH_ARGS=--quick` is the smoke run of all four.
+bench: bench-local bench-remote bench-remote-long bench-lerobot
 
 # Local files (~10 min; --quick ~3 min): fluxon vs decord/torchcodec/PyAV, decode floor,
 # read_many; writes bench/results/latest.{md,json} and charts.
@@ -78,6 +79,14 @@ bench-remote: build $(BENCH_STAMP)
 # videos; writes bench/results/remote-s3.{md,json}.
 bench-remote-s3: build $(BENCH_STAMP)
 	$(PY) bench/remote.py --store s3 $(BENCH_ARGS)
+
+# The remote store on long videos (~15 min): random clips, a new open each, of four
+# 2-minute videos (720p H.264 GOP 250 and 120, 1080p HEVC GOP 60, 1080p H.264 GOP 250)
+# at 10 ms and 50 MB/s per connection, with a small clips workload beside them;
+# writes bench/results/remote-long/remote.{md,json,png}.
+bench-remote-long: build $(BENCH_STAMP)
+	$(PY) bench/remote.py --long-videos 4 --long-items 3 --latencies 10 --videos 4 \
+		--batched-items 1 --out bench/results/remote-long $(BENCH_ARGS)
 
 # DataLoader-shaped benchmark (~3 min): 2 workers, 24 videos, fluxon per-clip and
 # batched vs decord and torchcodec; writes bench/results/dataloader.{md,json}.

@@ -197,11 +197,20 @@ def remote_specs() -> list[VideoSpec]:
 
 
 def long_specs(n: int) -> list[VideoSpec]:
-    """n 2-minute 720p H.264 MP4s at 3 Mb/s (about 45 MB each), GOP 250 faststart and
-    GOP 120 moov-at-end in turn (the remote "long" workload)."""
-    rate = ("-b:v", "3M", "-maxrate", "3M", "-bufsize", "6M")
-    return [VideoSpec(f"h264_720p_long_{k:02d}.mp4", 1280, 720, 120, (250, 120)[k % 2],
-                      X264 + rate, faststart=k % 2 == 0, role="long") for k in range(n)]
+    """n 2-minute MP4s (the remote "long" workload), four kinds in turn: 720p H.264 at
+    3 Mb/s (about 45 MB) GOP 250 faststart and GOP 120 moov-at-end, 1080p HEVC at 4 Mb/s
+    GOP 60, and 1080p H.264 at 6 Mb/s GOP 250."""
+    def rate(bits: str) -> tuple[str, ...]:
+        return ("-b:v", bits, "-maxrate", bits, "-bufsize", f"{2 * int(bits[:-1])}M")
+
+    kinds = [("h264_720p", 1280, 720, 250, X264 + rate("3M"), True),
+             ("h264_720p", 1280, 720, 120, X264 + rate("3M"), False),
+             ("hevc_1080p", 1920, 1080, 60, HEVC + rate("4M"), True),
+             ("h264_1080p", 1920, 1080, 250, X264 + rate("6M"), True)]
+    return [VideoSpec(f"{name}_long_{k:02d}.mp4", width, height, 120, gop, args,
+                      faststart=faststart, role="long")
+            for k, (name, width, height, gop, args, faststart)
+            in ((k, kinds[k % len(kinds)]) for k in range(n))]
 
 
 def long_order(names: list[str], per_video: int, rng: Any) -> list[str]:

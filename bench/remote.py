@@ -37,7 +37,8 @@ METADATA_STATS = ("kv_round_trips", "kv_hits", "kv_misses", "remote_reads", "rem
 
 
 OPTIONS = [
-    ("--long-videos", int, 0, "2-minute 720p videos of the 'long' workload (s3: 2)"),
+    ("--long-videos", int, 0, "2-minute videos of the 'long' workload: 720p H.264 GOP 250 "
+                              "and 120, 1080p HEVC GOP 60, 1080p H.264 GOP 250 in turn (s3: 2)"),
     ("--long-items", int, 0, "items (random clips, a new open each) per long video per "
                                 "round (s3: 4)"),
     ("--latencies", str, "0,2,10", "10", "per-request latencies, ms, comma separated"),

@@ -15,7 +15,7 @@ from harness import (DASH, KiB, MiB, Target, best, count, fill, kinds_of, listin
 GOAL_LATENCY_MS, GOAL_BANDWIDTH_MBPS = 10.0, 50
 CACHE_RANK = {"cold": 0, "warm-kv": 1, "warm-kv+shared": 2, "warm-reader": 3}
 S3_WORKLOADS = {"clips": "short videos (4-7.5 s), one random clip per video",
-                "long": "long videos (2 min, 720p, about 45 MB), random clips"}
+                "long": "long videos (2 min, 720p and 1080p, 45-90 MB), random clips"}
 # Round trips before the first frame a cold read may take, by container layout.
 COLD_ROUND_TRIPS = {"mkv": 3, "mp4 faststart": 2, "mp4 moov-at-end": 3}
 
