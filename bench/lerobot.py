@@ -19,10 +19,15 @@ episode); per camera its 16 frames at 224x224 RGB. Contenders, one thread each:
 - SPDL: each shard's packets demuxed once, ``sample_decode_video`` per batch at round(t * fps);
 - torchcodec: a ``VideoDecoder`` kept open per shard, ``get_frames_played_at(times)``,
   and LeRobot's own call ``get_frames_at([round(t * fps) ...])``.
+Then, unless --latency-ms -1, through the remote model (bench/remote.py's store: L ms
+per request, 50 MB/s per connection): fluxon cold (Redis flushed, a new patcher) and warm
+(a new patcher, Redis warm) through the agent, the Daft-style and per-row PyAV readers on
+fsspec HTTP file objects (4 MiB blocks) from the HTTP Range server.
 Frames are checked against the ffmpeg CLI (scale=224:224:flags=bilinear,format=rgb24;
 fluxon bit for bit, peers for identity); the targets come from ffprobe's frame times.
 Batches/s is the median over passes (a pass: opening what it keeps open, then every batch).
-Targets: fluxon >= 2x the Daft-style reader and >= 10x per-row opens.
+Targets: fluxon >= 2x the Daft-style reader and >= 10x per-row opens, locally and
+remote, cold and warm.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -49,6 +56,7 @@ CAMERAS = {"observation.images.front": (480, 640), "observation.images.wrist": (
 CODECS = {"h264": ["-c:v", "libx264", "-preset", "veryfast", "-g", "60", "-bf", "2"],
           "av1": ["-c:v", "libsvtav1", "-preset", "12", "-g", "60"]}
 GOALS = {"Daft-style batched PyAV": 2.0, "per-row opens (PyAV)": 10.0}
+REMOTE_BLOCK = 4 << 20  # fsspec's block for the remote PyAV rows (its default is 5 MiB)
 
 
 # ---- the dataset and the workload (pure) ----
@@ -110,6 +118,11 @@ def make_shards(data: Path, codec: str, lengths: list[int]) -> dict[str, Path]:
     return shards
 
 
+def shard_root(shards: dict[str, Path]) -> Path:
+    """The dataset's root (videos/<camera>/chunk-000/file-000.mp4 lie under it)."""
+    return next(iter(shards.values())).parents[3]
+
+
 def frame_times(path: Path) -> np.ndarray:
     """Every frame's pts in seconds, sorted (ffprobe: the oracle of the targets)."""
     out = json.loads(subprocess.run(
@@ -143,18 +156,29 @@ def pyav_pick(container: Any, stream: Any, seconds: list[float]) -> list[np.ndar
     return out
 
 
-def pyav_open(path: Path) -> tuple[Any, Any]:
+@contextmanager
+def pyav_opened(shard: Path | str) -> Iterator[tuple[Any, Any]]:
+    """(container, stream) of a shard: a local path, or a URL read through an fsspec
+    HTTP file object (ranged GETs of REMOTE_BLOCK bytes, as Daft-style readers do)."""
     import av
+    import fsspec
 
-    container = av.open(str(path))
-    stream = container.streams.video[0]
-    stream.thread_type = "AUTO"
-    stream.codec_context.thread_count = 1
-    return container, stream
+    f = fsspec.open(shard, "rb", block_size=REMOTE_BLOCK).open() if isinstance(shard, str) \
+        else None
+    container = av.open(f if f is not None else str(shard))
+    try:
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"
+        stream.codec_context.thread_count = 1
+        yield container, stream
+    finally:
+        container.close()
+        if f is not None:
+            f.close()
 
 
 class PerRow:
-    def __init__(self, shards: dict[str, Path]) -> None:
+    def __init__(self, shards: dict[str, Any]) -> None:
         self.shards = shards
 
     def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
@@ -162,9 +186,8 @@ class PerRow:
         for cam, seconds in by_cam.items():
             frames = []
             for t in seconds:
-                container, stream = pyav_open(self.shards[cam])
-                frames += pyav_pick(container, stream, [t])
-                container.close()
+                with pyav_opened(self.shards[cam]) as (container, stream):
+                    frames += pyav_pick(container, stream, [t])
             out[cam] = np.stack(frames)
         return out
 
@@ -173,13 +196,12 @@ class DaftStyle(PerRow):
     def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
         out = {}
         for cam, seconds in by_cam.items():
-            container, stream = pyav_open(self.shards[cam])
             frames: list[Any] = [None] * len(seconds)
-            for group in clusters(seconds):
-                for pos, frame in zip(group, pyav_pick(container, stream,
-                                                       [seconds[p] for p in group])):
-                    frames[pos] = frame
-            container.close()
+            with pyav_opened(self.shards[cam]) as (container, stream):
+                for group in clusters(seconds):
+                    for pos, frame in zip(group, pyav_pick(container, stream,
+                                                           [seconds[p] for p in group])):
+                        frames[pos] = frame
             out[cam] = np.stack(frames)
         return out
 
@@ -200,7 +222,7 @@ class FluxonPool(PerRow):
         import fluxon_video as fv
         from stores import make_patcher, store
 
-        root = next(iter(shards.values())).parents[3]
+        root = shard_root(shards)
         self.fv, self.rel = fv, {cam: str(p.relative_to(root)) for cam, p in shards.items()}
         self.patcher = make_patcher(store("lerobot", root, None, None))
         self.pool = self.patcher.open_video_reader_pool()
@@ -260,6 +282,57 @@ class Spdl(PerRow):
                 for cam, t in by_cam.items()}
 
 
+class FluxonRemote(Fluxon):
+    """fluxon through the remote model's agent and Redis: a reader per shard, opened by
+    the pass's patcher (RemoteModel.shards sets it)."""
+
+    patcher: Any = None
+
+    def __init__(self, shards: dict[str, str]) -> None:
+        self.readers = {cam: self.patcher.open_video_reader("lerobot", rel, H, W)
+                        for cam, rel in shards.items()}
+
+    def close(self) -> None:
+        for reader in self.readers.values():
+            reader.close()
+
+
+class RemoteModel:
+    """bench/remote.py's store at L ms per request and 50 MB/s per connection: fluxon
+    through the agent and Redis (cold: Redis flushed, then a new patcher; warm: a new
+    patcher, Redis warm), PyAV on fsspec HTTP file objects from the HTTP Range server."""
+
+    ROWS = {"fluxon cold": FluxonRemote, "fluxon warm": FluxonRemote,
+            "Daft-style batched PyAV": DaftStyle, "per-row opens (PyAV)": PerRow}
+
+    def __init__(self, work: Path, root: Path, latency_ms: float) -> None:
+        from stores import RemoteStore, make_patcher, store
+
+        self.root, self.make_patcher, self.patcher = root, make_patcher, None
+        self.store = RemoteStore(work, "lerobot", root, 50.0)
+        self.store.set_latency(latency_ms)
+        self.fx = store("lerobot", root.resolve(), self.store.agent_relay.url,
+                        self.store.redis.url)
+
+    def shards(self, row: str, shards: dict[str, Path]) -> dict[str, str]:
+        """The shards as the row reads them: relpaths for fluxon, URLs for PyAV."""
+        rel = {cam: str(p.relative_to(self.root)) for cam, p in shards.items()}
+        if self.patcher is not None:
+            self.patcher.close()
+            self.patcher = None
+        if not row.startswith("fluxon"):
+            return {cam: f"{self.store.range.url}/{r}" for cam, r in rel.items()}
+        if row == "fluxon cold":
+            self.store.flush()
+        FluxonRemote.patcher = self.patcher = self.make_patcher(self.fx)
+        return rel
+
+    def stop(self) -> None:
+        if self.patcher is not None:
+            self.patcher.close()
+        self.store.stop()
+
+
 CONTENDERS = {"fluxon": Fluxon, "fluxon pool.read_many": FluxonPool,
               "Daft-style batched PyAV": DaftStyle, "per-row opens (PyAV)": PerRow,
               "SPDL sample_decode_video(round(t·fps))": Spdl,
@@ -271,13 +344,13 @@ TIME_NOTE = ("A row's time from_timestamp + k / fps, summed in floats, can fall 
              "the frame before. LeRobot itself calls torchcodec with round(t · fps) indices.")
 
 
-def run_pass(name: str, shards: dict[str, Path], work: list[dict[str, list[float]]],
-             targets: list[dict[str, list[int]]], refs: dict) -> dict[str, Any]:
+def run_pass(name: str, shards: dict[str, Any], work: list[dict[str, list[float]]],
+             targets: list[dict[str, list[int]]], refs: dict, make: Any = None) -> dict[str, Any]:
     check = CheckResult(exact_required=name.startswith("fluxon"))
     batch_ms, errors, handle = [], [], None
     t0 = time.perf_counter()
     try:
-        handle = CONTENDERS[name](shards)
+        handle = (make or CONTENDERS[name])(shards)
         open_ms = (time.perf_counter() - t0) * 1e3
         for by_cam, want in zip(work, targets):
             t0 = time.perf_counter()
@@ -308,11 +381,18 @@ def summary(name: str, passes: list[dict]) -> dict[str, Any]:
                 (p["check"]["verdict"] for p in passes if not p["check"]["ok"]), check["verdict"])}
 
 
-def ratios(rows: list[dict]) -> dict[str, float | None]:
-    """fluxon's batches/s over each contender's."""
-    fx = next((r["batches_per_s"] for r in rows if r["contender"] == "fluxon" and r["ok"]), None)
+def ratios(rows: list[dict], fluxon: str = "fluxon") -> dict[str, float | None]:
+    """The ``fluxon`` row's batches/s over each contender's."""
+    fx = next((r["batches_per_s"] for r in rows if r["contender"] == fluxon and r["ok"]), None)
     return {r["contender"]: fx / r["batches_per_s"] if fx and r["batches_per_s"] else None
             for r in rows}
+
+
+def goal_rows(codec: str, rows: list[dict], fluxon: str = "fluxon") -> list[list[str]]:
+    r = ratios(rows, fluxon)
+    return [[codec, f"{fluxon} ÷ {name} >= {goal:g}×", times(r.get(name)),
+             "n/a" if r.get(name) is None else "met" if r[name] >= goal else "missed"]
+            for name, goal in GOALS.items()]
 
 
 def render(results: dict) -> str:
@@ -326,15 +406,25 @@ def render(results: dict) -> str:
            "the row's.", ""]
     goals = []
     for codec, rows in results["codecs"].items():
-        r = ratios(rows)
-        out += [f"## {codec}", "", table(
-            ["contender", "batches/s", "ms/batch (median)", "open ms", "fluxon ×", "frames"],
-            [[x["contender"], num(x["batches_per_s"]), num(x["ms_per_batch"], 1),
-              num(x["open_ms"], 1), times(r[x["contender"]]), x["verdict"][:70]]
-             for x in rows]), ""]
-        goals += [[codec, f"fluxon ÷ {name} >= {goal:g}×", times(r.get(name)),
-                   "n/a" if r.get(name) is None else "met" if r[name] >= goal else "missed"]
-                  for name, goal in GOALS.items()]
+        remote = results.get("remote", {}).get(codec, [])
+        fluxons = ("fluxon",) if not remote else ("fluxon", "fluxon cold", "fluxon warm")
+        for title, group, names in ((codec, rows, fluxons[:1]),
+                                    (f"{codec}, remote model", remote, fluxons[1:])):
+            if not group:
+                continue
+            r = {name: ratios(group, name) for name in names}
+            out += [f"## {title}", "", table(
+                ["contender", "batches/s", "ms/batch (median)", "open ms",
+                 *(f"{name} ×" for name in names), "frames"],
+                [[x["contender"], num(x["batches_per_s"]), num(x["ms_per_batch"], 1),
+                  num(x["open_ms"], 1), *(times(r[name][x["contender"]]) for name in names),
+                  x["verdict"][:70]] for x in group]), ""]
+            goals += [g for name in names for g in goal_rows(codec, group, name)]
+    if results.get("remote"):
+        out += [f"Remote model: bench/remote.py's store, L = {s['latency_ms']:g} ms per request "
+                f"and 50 MB/s per connection; PyAV reads fsspec HTTP file objects "
+                f"({REMOTE_BLOCK >> 20} MiB blocks); fluxon cold: Redis flushed and a new "
+                "patcher before the pass, warm: a new patcher, Redis warm.", ""]
     out += ["## Targets", "", table(["codec", "target", "measured", "status"], goals), ""]
     out += [f"- {n}" for n in results.get("notes", [])]
     return "\n".join(out).rstrip() + "\n"
@@ -348,7 +438,9 @@ def main(argv: list[str] | None = None) -> None:
         ("--batches", int, 12, 4, "batches of 16 rows"),
         ("--repeat", int, 2, "passes per contender"),
         ("--codecs", str, "h264,av1", "codecs, comma-separated (h264, av1)"),
-        ("--seed", int, 7, "seed of the episode lengths and the batch starts")])
+        ("--seed", int, 7, "seed of the episode lengths and the batch starts"),
+        ("--latency-ms", float, 10.0, -1.0, "the remote model's latency per request (-1: local "
+                                             "only)")])
     args = finish(ap, ap.parse_args(argv), full, quick, ("episodes", "batches", "repeat"))
     if args.render:
         results = json.loads(args.render.read_text())
@@ -360,7 +452,7 @@ def main(argv: list[str] | None = None) -> None:
     starts = from_timestamps(lengths)
     work = [{cam: row_times(b, starts) for cam in CAMERAS}
             for b in make_batches(lengths, args.batches, args.seed)]
-    codecs, notes = {}, [TIME_NOTE]
+    codecs, remote, notes = {}, {}, [TIME_NOTE]
     import av, fluxon_video, torchcodec.decoders  # noqa: E401, F401 - imports not timed
     for codec in args.codecs.split(","):
         shards = make_shards(args.data / "lerobot", codec, lengths)
@@ -375,13 +467,24 @@ def main(argv: list[str] | None = None) -> None:
             say(f"{codec}: {name}")
             passes = [run_pass(name, shards, work, targets, refs) for _ in range(args.repeat)]
             codecs[codec].append(summary(name, passes))
+        if args.latency_ms >= 0:
+            model = RemoteModel(args.data / "lerobot-remote", shard_root(shards),
+                                args.latency_ms)
+            try:
+                for name, make in model.ROWS.items():
+                    say(f"{codec}, remote model: {name}")
+                    passes = [run_pass(name, model.shards(name, shards), work, targets, refs,
+                                       make) for _ in range(args.repeat)]
+                    remote.setdefault(codec, []).append(summary(name, passes))
+            finally:
+                model.stop()
         notes.append(f"{codec} shards: " + ", ".join(
             f"{p.stat().st_size / 2**20:.1f} MiB" for p in shards.values()))
     results = {**header("lerobot.py", argv, time.perf_counter() - t_start, args),
                "machine": machine(), "versions": versions(), "lengths": lengths,
                "batches": [[list(r) for r in b] for b in
                            make_batches(lengths, args.batches, args.seed)],
-               "codecs": codecs, "notes": notes}
+               "codecs": codecs, "remote": remote, "notes": notes}
     for path in write_outputs(args.out, "lerobot", results, render(results)):
         say(f"wrote {path}")
 

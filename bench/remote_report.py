@@ -215,7 +215,8 @@ def ratio(a: dict | None, b: dict | None, k: str = "clips_per_s") -> float | Non
 
 # Fluxon rows against the best exact peer: (workload, fluxon cache, goal, target text).
 VERSUS_BEST_PEER = [
-    *(("clips", cache, goal, "random clip per item: fluxon {cache} ÷ best exact peer")
+    *((workload, cache, goal, f"random clip {what}per item: fluxon {{cache}} ÷ best exact peer")
+      for workload, what in (("clips", ""), ("long", "of a long video "))
       for cache, goal in (("warm-kv", 3.0), ("warm-kv+shared", 3.0), ("warm-reader", 3.0),
                           ("cold", 2.5))),
     *(("batched", cache, 5.0, "batched K clips of one video: fluxon read_many {cache} ÷ best "
@@ -229,7 +230,7 @@ def versus_best(run: Run, workload: str, latency: float | None = None) -> list[T
     top = best(run.peers(workload, lat))
     for _, cache, goal, text in (t for t in VERSUS_BEST_PEER if t[0] == workload):
         flux = run.fluxon(workload, cache, lat)
-        if workload == "clips" and not flux:
+        if workload in ("clips", "long") and not flux:
             continue
         r = ratio(flux, top)
         out.append(Target(target=text.format(cache=cache), goal=f"≥ {goal:g}×",
@@ -411,7 +412,8 @@ NOT_HERE = Target(target="local files ≥ 1.5× best exact peer, ≤ 0.8× decod
 
 def targets(results: dict, rows: list[dict]) -> list[Target]:
     run = Run(results, rows)
-    return [*versus_best(run, "clips"), *clip_context(run), *byte_targets(run),
+    return [*versus_best(run, "clips"), *versus_best(run, "long"), *clip_context(run),
+            *byte_targets(run),
             *batched_targets(run), *metadata_targets(run), *round_trip_targets(run), NOT_HERE]
 
 
@@ -487,6 +489,12 @@ def write(results: dict, out: Path) -> list[Path]:
                                                         t.ratio, t.goal, t.status]
                                                        for t in target_rows]),
               clips_table=clips_table(rows), batched_table=batched_table(rows),
+              long_section="\n".join([
+                  "## Random clip of a long video per item", "",
+                  f"{S3_WORKLOADS['long']}: each long video "
+                  f"{results['conditions']['workload'].get('long_items', 0)} times per round, "
+                  "shuffled; a new open per item.", "", clips_table(rows, "long"), ""])
+              if any(s["workload"] == "long" for s in rows) else "",
               metadata_table=metadata_table(rows))
     results = {**results, "summaries": kept, "targets": [asdict(t) for t in target_rows]}
     return [*write_outputs(out, "remote", results, md),

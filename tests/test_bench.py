@@ -237,12 +237,19 @@ def test_lerobot_batches_rows_times_and_clusters():
             {"contender": "per-row opens (PyAV)", "batches_per_s": 0.5, "ok": True},
             {"contender": "broken", "batches_per_s": None, "ok": False}]
     assert ratios(rows) == {"fluxon": 1.0, "per-row opens (PyAV)": 20.0, "broken": None}
+    remote = [{"contender": "fluxon warm", "batches_per_s": 6.0, "ok": True},
+              {"contender": "Daft-style batched PyAV", "batches_per_s": 2.0, "ok": True}]
+    assert ratios(remote, "fluxon warm")["Daft-style batched PyAV"] == 3.0
+    from lerobot import goal_rows
+    assert goal_rows("h264", remote, "fluxon warm") == [
+        ["h264", "fluxon warm ÷ Daft-style batched PyAV >= 2×", "3.00×", "met"],
+        ["h264", "fluxon warm ÷ per-row opens (PyAV) >= 10×", "–", "n/a"]]
 
 
 def test_lerobot_help():
     out = subprocess.run([sys.executable, str(BENCH / "lerobot.py"), "--help"], check=True,
                          capture_output=True, text=True).stdout
-    for option in ("--quick", "--episodes", "--batches", "--codecs", "--out"):
+    for option in ("--quick", "--episodes", "--batches", "--codecs", "--out", "--latency-ms"):
         assert option in out
 
 
