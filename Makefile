@@ -80,7 +80,7 @@ bench-remote: build $(BENCH_STAMP)
 bench-remote-s3: build $(BENCH_STAMP)
 	$(PY) bench/remote.py --store s3 $(BENCH_ARGS)
 
-# The remote store on long videos (~15 min): random clips, a new open each, of four
+# The remote store on long videos (~12 min): random clips, a new open each, of four
 # 2-minute videos (720p H.264 GOP 250 and 120, 1080p HEVC GOP 60, 1080p H.264 GOP 250)
 # at 10 ms and 50 MB/s per connection, with a small clips workload beside them;
 # writes bench/results/remote-long/remote.{md,json,png}.
@@ -106,9 +106,11 @@ bench-multinode: build
 bench-av: build $(BENCH_STAMP)
 	$(PY) bench/av_clips.py $(BENCH_ARGS)
 
-# LeRobot-style shards (~4 min; --quick ~1 min): batches of 16 consecutive rows from
-# multi-episode shards (H.264 and AV1, 2 cameras), fluxon vs the Daft-style batched PyAV
-# reader, per-row opens, SPDL and torchcodec; writes bench/results/lerobot.{md,json}.
+# LeRobot-style shards (~10 min; --quick ~1 min, local only): batches of 16 consecutive
+# rows from multi-episode shards (H.264 and AV1, 2 cameras), fluxon vs the Daft-style
+# batched PyAV reader, per-row opens, SPDL and torchcodec on local files, then fluxon cold
+# and warm vs the PyAV readers through the remote-store model (10 ms, 50 MB/s);
+# writes bench/results/lerobot.{md,json}.
 bench-lerobot: build $(BENCH_STAMP)
 	$(PY) bench/lerobot.py $(BENCH_ARGS)
 
