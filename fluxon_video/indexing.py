@@ -23,9 +23,10 @@ class BlobStore(Protocol):
 
 def load_or_build_index(byte_source: Any, name: str, stream_index: int | None = None, *,
                         stored: bytes | None = None, blobs: BlobStore | None = None,
-                        why_none: list[Exception] | None = None,
+                        why_none: list[Exception] | None = None, stored_from: str = "kv",
                         ) -> tuple[FrameIndex | None, str, float]:
-    """(index or None, where it came from: "kv" | "scan" | "none", milliseconds).
+    """(index or None, where it came from: ``stored_from`` ("kv", or "process" for
+    index_cache.py's) | "scan" | "none", milliseconds).
 
     The index of video stream ``stream_index`` (None: the default rule's;
     see _demux.choose_stream). ``stored``: the blob already fetched for it
@@ -39,7 +40,7 @@ def load_or_build_index(byte_source: Any, name: str, stream_index: int | None = 
     t0 = time.perf_counter()
     index = FrameIndex.from_bytes(stored) if stored else None
     if index is not None:
-        return index, "kv", (time.perf_counter() - t0) * 1e3
+        return index, stored_from, (time.perf_counter() - t0) * 1e3
     require_native("building a frame index")
     try:
         if callable(byte_source):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from fluxon_video import index_cache
 from fluxon_video.errors import FluxonFsNoVideoStreamError
 from fluxon_video.frame_index import FrameIndex, blob_kind
 from fluxon_video.fs.config import ClientSettings, RequestIdentity
@@ -32,7 +33,9 @@ class VideoSource(Protocol):
 
 class PlainSource:
     """Any range source (a local file, bytes, a file object) as a reader reads it:
-    no KV and no identity; what the decoder learns stays in the reader."""
+    no KV and no request identity. A local file's frame index (and what readers
+    learn of it) is kept for the process (index_cache.py); other sources' stay
+    with their reader."""
 
     def __init__(self, inner: Any, owned: bool) -> None:
         self.inner = inner
@@ -50,10 +53,13 @@ class PlainSource:
             check()
 
     def load_blob(self, kind: str) -> bytes | None:
-        return None
+        identity = getattr(self.inner, "identity", None)
+        return index_cache.load(identity, kind) if identity is not None else None
 
     def store_blob(self, kind: str, data: bytes) -> None:
-        pass
+        identity = getattr(self.inner, "identity", None)
+        if identity is not None:
+            index_cache.store(identity, kind, data)
 
     def close(self) -> None:
         if self.owned:

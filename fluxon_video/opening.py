@@ -86,7 +86,8 @@ def open_source(source: Any, stream_index: int | None, settings: ClientSettings,
         video.byte_source = video.make_byte_source()
         why: list[Exception] = []
         video.index, video.index_source, video.index_ms = load_or_build_index(
-            video.byte_source, plain.name, stream_index, why_none=why)
+            video.byte_source, plain.name, stream_index, why_none=why, blobs=plain,
+            stored=plain.load_blob(blob_kind(stream_index)), stored_from="process")
         video.no_index(why)
     except BaseException:
         if video.byte_source is not None:

@@ -43,6 +43,8 @@ class LocalFileRangeSource:
         self.size = stat.st_size
         self.mtime_ns = stat.st_mtime_ns
         self._identity = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
+        # This version of this file, for the per-process index cache (index_cache.py).
+        self.identity = (stat.st_dev, stat.st_ino, *self._identity[:3])
         self._lock = threading.Lock()
 
     def check_current(self) -> None:

@@ -100,3 +100,31 @@ def test_a_path_reader_closes_its_file_and_a_given_object_stays_open(media):
         reader.read_frames_numpy([3])
     assert not handle.closed  # the caller's object
     handle.close()
+
+
+def test_a_local_file_opened_again_loads_its_index_from_the_process(media, tmp_path):
+    """The second open of a path takes the index the first one built (no scan);
+    a file rewritten in place is another version and is scanned again; bytes
+    and file objects have no identity to key on and are always scanned."""
+    first, second = media.path("h264_bframes.mkv"), media.path("vp9.webm")
+    path = tmp_path / "clip.mkv"
+    shutil.copyfile(first, path)
+    expected = media.reference("h264_bframes.mkv", H, W)
+    picks = [0, 7, len(expected) - 1]
+    for source in ("scan", "process", "process"):
+        with fv.open_video(path, H, W) as reader:
+            np.testing.assert_array_equal(reader.read_frames_numpy(picks), expected[picks])
+            assert reader.last_stats.index_source == source
+            assert len(reader) == len(expected)
+    shutil.copyfile(second, tmp_path / "other.webm")
+    os.replace(tmp_path / "other.webm", path)  # the same path, another file
+    expected = media.reference("vp9.webm", H, W)
+    with fv.open_video(path, H, W) as reader:
+        assert reader.last_stats is None and len(reader) == len(expected)
+        np.testing.assert_array_equal(reader.read_frames_numpy([3]), expected[[3]])
+        assert reader.last_stats.index_source == "scan"
+    data = path.read_bytes()
+    for _ in range(2):
+        with fv.open_video(data, H, W) as reader:
+            reader.read_frames_numpy([0])
+            assert reader.last_stats.index_source == "scan"
