@@ -207,3 +207,44 @@ def test_concurrent_misses_for_one_piece_are_fetched_once(export_root, monkeypat
     expected = (export_root / relpath).read_bytes()[1000:6000]
     assert out == [expected] * 8
     assert counters.remote_reads == 1 and counters.remote_bytes == 65536
+
+
+def test_a_node_keeps_waiting_for_pieces_whose_holders_are_still_fetching(tmp_path, redis_url):
+    """Trainer nodes sharing Redis claim the pieces they fetch. Here another node
+    holds the claims on pieces 3 and 4: it gives piece 3 up (its claim goes
+    without an entry) and stores piece 4 later. Our node reads piece 3 itself
+    and takes piece 4 from the KV: one origin read of one piece, not a second
+    fetch of a piece its holder is still fetching."""
+    from fluxon_video.fs.piece_layout import key_of
+
+    ps = 16 << 10
+    (tmp_path / "v").mkdir()
+    data = bytes(range(256)) * (5 * ps // 256)
+    (tmp_path / "v" / "f.bin").write_bytes(data)
+    export = FluxonFsExport("train", str(tmp_path), allow=["alice"], piece_size=ps,
+                            single_flight_across_nodes=True)
+    config = FluxonFsConfig.build([export], {"alice": "token-alice"},
+                                  client=ClientSettings(redis_url=redis_url))
+    node, other = FluxonFsClient(config), FluxonFsClient(config)
+    file = node.files.stat(FileRef("train", "v/f.bin", config.identity("alice")))
+    keys = [key_of(export, file, index) for index in (3, 4)]
+    assert other.kv.claim_many(keys, "other-node", 10_000) == [True, True]
+
+    def holder() -> None:
+        time.sleep(0.15)
+        other.kv.release(keys[0], "other-node")  # gave piece 3 up
+        time.sleep(0.4)
+        other._checkpid().put_verified(export, keys[1], data[4 * ps:5 * ps])
+        other.kv.release(keys[1], "other-node")
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    counters = ReadCounters()
+    try:
+        got = node.pieces.read_range(file, 3 * ps, 2 * ps, counters)
+    finally:
+        thread.join()
+        node.close()
+        other.close()
+    assert got == data[3 * ps:5 * ps]
+    assert (counters.remote_reads, counters.remote_bytes) == (1, ps)

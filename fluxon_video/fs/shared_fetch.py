@@ -94,25 +94,32 @@ def _fetch_and_share(state: ClientState, export: FluxonFsExport, file: Versioned
 
 def _wait_for(state: ClientState, export: FluxonFsExport, file: VersionedFile,
               indices: list[int], counters: ReadCounters) -> dict[int, bytes]:
-    """The pieces other processes are fetching, as their entries appear."""
+    """The pieces other processes are fetching, as their entries appear. A piece
+    whose claim goes away without its entry (its holder gave up or died) is
+    left out, for the caller to read, while the others are still waited for:
+    their holders are still fetching them."""
     keys = {index: key_of(export, file, index) for index in indices}
     deadline = time.monotonic() + export.fetch_claim_ms / 1000
     out: dict[int, bytes] = {}
+    left: set[int] = set()  # released without an entry: the caller reads them
     delay = FIRST_POLL_S
     while time.monotonic() < deadline:
         time.sleep(delay)
         delay = min(2 * delay, MAX_POLL_S)
         if not _collect(state, export, file, keys, out, counters):
             return out  # the KV went away: read the rest ourselves
-        still = [index for index in indices if index not in out]
+        still = [index for index in indices if index not in out and index not in left]
         if not still:
             return out
+        # One claim looked at per poll (one round trip): the first piece awaited.
         reachable, claimed = state.kv.exists(claim_key(keys[still[0]]))
         if reachable and not claimed:
             # Let go: stored just now (the entry comes before the release), or
-            # given up. One more look, then what is left is ours to read.
+            # given up. One more look; if it is still missing, it is ours.
             _collect(state, export, file, keys, out, counters)
-            return out
+            if still[0] not in out:
+                left.add(still[0])
+            delay = FIRST_POLL_S
     return out
 
 
