@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from contenders import pyav_open
 from frames import CheckResult, cli_reference, needed
 from harness import (add_options, error_text, finish, header, machine, median, num,
                      report_head, say, scenario_parser, table, times, versions, write_outputs)
@@ -160,12 +161,11 @@ def pyav_pick(container: Any, stream: Any, seconds: list[float]) -> list[np.ndar
 def pyav_opened(shard: Path | str) -> Iterator[tuple[Any, Any]]:
     """(container, stream) of a shard: a local path, or a URL read through an fsspec
     HTTP file object (ranged GETs of REMOTE_BLOCK bytes, as Daft-style readers do)."""
-    import av
     import fsspec
 
     f = fsspec.open(shard, "rb", block_size=REMOTE_BLOCK).open() if isinstance(shard, str) \
         else None
-    container = av.open(f if f is not None else str(shard))
+    container = pyav_open(f if f is not None else shard)
     try:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"

@@ -42,6 +42,8 @@ class PlainSource:
         self.owned = owned  # opened here (a path): closed with the reader
         self.name = str(getattr(inner, "name", type(inner).__name__))
         self.size = int(inner.size)
+        # A local file's version (LocalFileRangeSource.identity); None: not cached.
+        self.identity = getattr(inner, "identity", None)
         self.counters = ReadCounters()
 
     def read_range(self, offset: int, length: int) -> bytes:
@@ -53,13 +55,11 @@ class PlainSource:
             check()
 
     def load_blob(self, kind: str) -> bytes | None:
-        identity = getattr(self.inner, "identity", None)
-        return index_cache.load(identity, kind) if identity is not None else None
+        return index_cache.load(self.identity, kind) if self.identity is not None else None
 
     def store_blob(self, kind: str, data: bytes) -> None:
-        identity = getattr(self.inner, "identity", None)
-        if identity is not None:
-            index_cache.store(identity, kind, data)
+        if self.identity is not None:
+            index_cache.store(self.identity, kind, data)
 
     def close(self) -> None:
         if self.owned:

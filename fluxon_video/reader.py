@@ -173,10 +173,7 @@ class FluxonFsVideoReader:
         """A decoder of this process over byte_source (a new one after fork)."""
         self._byte_source = (byte_source if byte_source is not None
                              else self._video.make_byte_source())
-        for helper in (self._audio, self._second):
-            if helper is not None:
-                helper.close()  # over the byte source it replaces (or the parent's)
-        self._audio = self._second = None
+        self._close_helpers()  # over the byte source it replaces (or the parent's)
         # The decoder lives as long as the reader: a request ahead of where it
         # stands continues without seeking.
         orient = self._decoder.orient if self._decoder is not None else 0
@@ -487,6 +484,13 @@ class FluxonFsVideoReader:
         return place_rows(frames, np.concatenate([left, right])), merge_halves(stats_left,
                                                                                 stats_right)
 
+    def _close_helpers(self) -> None:
+        """Close the audio track and the second decoder (opened on first use)."""
+        for helper in (self._audio, self._second):
+            if helper is not None:
+                helper.close()
+        self._audio = self._second = None
+
     def _report(self, stats: FluxonFsVideoReadStats) -> None:
         self.last_stats = stats
         if stats.fallback:
@@ -514,10 +518,7 @@ class FluxonFsVideoReader:
             if self._closed:
                 return
             self._closed = True
-            for helper in (self._audio, self._second):
-                if helper is not None:
-                    helper.close()
-            self._audio = self._second = None
+            self._close_helpers()
             if self._decoder is not None:
                 self._decoder.close()
                 self._decoder = None

@@ -30,6 +30,12 @@ class RangeSource(Protocol):
     def read_range(self, offset: int, length: int) -> bytes: ...
 
 
+def _version_of(stat: os.stat_result) -> tuple[int, ...]:
+    """A file version as a stat sees it: the same path rewritten, replaced or on
+    another device is another version."""
+    return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+
+
 class LocalFileRangeSource:
     """A local file read with pread, so concurrent fetches need no shared offset."""
 
@@ -42,9 +48,9 @@ class LocalFileRangeSource:
         stat = os.fstat(self._fd)
         self.size = stat.st_size
         self.mtime_ns = stat.st_mtime_ns
-        self._identity = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
-        # This version of this file, for the per-process index cache (index_cache.py).
-        self.identity = (stat.st_dev, stat.st_ino, *self._identity[:3])
+        # This version of this file: what check_current compares, and the key of
+        # its index in the per-process cache (index_cache.py).
+        self.identity = _version_of(stat)
         self._lock = threading.Lock()
 
     def check_current(self) -> None:
@@ -53,7 +59,7 @@ class LocalFileRangeSource:
             st = os.stat(self.name)
         except OSError:
             raise FluxonFsFileChangedError(f"{self.name}: the file is gone") from None
-        if (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino) != self._identity:
+        if _version_of(st) != self.identity:
             raise FluxonFsFileChangedError(f"{self.name}: the file changed since it was opened")
 
     def read_range(self, offset: int, length: int) -> bytes:
