@@ -447,7 +447,7 @@ class Bench:
                 fx.update(metadata_cache_shared=True, metadata_cache_ttl_ms=SHARED_STAT_TTL_MS)
             task = self.task(workload, latency, r, fluxon=fx, cache=cache, warm_path=warm,
                              warm_reader=cache == "cold" and workload in ("clips", "long"),
-                             local_pass=(cache == "warm-kv" and workload == "clips"
+                             local_pass=(cache == "warm-kv" and workload in ("clips", "long")
                                          and latency == self.args.target_latency))
             if cache == "warm-kv+shared":  # another process authorised the stats first
                 primed = once(fluxon_pass, {**task, "prime_shared_stats": True})

@@ -242,36 +242,37 @@ def versus_best(run: Run, workload: str, latency: float | None = None) -> list[T
     return out
 
 
-def clip_context(run: Run) -> list[Target]:
+def clip_context(run: Run, workload: str = "clips") -> list[Target]:
     """What bounds the clip figures: a flagged faster peer, and fluxon's decoder alone."""
-    peers = run.peers("clips")
+    peers = run.peers(workload)
     top, fastest = best(peers), best(peers, exact=False)
-    warm, local = run.fluxon("clips", "warm-kv"), run.fluxon("clips", "local file")
+    warm, local = run.fluxon(workload, "warm-kv"), run.fluxon(workload, "local file")
+    where = "" if workload == "clips" else " (long videos)"
     out = []
     if fastest and warm and not fastest["ok"]:
-        bad = {v for p in run.passes_of(fastest, "clips") for v in p.get("flagged_videos", [])}
+        bad = {v for p in run.passes_of(fastest, workload) for v in p.get("flagged_videos", [])}
 
         def pooled(s: dict) -> tuple[float, int]:
-            ms = [t for p in run.passes_of(s, "clips")
+            ms = [t for p in run.passes_of(s, workload)
                   for t, v in zip(p["item_ms"], p.get("item_videos", [])) if v not in bad]
             return (len(ms) / (sum(ms) / 1e3) if ms else 0.0), len(ms)
         (mine, _), (theirs, n) = pooled(warm), pooled(fastest)
         if mine and theirs:
             out.append(Target(
                 target="context: fluxon warm-kv ÷ the fastest peer, on the videos where that "
-                       "peer's frames were right", condition=run.cond,
+                       f"peer's frames were right{where}", condition=run.cond,
                 fluxon=f"{mine:.2f} clips/s",
                 other=f"⚠ {fastest['label']} {theirs:.2f} clips/s ({n} items)",
                 ratio=times(mine / theirs)))
     if local and local["clips_per_s"] and top:
         out.append(Target(
-            target="context: fluxon's decoder on the local files ÷ best exact peer (the "
+            target=f"context: fluxon's decoder on the local files ÷ best exact peer{where} (the "
                    "ceiling of the rows above if the store cost nothing)", condition=run.cond,
             fluxon=f"local file {local['clips_per_s']:.2f} clips/s", other=named_rate(top),
             ratio=times(ratio(local, top))))
     if local and local["clips_per_s"] and warm and warm["clips_per_s"]:
         out.append(Target(
-            target="context: fluxon warm-kv ÷ fluxon's decoder on the local files",
+            target=f"context: fluxon warm-kv ÷ fluxon's decoder on the local files{where}",
             condition=run.cond, fluxon=rate(warm),
             other=f"local file {local['clips_per_s']:.2f} clips/s", ratio=times(ratio(warm, local)),
             status="(context: 1 = the store costs nothing; decode bound)"))
@@ -413,6 +414,7 @@ NOT_HERE = Target(target="local files ≥ 1.5× best exact peer, ≤ 0.8× decod
 def targets(results: dict, rows: list[dict]) -> list[Target]:
     run = Run(results, rows)
     return [*versus_best(run, "clips"), *versus_best(run, "long"), *clip_context(run),
+            *clip_context(run, "long"),
             *byte_targets(run),
             *batched_targets(run), *metadata_targets(run), *round_trip_targets(run), NOT_HERE]
 
