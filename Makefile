@@ -15,7 +15,7 @@ STAMP  := $(VENV)/.fluxon-installed
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot bench-threads bench-remote-long clean
+.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot bench-threads bench-stages bench-remote-long clean
 
 build: $(STAMP)
 
@@ -119,6 +119,13 @@ bench-lerobot: build $(BENCH_STAMP)
 # same setting; writes bench/results/threads.{md,json}.
 bench-threads: build $(BENCH_STAMP)
 	$(PY) bench/threads.py $(BENCH_ARGS)
+
+# Where a clip's time goes (~5 min; installs linux-perf when missing): each missed speed target's contenders on
+# a local file under `perf record`, CPU ms per clip split into decode, convert, demux,
+# Python, kernel...; writes bench/results/stages.{md,json}.
+bench-stages: build $(BENCH_STAMP)
+	@$(MAKE) --no-print-directory system-deps APT_PACKAGES=linux-perf
+	$(PY) bench/stages.py $(BENCH_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info fluxon_video/*.so .pytest_cache \

@@ -20,10 +20,12 @@ from fluxon_video._demux import scan_packets
 from fluxon_video.validation import frame_indices, positive_int, resolve_frame_indices
 
 
-def decode_floor(ByteSource source, indices, num_threads=1, str name=None):
-    """{"decode_ms", "frames_decoded", "decoder_seeks"} for decoding the frames at indices."""
+def decode_floor(ByteSource source, indices, num_threads=1, str name=None, index=None):
+    """{"decode_ms", "frames_decoded", "decoder_seeks"} for decoding the frames at indices;
+    ``index``: the file's packet scan (``scan_packets``), made here when not given."""
     name = name or source.name
-    index = scan_packets(source, name)
+    if index is None:
+        index = scan_packets(source, name)
     if not index.trusted:
         raise errors.FluxonFsDecodeError(f"{name}: the decode floor needs a trusted index "
                                          f"({index.reason})")

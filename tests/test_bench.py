@@ -281,3 +281,41 @@ def test_index_load_help():
     out = subprocess.run([sys.executable, str(BENCH / "index_load.py"), "--help"], check=True,
                          capture_output=True, text=True).stdout
     assert "FrameIndex.from_bytes" in out and "--minutes" in out and "--repeat" in out
+
+
+def test_stages_groups_perf_libraries_into_stages_and_renders_them():
+    import harness
+    import stages
+
+    report = """
+    50.00%  libavcodec.so.59.37.100
+    10.00%  libavcodec-5e6b81c2.so.62.28.102
+     5.00%  libdav1d.so.6.6.0
+    12.50%  libswscale.so.6.7.100
+     2.50%  libavformat.so.59.27.100
+     5.00%  [kernel.kallsyms]
+     4.00%  libc.so.6
+     3.00%  python3.11
+     2.00%  _multiarray_umath.cpython-311-x86_64-linux-gnu.so
+     1.00%  libavutil.so.57.28.100
+     5.00%  [unknown]
+    """
+    split = stages.split_by_stage(report)
+    assert split["decode"] == pytest.approx(0.65) and split["convert"] == pytest.approx(0.125)
+    assert split["demux"] == pytest.approx(0.025) and split["kernel"] == pytest.approx(0.05)
+    assert split["python"] == pytest.approx(0.05) and split["other"] == pytest.approx(0.05)
+    assert sum(split.values()) == pytest.approx(1.0)
+
+    def row(name, threads, wall, cpu):
+        return {"contender": name, "threads": threads, "wall_ms": wall, "cpu_ms": cpu,
+                "stages_ms": {k: v * cpu for k, v in split.items()}}
+    results = {"command": "python bench/stages.py", "generated": "now", "duration_s": 1,
+               "machine": harness.machine(), "versions": {}, "settings": {"clips": 4},
+               "cases": [{"case": "c", "target": "t", "video": "v.mp4",
+                          "rows": [row("fluxon", 1, 100.0, 100.0), row("pyav", 1, 150.0, 149.0)]}]}
+    text = stages.render(results)
+    assert "| fluxon | 1 | 100.0 | 1.00× | 100.0 | 1.00 | 65.0 | 12.5 |" in text
+    assert "| pyav | 1 | 150.0 | 1.50× | 149.0 | 0.99 | 96.9 |" in text
+    out = subprocess.run([sys.executable, str(BENCH / "stages.py"), "--help"], check=True,
+                         capture_output=True, text=True).stdout
+    assert "perf record" in out and "--clips" in out
