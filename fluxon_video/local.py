@@ -16,7 +16,7 @@ from fluxon_video.indexing import load_or_build_index
 from fluxon_video.native import require_native
 from fluxon_video.sources import LocalFileRangeSource
 from fluxon_video.stats import DecodeStats
-from fluxon_video.validation import positive_int, stream_choice
+from fluxon_video.validation import positive_int, stream_choice, Threads, thread_count
 
 
 def decode_local_frames(
@@ -24,7 +24,7 @@ def decode_local_frames(
     indices: Sequence[int],
     height: int,
     width: int,
-    num_threads: int = 1,
+    num_threads: Threads = 1,
     seek: bool = True,
     on_damage: str = "error",
     stream_index: int | None = None,
@@ -37,8 +37,9 @@ def decode_local_frames(
     """
     avio, decode = require_native("decoding a local file")
     stream_index = stream_choice(stream_index)
-    for name, value in (("height", height), ("width", width), ("num_threads", num_threads)):
+    for name, value in (("height", height), ("width", width)):
         positive_int(name, value)
+    num_threads = thread_count(num_threads)
     with LocalFileRangeSource(path) as source:
         with avio.ByteSource(source, source.size, name=source.name,
                              **byte_source_options) as byte_source:
@@ -59,11 +60,11 @@ class LocalVideoReader:
     ``index`` (a FrameIndex of this very file) skips the scan at open.
     """
 
-    def __init__(self, path: str | os.PathLike[str], num_threads: int = 1, *,
+    def __init__(self, path: str | os.PathLike[str], num_threads: Threads = 1, *,
                  index: Any = None, on_damage: str = "error", stream_index: int | None = None,
                  **byte_source_options: Any) -> None:
         avio, decode = require_native("decoding a local file")
-        positive_int("num_threads", num_threads)
+        num_threads = thread_count(num_threads)
         stream_index = stream_choice(stream_index)
         self._source = LocalFileRangeSource(path)
         self._byte_source: Any = None

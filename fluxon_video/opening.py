@@ -36,7 +36,7 @@ from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.sources import BytesRangeSource, FileObjectRangeSource, LocalFileRangeSource
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
-from fluxon_video.validation import positive_int, stream_choice
+from fluxon_video.validation import positive_int, stream_choice, Threads, thread_count
 
 
 def open_fluxonfs_video(client: FluxonFsClient, ref: FileRef, stream_index: int | None, *,
@@ -125,12 +125,12 @@ class ReaderOptions:
     interpolation: str
 
     @classmethod
-    def check(cls, height: int | None, width: int | None, num_threads: int, autorotate: bool,
+    def check(cls, height: int | None, width: int | None, num_threads: Threads, autorotate: bool,
               on_damage: str, resize: str, interpolation: str) -> ReaderOptions:
         require_native()
         return cls(None if height is None else positive_int("height", height),
                    None if width is None else positive_int("width", width),
-                   positive_int("num_threads", num_threads), bool(autorotate),
+                   thread_count(num_threads), bool(autorotate),
                    check_policy(on_damage), check_resize(resize),
                    check_interpolation(interpolation))
 
@@ -152,7 +152,7 @@ class ReaderOptions:
 
 
 def open_video(source: Any, height: int | None = None, width: int | None = None,
-               num_threads: int = 1, *, autorotate: bool = False, on_damage: str = "error",
+               num_threads: Threads = 1, *, autorotate: bool = False, on_damage: str = "error",
                stream_index: int | None = None, resize: str = "stretch",
                interpolation: str = "bilinear",
                settings: ClientSettings | None = None) -> FluxonFsVideoReader:
@@ -197,7 +197,7 @@ class VideoOpener:
         return FileRef(export_name, check_relpath(relpath), self.identities.resolve(identity))
 
     def open_reader(self, export_name: str, relpath: str, height: int | None,
-                    width: int | None, num_threads: int = 1, *,
+                    width: int | None, num_threads: Threads = 1, *,
                     identity: RequestIdentity | str | None = None, autorotate: bool = False,
                     on_damage: str = "error", stream_index: int | None = None,
                     resize: str = "stretch",

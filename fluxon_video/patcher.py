@@ -29,6 +29,7 @@ from fluxon_video.opening import VideoOpener
 from fluxon_video.pool import FluxonFsVideoReaderPool
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
+from fluxon_video.validation import Threads
 
 
 class FluxonFsPatcher:
@@ -109,7 +110,7 @@ class FluxonFsPatcher:
     # ---- readers ----
 
     def open_video_reader(self, export_name: str, relpath: str, height: int | None = None,
-                          width: int | None = None, num_threads: int = 1, *,
+                          width: int | None = None, num_threads: Threads = 1, *,
                           identity: RequestIdentity | str | None = None,
                           autorotate: bool = False, on_damage: str = "error",
                           stream_index: int | None = None, resize: str = "stretch",

@@ -40,7 +40,7 @@ from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats
-from fluxon_video.validation import frame_indices, positive_int, stream_choice
+from fluxon_video.validation import frame_indices, positive_int, stream_choice, Threads, thread_count
 
 if TYPE_CHECKING:
     from fluxon_video.opening import VideoOpener
@@ -71,7 +71,7 @@ class FluxonFsVideoReadRequest:
     relpath: str
     height: int | None
     width: int | None
-    num_threads: int
+    num_threads: Threads
     indices: tuple[int, ...]
     stream_index: int | None = None
     resize: str = "stretch"
@@ -86,7 +86,7 @@ class FluxonFsVideoReadRequest:
         for name in ("height", "width"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, positive_int(name, getattr(self, name)))
-        object.__setattr__(self, "num_threads", positive_int("num_threads", self.num_threads))
+        object.__setattr__(self, "num_threads", thread_count(self.num_threads))
         object.__setattr__(self, "indices", tuple(int(i) for i in frame_indices(self.indices)))
         object.__setattr__(self, "stream_index", stream_choice(self.stream_index))
         object.__setattr__(self, "resize", check_resize(self.resize))
@@ -244,7 +244,7 @@ class FluxonFsVideoReaderPool:
     # ---- reads ----
 
     def read_frames_numpy(self, *, export_name: str, relpath: str, height: int | None,
-                          width: int | None, num_threads: int, indices: Sequence[int],
+                          width: int | None, num_threads: Threads, indices: Sequence[int],
                           out: np.ndarray | None = None, stream_index: int | None = None,
                           resize: str = "stretch", interpolation: str = "bilinear") -> np.ndarray:
         """Frames at ``indices`` as uint8 ``(len(indices), height, width, 3)`` RGB
@@ -255,7 +255,7 @@ class FluxonFsVideoReaderPool:
             resize=resize, interpolation=interpolation).frames
 
     def read_frames_torch(self, *, export_name: str, relpath: str, height: int | None,
-                          width: int | None, num_threads: int, indices: Sequence[int],
+                          width: int | None, num_threads: Threads, indices: Sequence[int],
                           layout: str = "NHWC", stream_index: int | None = None,
                           resize: str = "stretch", interpolation: str = "bilinear") -> Any:
         """The frames as a torch uint8 tensor sharing the decoded array's memory
@@ -266,7 +266,7 @@ class FluxonFsVideoReaderPool:
             resize=resize, interpolation=interpolation), layout)
 
     def read_frames_numpy_with_stats(self, *, export_name: str, relpath: str,
-                                     height: int | None, width: int | None, num_threads: int,
+                                     height: int | None, width: int | None, num_threads: Threads,
                                      indices: Sequence[int], out: np.ndarray | None = None,
                                      stream_index: int | None = None, resize: str = "stretch",
                                      interpolation: str = "bilinear",

@@ -50,7 +50,7 @@ from fluxon_video.patcher import FluxonFsPatcher
 from fluxon_video.pool import FluxonFsVideoReaderPool, FluxonFsVideoReadRequest
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsProcessStats
-from fluxon_video.validation import positive_int, stream_choice
+from fluxon_video.validation import positive_int, stream_choice, Threads, thread_count
 
 __all__ = ["LoaderStats", "SameVideoBatchSampler", "StatsCollate", "VideoClipDataset"]
 
@@ -82,7 +82,7 @@ class VideoClipDataset(Dataset):
                  relpaths: Sequence[str], *, clip_len: int = 16, stride: int = 1,
                  clip_duration_s: float | None = None, fps: float | None = None,
                  clips_per_video: int = 1, height: int | None = None, width: int | None = None,
-                 num_threads: int = 1, layout: str = "THWC", seed: int = 0,
+                 num_threads: Threads = 1, layout: str = "THWC", seed: int = 0,
                  max_readers: int = 16, autorotate: bool = False,
                  on_damage: str = "error", stream_index: int | None = None,
                  resize: str = "stretch", interpolation: str = "bilinear",
@@ -111,7 +111,7 @@ class VideoClipDataset(Dataset):
         self.clips_per_video = positive_int("clips_per_video", clips_per_video)
         self.height = None if height is None else positive_int("height", height)
         self.width = None if width is None else positive_int("width", width)
-        self.num_threads = positive_int("num_threads", num_threads)
+        self.num_threads = thread_count(num_threads)
         self.layout = layout
         self.seed = int(seed)
         self.epoch = 0

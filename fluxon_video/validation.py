@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import operator
+import os
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, Union
 
 import numpy as np
 
@@ -16,6 +17,25 @@ def positive_int(name: str, value: Any) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value <= 0:
         raise FluxonFsConfigError(f"{name} must be a positive int, got {value!r}")
     return int(value)
+
+
+# A num_threads= argument: a positive int, or "auto" (see thread_count).
+Threads = Union[int, Literal["auto"]]
+# FFmpeg's own cap on the threads it picks for thread_count 0 ("auto").
+MAX_AUTO_THREADS = 16
+
+
+def thread_count(value: Any) -> int:
+    """A ``num_threads=`` argument: a positive int, or "auto" for one thread per core
+    this process may run on (its CPU affinity; at most MAX_AUTO_THREADS), what FFmpeg's
+    ``thread_count = 0`` picks. 0 and negatives are refused (the contract's rule)."""
+    if isinstance(value, str) and value == "auto":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        return max(1, min(cores or os.cpu_count() or 1, MAX_AUTO_THREADS))
+    if isinstance(value, str):
+        raise FluxonFsConfigError(
+            f'num_threads must be a positive int or "auto", got {value!r}')
+    return positive_int("num_threads", value)
 
 
 def stream_choice(value: Any) -> int | None:

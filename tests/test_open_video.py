@@ -128,3 +128,28 @@ def test_a_local_file_opened_again_loads_its_index_from_the_process(media, tmp_p
         with fv.open_video(data, H, W) as reader:
             reader.read_frames_numpy([0])
             assert reader.last_stats.index_source == "scan"
+
+
+def test_num_threads_auto_is_one_thread_per_core_and_reads_the_same_frames(media, tmp_path):
+    from fluxon_video.validation import MAX_AUTO_THREADS
+
+    cores = max(1, min(len(os.sched_getaffinity(0)), MAX_AUTO_THREADS))
+    name = "h264_moov_end.mp4"
+    expected = media.reference(name, H, W)
+    indices = [0, 5, len(expected) // 2, len(expected) - 1]
+    with fv.open_video(media.path(name), H, W, num_threads="auto") as reader:
+        assert reader.num_threads == cores
+        assert np.array_equal(reader.read_frames_numpy(indices), expected[indices])
+    frames, _ = fv.decode_local_frames(media.path(name), indices, H, W, num_threads="auto")
+    assert np.array_equal(frames, expected[indices])
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(media.path(name), root / name)
+    with make_patcher(None, root) as patcher:
+        request = fv.FluxonFsVideoReadRequest("train", name, H, W, "auto", (0, 5))
+        assert request.num_threads == cores
+        with patcher.open_video_reader("train", name, H, W, "auto") as remote:
+            assert remote.num_threads == cores
+    for bad in ("all", 0, -1, 2.0):
+        with pytest.raises(errors.FluxonFsConfigError, match="num_threads must be a positive"):
+            fv.open_video(media.path(name), H, W, num_threads=bad)
