@@ -13,6 +13,7 @@ there. Local files; one process, one thread per decoder.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import random
@@ -26,9 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from frames import CheckResult, cli_reference, needed
-from harness import (header, machine, machine_line, median, num, scenario_parser, say, table,
-                     versions, write_outputs)
+from contenders import TorchcodecHandle, pyav_frames_at, pyav_open
+from frames import CheckResult, cli_reference, frame_times, needed
+from harness import (add_options, finish, header, machine, machine_line, median, num,
+                     scenario_parser, say, table, versions, write_outputs)
 
 H = W = 224
 RATE, FPS, FRAMES = 16000, 8, 16
@@ -74,10 +76,7 @@ class Truth:
     whole stream and its first sample's time, and the reference frames of the items."""
 
     def __init__(self, path: Path, items: list[float]) -> None:
-        base = Fraction(probe(path, "v:0", "stream=time_base")["streams"][0]["time_base"])
-        frames = probe(path, "v:0", "frame=pts,best_effort_timestamp")["frames"]
-        self.times = np.array(sorted(float(int(f.get("pts", f.get("best_effort_timestamp")))
-                                           * base) for f in frames))
+        self.times = frame_times(path)
         info = probe(path, "a:0", "stream=time_base")["streams"][0]
         first = next(f for f in probe(path, "a:0", "frame=pts")["frames"] if "pts" in f)
         self.first = Fraction(first["pts"]) * Fraction(info["time_base"])
@@ -140,19 +139,18 @@ class Fluxon:
         self.reader.close()
 
 
-def local(source: Any) -> Any:
-    """What a peer opens: a path as a string, a download as it came (bytes)."""
-    return str(source) if isinstance(source, Path) else source
+def readable(source: Any) -> Any:
+    """What PyAV and decord open: a path as a string, a download (bytes) as a file object."""
+    return io.BytesIO(source) if isinstance(source, bytes) else str(source)
 
 
 class Torchcodec:
     def __init__(self, source: Any) -> None:
-        from torchcodec.decoders import AudioDecoder, VideoDecoder
-        from torchcodec.transforms import Resize
+        from torchcodec.decoders import AudioDecoder
 
-        self.video = VideoDecoder(local(source), dimension_order="NHWC", num_ffmpeg_threads=1,
-                                  transforms=[Resize((H, W))])
-        self.audio = AudioDecoder(local(source), sample_rate=RATE, num_channels=1)
+        self.video = TorchcodecHandle(source, H, W, 1).decoder
+        self.audio = AudioDecoder(source if isinstance(source, bytes) else str(source),
+                                  sample_rate=RATE, num_channels=1)
 
     def clip(self, t: float, indices: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
         frames = self.video.get_frames_played_at((t + np.arange(FRAMES) / FPS).tolist())
@@ -168,27 +166,15 @@ class PyAV:
     indices, converted by its reformatter) and of the audio (resampled to 16 kHz mono)."""
 
     def __init__(self, source: Any) -> None:
-        import io
-
         import av
 
-        source = local(source)
         self.av = av
-        self.container = av.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+        self.container = pyav_open(readable(source))
         self.vs, self.aus = self.container.streams.video[0], self.container.streams.audio[0]
 
     def clip(self, t: float, indices: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
-        times = t + np.arange(FRAMES) / FPS
-        self.container.seek(int(t / self.vs.time_base), stream=self.vs, backward=True)
-        shown: list[Any] = []
-        for frame in self.container.decode(self.vs):
-            if frame.time > times[-1] + 1e-9:
-                break
-            shown.append(frame)
-        picked = [max((f for f in shown if f.time <= w + 1e-9), key=lambda f: f.time)
-                  for w in times]
-        frames = np.stack([f.to_ndarray(width=W, height=H, format="rgb24",
-                                        interpolation="BILINEAR") for f in picked])
+        frames = np.stack(pyav_frames_at(self.container, self.vs,
+                                         (t + np.arange(FRAMES) / FPS).tolist(), H, W, 1e-9))
         self.container.seek(int(t / self.aus.time_base), stream=self.aus, backward=True)
         resampler = self.av.AudioResampler(format="flt", layout="mono", rate=RATE)
         chunks, first = [], None
@@ -210,14 +196,10 @@ class Decord:
     """decord's AVReader: the frames of the span and their audio, one slice."""
 
     def __init__(self, source: Any) -> None:
-        import io
-
         import decord
 
-        source = local(source)
-        self.reader = decord.AVReader(io.BytesIO(source) if isinstance(source, bytes) else source,
-                                      ctx=decord.cpu(0), sample_rate=RATE, mono=True,
-                                      width=W, height=H)
+        self.reader = decord.AVReader(readable(source), ctx=decord.cpu(0), sample_rate=RATE,
+                                      mono=True, width=W, height=H)
 
     def clip(self, t: float, indices: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
         audio, video = self.reader[indices[0]:indices[-1] + 1]
@@ -268,42 +250,18 @@ def run_pass(name: str, videos: list[Path], items: dict[Path, list[float]],
             "errors": errors}
 
 
-class RemoteModel:
-    """bench/remote.py's store at L ms per request and 50 MB/s per connection: fluxon
-    through the agent and Redis (cold: Redis flushed; warm: a new patcher, Redis warm),
-    the peers downloading each item's file from the HTTP Range server (one GET: what
-    their users do with a remote file; bytes, as torchcodec takes them)."""
+# Through the remote model (stores.PassModel): fluxon cold and warm through the agent and
+# Redis, the peers downloading each item's file from the HTTP Range server (one GET: what
+# their users do with a remote file; bytes, as torchcodec takes them).
+REMOTE_ROWS = ("fluxon cold", "fluxon warm", "torchcodec", "pyav", "decord AVReader")
 
-    ROWS = ("fluxon cold", "fluxon warm", "torchcodec", "pyav", "decord AVReader")
 
-    def __init__(self, work: Path, video_dir: Path, latency_ms: float) -> None:
-        from stores import RemoteStore, make_patcher, store
-
-        self.store = RemoteStore(work, "av", video_dir, 50.0)
-        self.store.set_latency(latency_ms)
-        self.fx = store("av", video_dir.resolve(), self.store.agent_relay.url,
-                        self.store.redis.url)
-        self.make_patcher, self.patcher = make_patcher, None
-
-    def start(self, row: str) -> None:
-        if self.patcher is not None:
-            self.patcher.close()
-        self.patcher = None
-        if row.startswith("fluxon"):
-            if row == "fluxon cold":
-                self.store.flush()
-            self.patcher = self.make_patcher(self.fx)
-
-    def open(self, row: str, path: Path) -> Any:
-        if self.patcher is not None:
-            return self.patcher.open_video_reader("av", path.name, H, W)
-        with urllib.request.urlopen(f"{self.store.range.url}/{path.name}", timeout=60) as r:
-            return r.read()
-
-    def stop(self) -> None:
-        if self.patcher is not None:
-            self.patcher.close()
-        self.store.stop()
+def remote_open(model: Any, row: str, path: Path) -> Any:
+    """What a remote item opens: a reader of the pass's patcher, or the downloaded file."""
+    if model.patcher is not None:
+        return model.patcher.open_video_reader("av", path.name, H, W)
+    with urllib.request.urlopen(model.url(path.name), timeout=60) as r:
+        return r.read()
 
 
 def render(results: dict) -> str:
@@ -360,16 +318,13 @@ def table_rows(passes: list[dict]) -> tuple[list[list[str]], list[str]]:
 def main(argv: list[str] | None = None) -> None:
     ap = scenario_parser("av_clips.py", __doc__, "3 items per video, 12 s videos",
                          "av.md and av.json", render=False)
-    ap.add_argument("--items", type=int, help="random spans per video (default 8; quick 3)")
-    ap.add_argument("--seconds", type=float, help="video length (default 30; quick 12)")
-    ap.add_argument("--repeat", type=int, default=2, help="passes per contender (default 2)")
-    ap.add_argument("--latency-ms", type=float, default=10.0,
-                    help="the remote model's latency per request (default 10; -1: local only)")
-    args = ap.parse_args(argv)
-    args.items = args.items or (3 if args.quick else 8)
-    args.seconds = args.seconds or (12 if args.quick else 30)
-    out = args.out or (args.data / "quick-results" if args.quick else Path(__file__).parent
-                       / "results")
+    full, quick = add_options(ap, [
+        ("--items", int, 8, 3, "random spans per video"),
+        ("--seconds", float, 30, 12, "video length"),
+        ("--repeat", int, 2, "passes per contender"),
+        ("--latency-ms", float, 10.0, "the remote model's latency per request (-1: local "
+                                      "only)")])
+    args = finish(ap, ap.parse_args(argv), full, quick, ("items", "repeat"))
     t0 = time.perf_counter()
     videos = make_videos(args.data / "av", args.seconds)
     rng = random.Random(7)
@@ -389,15 +344,18 @@ def main(argv: list[str] | None = None) -> None:
     passes = [best_of(name) for name in CONTENDERS]
     remote = []
     if args.latency_ms >= 0:
-        model = RemoteModel(args.data / "av-remote", args.data / "av", args.latency_ms)
+        from stores import PassModel
+
+        model = PassModel(args.data / "av-remote", "av", args.data / "av", args.latency_ms)
         try:
-            remote = [best_of(f"{row}", model.start, model.open) for row in model.ROWS]
+            remote = [best_of(row, model.start_pass, lambda row, path: remote_open(
+                model, row, path)) for row in REMOTE_ROWS]
         finally:
             model.stop()
     results = {**header("av_clips.py", argv, time.perf_counter() - t0, args),
                "machine": machine(), "versions": versions(), "items": sum(map(len, items.values())),
                "videos": [p.name for p in videos], "passes": passes, "remote": remote}
-    for path in write_outputs(out, "av", results, render(results)):
+    for path in write_outputs(args.out, "av", results, render(results)):
         say(f"wrote {path}")
 
 

@@ -110,6 +110,31 @@ def pyav_open(source: Any) -> Any:
     return av.open(_source(source))
 
 
+def pyav_frames_at(container: Any, stream: Any, seconds: Sequence[float], height: int,
+                   width: int, tol: float) -> list[np.ndarray]:
+    """The frame on screen at each of the sorted ``seconds`` (the last whose time is at most
+    ``tol`` past it), converted like the reference: one seek to the keyframe before the
+    first and a forward decode."""
+    container.seek(int(seconds[0] / stream.time_base), stream=stream, backward=True)
+    out: list[np.ndarray] = []
+    prev = None
+
+    def rgb(frame: Any) -> np.ndarray:
+        return frame.to_ndarray(width=width, height=height, format="rgb24",
+                                interpolation="BILINEAR")
+    for frame in container.decode(stream):
+        while len(out) < len(seconds) and frame.time > seconds[len(out)] + tol:
+            if prev is None:
+                raise RuntimeError(f"the seek landed after {seconds[len(out)]:.3f} s")
+            out.append(rgb(prev))
+        if len(out) == len(seconds):
+            break
+        prev = frame
+    while len(out) < len(seconds) and prev is not None:  # the end of the stream
+        out.append(rgb(prev))
+    return out
+
+
 class KeyframeIndex:
     """Presentation-order pts of every frame and of every keyframe."""
 

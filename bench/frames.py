@@ -7,11 +7,13 @@ for *identity*: frame ``i`` closer to reference ``i`` than to ``i ± 1``, and at
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -67,6 +69,17 @@ def needed(clips: Iterable[Sequence[int]]) -> list[int]:
         for i in clip:
             out.update((i - 1, i, i + 1))
     return sorted(i for i in out if i >= 0)
+
+
+def frame_times(path: Path) -> np.ndarray:
+    """Every frame's pts in seconds, sorted (ffprobe: the oracle of frame-at-time targets)."""
+    out = json.loads(subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+         "stream=time_base:frame=pts,best_effort_timestamp", "-of", "json", str(path)],
+        capture_output=True, check=True).stdout)
+    base = Fraction(out["streams"][0]["time_base"])
+    return np.array(sorted(float(int(f.get("pts", f.get("best_effort_timestamp"))) * base)
+                           for f in out["frames"]))
 
 
 def cli_reference(path: Path, height: int, width: int, indices: Sequence[int]) -> Reference:

@@ -38,16 +38,15 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from contenders import pyav_open
-from frames import CheckResult, cli_reference, needed
+from contenders import SpdlHandle, TorchcodecHandle, pyav_frames_at, pyav_open
+from frames import CheckResult, cli_reference, frame_times, needed
 from harness import (add_options, error_text, finish, header, machine, median, num,
                      report_head, say, scenario_parser, table, times, versions, write_outputs)
 
@@ -124,37 +123,11 @@ def shard_root(shards: dict[str, Path]) -> Path:
     return next(iter(shards.values())).parents[3]
 
 
-def frame_times(path: Path) -> np.ndarray:
-    """Every frame's pts in seconds, sorted (ffprobe: the oracle of the targets)."""
-    out = json.loads(subprocess.run(
-        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
-         "stream=time_base:frame=pts,best_effort_timestamp", "-of", "json", str(path)],
-        capture_output=True, check=True).stdout)
-    base = Fraction(out["streams"][0]["time_base"])
-    return np.array(sorted(float(int(f.get("pts", f.get("best_effort_timestamp"))) * base)
-                           for f in out["frames"]))
-
-
 # ---- contenders: batch(times per camera) -> frames per camera, in row order ----
 
 def pyav_pick(container: Any, stream: Any, seconds: list[float]) -> list[np.ndarray]:
-    """One seek to the keyframe before the first time and a forward decode: for each
-    (sorted) time the frame on screen then, converted like the reference."""
-    container.seek(int(seconds[0] / stream.time_base), stream=stream, backward=True)
-    out: list[np.ndarray] = []
-    prev = None
-    for frame in container.decode(stream):
-        while len(out) < len(seconds) and frame.time > seconds[len(out)] + TOL:
-            if prev is None:
-                raise RuntimeError(f"the seek landed after {seconds[len(out)]:.3f} s")
-            out.append(prev.to_ndarray(width=W, height=H, format="rgb24",
-                                       interpolation="BILINEAR"))
-        if len(out) == len(seconds):
-            break
-        prev = frame
-    while len(out) < len(seconds) and prev is not None:  # the end of the stream
-        out.append(prev.to_ndarray(width=W, height=H, format="rgb24", interpolation="BILINEAR"))
-    return out
+    """For each (sorted) time the frame on screen then, from one seek and forward decode."""
+    return pyav_frames_at(container, stream, seconds, H, W, TOL)
 
 
 @contextmanager
@@ -247,12 +220,7 @@ class FluxonPool(PerRow):
 
 class Torchcodec(PerRow):
     def __init__(self, shards: dict[str, Path]) -> None:
-        from torchcodec.decoders import VideoDecoder
-        from torchcodec.transforms import Resize
-
-        self.decoders = {cam: VideoDecoder(str(p), dimension_order="NHWC", num_ffmpeg_threads=1,
-                                           transforms=[Resize((H, W))])
-                         for cam, p in shards.items()}
+        self.decoders = {cam: TorchcodecHandle(p, H, W, 1).decoder for cam, p in shards.items()}
 
     def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
         return {cam: self.decoders[cam].get_frames_played_at(t).data.numpy()
@@ -273,8 +241,6 @@ class Spdl(PerRow):
     the reference's own scale filter)."""
 
     def __init__(self, shards: dict[str, Path]) -> None:
-        from contenders import SpdlHandle
-
         self.handles = {cam: SpdlHandle(p, H, W, 1) for cam, p in shards.items()}
 
     def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
@@ -283,13 +249,11 @@ class Spdl(PerRow):
 
 
 class FluxonRemote(Fluxon):
-    """fluxon through the remote model's agent and Redis: a reader per shard, opened by
-    the pass's patcher (RemoteModel.shards sets it)."""
+    """fluxon through the remote model's agent and Redis: a reader per shard (relpaths),
+    opened by the pass's patcher."""
 
-    patcher: Any = None
-
-    def __init__(self, shards: dict[str, str]) -> None:
-        self.readers = {cam: self.patcher.open_video_reader("lerobot", rel, H, W)
+    def __init__(self, patcher: Any, shards: dict[str, str]) -> None:
+        self.readers = {cam: patcher.open_video_reader("lerobot", rel, H, W)
                         for cam, rel in shards.items()}
 
     def close(self) -> None:
@@ -297,40 +261,19 @@ class FluxonRemote(Fluxon):
             reader.close()
 
 
-class RemoteModel:
-    """bench/remote.py's store at L ms per request and 50 MB/s per connection: fluxon
-    through the agent and Redis (cold: Redis flushed, then a new patcher; warm: a new
-    patcher, Redis warm), PyAV on fsspec HTTP file objects from the HTTP Range server."""
+# Through the remote model (stores.PassModel): fluxon cold and warm through the agent and
+# Redis, PyAV on fsspec HTTP file objects from the HTTP Range server.
+REMOTE_ROWS = ("fluxon cold", "fluxon warm", "Daft-style batched PyAV", "per-row opens (PyAV)")
 
-    ROWS = {"fluxon cold": FluxonRemote, "fluxon warm": FluxonRemote,
-            "Daft-style batched PyAV": DaftStyle, "per-row opens (PyAV)": PerRow}
 
-    def __init__(self, work: Path, root: Path, latency_ms: float) -> None:
-        from stores import RemoteStore, make_patcher, store
-
-        self.root, self.make_patcher, self.patcher = root, make_patcher, None
-        self.store = RemoteStore(work, "lerobot", root, 50.0)
-        self.store.set_latency(latency_ms)
-        self.fx = store("lerobot", root.resolve(), self.store.agent_relay.url,
-                        self.store.redis.url)
-
-    def shards(self, row: str, shards: dict[str, Path]) -> dict[str, str]:
-        """The shards as the row reads them: relpaths for fluxon, URLs for PyAV."""
-        rel = {cam: str(p.relative_to(self.root)) for cam, p in shards.items()}
-        if self.patcher is not None:
-            self.patcher.close()
-            self.patcher = None
-        if not row.startswith("fluxon"):
-            return {cam: f"{self.store.range.url}/{r}" for cam, r in rel.items()}
-        if row == "fluxon cold":
-            self.store.flush()
-        FluxonRemote.patcher = self.patcher = self.make_patcher(self.fx)
-        return rel
-
-    def stop(self) -> None:
-        if self.patcher is not None:
-            self.patcher.close()
-        self.store.stop()
+def remote_opener(model: Any, row: str, shards: dict[str, Path]) -> Callable[[], Any]:
+    """A pass's contender on the remote model (its patcher made, untimed): fluxon reads
+    the shards' relpaths, PyAV their URLs."""
+    rel = {cam: str(p.resolve().relative_to(model.video_dir)) for cam, p in shards.items()}
+    patcher = model.start_pass(row)
+    if patcher is not None:
+        return lambda: FluxonRemote(patcher, rel)
+    return lambda: CONTENDERS[row]({cam: model.url(r) for cam, r in rel.items()})
 
 
 CONTENDERS = {"fluxon": Fluxon, "fluxon pool.read_many": FluxonPool,
@@ -344,13 +287,14 @@ TIME_NOTE = ("A row's time from_timestamp + k / fps, summed in floats, can fall 
              "the frame before. LeRobot itself calls torchcodec with round(t · fps) indices.")
 
 
-def run_pass(name: str, shards: dict[str, Any], work: list[dict[str, list[float]]],
-             targets: list[dict[str, list[int]]], refs: dict, make: Any = None) -> dict[str, Any]:
+def run_pass(name: str, opener: Callable[[], Any], work: list[dict[str, list[float]]],
+             targets: list[dict[str, list[int]]], refs: dict) -> dict[str, Any]:
+    """One pass: the contender opened (``opener``, timed), then every batch, checked."""
     check = CheckResult(exact_required=name.startswith("fluxon"))
     batch_ms, errors, handle = [], [], None
     t0 = time.perf_counter()
     try:
-        handle = (make or CONTENDERS[name])(shards)
+        handle = opener()
         open_ms = (time.perf_counter() - t0) * 1e3
         for by_cam, want in zip(work, targets):
             t0 = time.perf_counter()
@@ -465,16 +409,19 @@ def main(argv: list[str] | None = None) -> None:
         codecs[codec] = []
         for name in CONTENDERS:
             say(f"{codec}: {name}")
-            passes = [run_pass(name, shards, work, targets, refs) for _ in range(args.repeat)]
+            passes = [run_pass(name, lambda: CONTENDERS[name](shards), work, targets, refs)
+                      for _ in range(args.repeat)]
             codecs[codec].append(summary(name, passes))
         if args.latency_ms >= 0:
-            model = RemoteModel(args.data / "lerobot-remote", shard_root(shards),
-                                args.latency_ms)
+            from stores import PassModel
+
+            model = PassModel(args.data / "lerobot-remote", "lerobot", shard_root(shards),
+                              args.latency_ms)
             try:
-                for name, make in model.ROWS.items():
+                for name in REMOTE_ROWS:
                     say(f"{codec}, remote model: {name}")
-                    passes = [run_pass(name, model.shards(name, shards), work, targets, refs,
-                                       make) for _ in range(args.repeat)]
+                    passes = [run_pass(name, remote_opener(model, name, shards), work, targets,
+                                       refs) for _ in range(args.repeat)]
                     remote.setdefault(codec, []).append(summary(name, passes))
             finally:
                 model.stop()

@@ -160,6 +160,10 @@ class RemoteStore:
         return {"bucket": BUCKET, "prefix": PREFIX, "endpoint": o["endpoint"],
                 "region": o["region"], "key": o["access_key_id"], "secret": o["secret_access_key"]}
 
+    def fx(self, **optional: Any) -> dict:
+        """fluxon's ``fx`` for this store: the agent through its relay, this Redis."""
+        return store(self.export, self.root, self.agent_relay.url, self.redis.url, **optional)
+
     def urls(self) -> dict[str, str]:
         return {"range_url": self.range.url, "range_control": self.range.control,
                 "range_metrics": self.range.control + "/metrics",
@@ -176,6 +180,40 @@ class RemoteStore:
         for server in (self.agent, self.agent_relay, self.range, self.redis, self.s3):
             if server is not None:
                 server.stop()
+
+
+class PassModel(RemoteStore):
+    """bench/remote.py's store at L ms per request and 50 MB/s per connection, for the
+    scenarios that read their whole workload through it once per pass (bench/av_clips.py,
+    bench/lerobot.py): fluxon through the agent and Redis ("fluxon cold": Redis flushed,
+    then a new patcher; "fluxon warm": a new patcher, Redis warm), the peers from the
+    HTTP Range server (``url``)."""
+
+    def __init__(self, work: Path, export: str, root: Path, latency_ms: float) -> None:
+        super().__init__(work, export, root, 50.0)
+        self.set_latency(latency_ms)
+        self.patcher: Any = None
+
+    def start_pass(self, row: str) -> Any:
+        """Before a pass of ``row``: the pass's new patcher for fluxon, None for a peer."""
+        self.close_patcher()
+        if row.startswith("fluxon"):
+            if row == "fluxon cold":
+                self.flush()
+            self.patcher = make_patcher(self.fx())
+        return self.patcher
+
+    def url(self, relpath: str) -> str:
+        return f"{self.range.url}/{relpath}"
+
+    def close_patcher(self) -> None:
+        if self.patcher is not None:
+            self.patcher.close()
+        self.patcher = None
+
+    def stop(self) -> None:
+        self.close_patcher()
+        super().stop()
 
 
 def scrape(url: str) -> dict[str, float]:
