@@ -30,7 +30,7 @@ import numpy as np
 from contenders import TorchcodecHandle, pyav_frames_at, pyav_open
 from frames import CheckResult, cli_reference, frame_times, needed
 from harness import (add_options, finish, header, machine, machine_line, median, num,
-                     scenario_parser, say, table, versions, write_outputs)
+                     publish, scenario_parser, say, table, versions)
 
 H = W = 224
 RATE, FPS, FRAMES = 16000, 8, 16
@@ -355,8 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     results = {**header("av_clips.py", argv, time.perf_counter() - t0, args),
                "machine": machine(), "versions": versions(), "items": sum(map(len, items.values())),
                "videos": [p.name for p in videos], "passes": passes, "remote": remote}
-    for path in write_outputs(args.out, "av", results, render(results)):
-        say(f"wrote {path}")
+    publish(args, "av", render, results)
 
 
 if __name__ == "__main__":

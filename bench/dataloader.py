@@ -25,8 +25,8 @@ from torch.utils.data import DataLoader, Dataset, default_collate  # noqa: E402
 from fluxon_video.torch import (LoaderStats, SameVideoBatchSampler, StatsCollate,  # noqa: E402
                                 VideoClipDataset)
 from harness import (DASH, add_options, error_text, fill, finish, header,  # noqa: E402
-                     kinds_of, listing, machine, machine_line, mib, num, scenario_parser, table,
-                     versions, write_outputs)
+                     kinds_of, listing, machine, machine_line, mib, module_versions, num,
+                     scenario_parser, table, versions, write_outputs)
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 EXPORT = "loader"
@@ -191,7 +191,7 @@ class LoaderBench:
         """The videos (made once), the clip plan (per_video clips of each of items/per_video
         videos, videos in a seeded order, each once before any repeats), the references."""
         from dataset import prepare_all, sample_clips, small_specs
-        from frames import Reference, needed, reference_files
+        from frames import Reference, plan_references
 
         a = self.args
         self.videos = prepare_all(small_specs(18, 3, 3, lambda k: 4 + k % 3), self.video_dir)
@@ -202,11 +202,8 @@ class LoaderBench:
                      for clip in sample_clips(self.videos[v].frames, a.per_video, CLIP_LEN,
                                               STRIDE, rng)]
         by_name = {v.name: v for v in self.videos}
-        wanted: dict[str, list[list[int]]] = {}
-        for relpath, indices in self.plan:
-            wanted.setdefault(relpath, []).append(indices)
-        paths = reference_files({n: (by_name[n], SIZE, SIZE, needed(c)) for n, c in
-                                 wanted.items()}, a.data / "loader-refs", self.notes)
+        paths = plan_references(((n, by_name[n], SIZE, SIZE, [c]) for n, c in self.plan),
+                                a.data / "loader-refs", self.notes)
         self.refs = {n: Reference.load(p) for n, p in paths.items()}
         print(f"videos: {len(self.videos)} under {self.video_dir}; references made", flush=True)
 
@@ -371,12 +368,8 @@ class LoaderBench:
             orders = {tuple(o) for row, o in self.orders.items() if row.endswith(group)}
             if len(orders) > 1:
                 self.notes.append(f"{group}: the rows did not read the items in the same order")
-        found = {**versions(), "torch": torch.__version__}
-        for name in ("decord", "torchcodec"):
-            try:
-                found[name] = __import__(name).__version__
-            except Exception:  # noqa: BLE001
-                found[name] = "not installed"
+        found = {**versions(), "torch": torch.__version__,
+                 **module_versions("decord", "torchcodec", missing="not installed")}
         return {
             **header("dataloader.py", None, seconds, a),
             "conditions": {

@@ -140,6 +140,16 @@ def reference_files(jobs: dict[K, tuple[Any, int, int, Iterable[int]]], director
     return paths
 
 
+def plan_references(items: Iterable[tuple[K, Any, int, int, Iterable[Sequence[int]]]],
+                    directory: Path, notes: list[str]) -> dict[K, Path]:
+    """``reference_files`` of a plan's items (key, video, height, width, clips): one
+    reference per key, of the frames its items' checks need."""
+    jobs: dict[K, tuple[Any, int, int, set[int]]] = {}
+    for key, video, height, width, clips in items:
+        jobs.setdefault(key, (video, height, width, set()))[3].update(needed(clips))
+    return reference_files(jobs, directory, notes)
+
+
 def count_note(name: str, packets: int, ref: Reference) -> str | None:
     """A note when ffprobe's packet count and the frames the CLI decodes disagree."""
     if ref.frames_decoded == packets:

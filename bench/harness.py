@@ -144,6 +144,18 @@ def fluxon_versions() -> dict[str, str]:
             **{f"fluxon's {k}": v for k, v in require_native()[1].library_versions().items()}}
 
 
+def module_versions(*names: str, missing: str | None = None) -> dict[str, str]:
+    """Each module's __version__ where it imports, else ``missing`` (None: left out)."""
+    found = {}
+    for name in names:
+        try:
+            found[name] = __import__(name).__version__
+        except Exception:  # noqa: BLE001 - a library that does not import is a note
+            if missing is not None:
+                found[name] = missing
+    return found
+
+
 def versions() -> dict[str, str]:
     """Python, numpy, fluxon_video and the libav* it runs on, the ffmpeg CLI, redis-server."""
     found = {"python": platform.python_version(), "numpy": np.__version__}
@@ -177,6 +189,15 @@ def write_outputs(out: Path, stem: str, results: dict | None, markdown: str) -> 
     if results is not None:
         (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     return [out / f"{stem}.{ext}" for ext in ("md", "json")[:1 + (results is not None)]]
+
+
+def publish(args: argparse.Namespace, stem: str, render: Callable[[dict], str],
+            results: dict | None = None) -> None:
+    """A run's <stem>.json and .md into --out; without ``results``, the --render JSON's
+    report redrawn (the JSON stays where it is)."""
+    saved = json.loads(args.render.read_text()) if results is None else results
+    for path in write_outputs(args.out, stem, results, render(saved)):
+        say(f"wrote {path}")
 
 
 def fill(template: str, **values: object) -> str:

@@ -48,7 +48,7 @@ import numpy as np
 from contenders import SpdlHandle, TorchcodecHandle, pyav_frames_at, pyav_open
 from frames import CheckResult, cli_reference, frame_times, needed
 from harness import (add_options, error_text, finish, header, machine, median, num,
-                     report_head, say, scenario_parser, table, times, versions, write_outputs)
+                     publish, report_head, say, scenario_parser, table, times, versions)
 
 H = W = 224
 FPS, ROWS, CLUSTER_S, TOL = 30, 16, 10.0, 1e-6
@@ -387,10 +387,7 @@ def main(argv: list[str] | None = None) -> None:
                                              "only)")])
     args = finish(ap, ap.parse_args(argv), full, quick, ("episodes", "batches", "repeat"))
     if args.render:
-        results = json.loads(args.render.read_text())
-        for path in write_outputs(args.out, "lerobot", None, render(results)):
-            say(f"wrote {path}")
-        return
+        return publish(args, "lerobot", render)
     t_start = time.perf_counter()
     lengths = episode_lengths(args.episodes, args.seed)
     starts = from_timestamps(lengths)
@@ -432,8 +429,7 @@ def main(argv: list[str] | None = None) -> None:
                "batches": [[list(r) for r in b] for b in
                            make_batches(lengths, args.batches, args.seed)],
                "codecs": codecs, "remote": remote, "notes": notes}
-    for path in write_outputs(args.out, "lerobot", results, render(results)):
-        say(f"wrote {path}")
+    publish(args, "lerobot", render, results)
 
 
 if __name__ == "__main__":

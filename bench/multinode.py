@@ -5,14 +5,11 @@ agent (see --help or bench/README.md)."""
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import os
 import statistics
 import sys
 import tempfile
 import time
-import urllib.request
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +19,10 @@ sys.path.insert(0, str(BENCH))
 import numpy as np  # noqa: E402
 
 from dataset import prepare, sample_clips, small_specs  # noqa: E402
-from frames import reference_files  # noqa: E402
-from harness import (add_options, fill, finish, header, kinds_of, listing, machine,  # noqa: E402
-                     machine_line, mib, scenario_parser, table, versions, write_outputs)
+from frames import plan_references  # noqa: E402
+from harness import (Child, add_options, fill, finish, header, kinds_of, listing,  # noqa: E402
+                     machine, machine_line, mib, module_versions, publish, scenario_parser,
+                     table, versions)
 
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
 EXPORT = "multinode"
@@ -68,27 +66,25 @@ def node_epoch(fx: dict, plan: list[list[Any]], refs: dict[str, str], threads: i
 def run_nodes(fx: dict, plan: list[list[Any]], refs: dict[str, str], nodes: list[int],
               threads: int, together: bool) -> dict[int, dict[str, Any]]:
     """Each node in a fresh spawned process; one after another, or all started together."""
-    spawn = multiprocessing.get_context("spawn")
-    executors = {n: ProcessPoolExecutor(max_workers=1, mp_context=spawn) for n in nodes}
+    children = {n: Child() for n in nodes}
     try:
         start_at = time.time() + 5.0 if together else None  # time to spawn and import
         futures = {}
         for n in nodes:
-            futures[n] = executors[n].submit(node_epoch, fx, plan, refs, threads, start_at)
+            futures[n] = children[n].pool.submit(node_epoch, fx, plan, refs, threads, start_at)
             if not together:
                 futures[n].result(timeout=600)
         return {n: future.result(timeout=600) for n, future in futures.items()}
     finally:
-        for executor in executors.values():
-            executor.shutdown()
+        for child in children.values():
+            child.stop()
 
 
 def agent_served_bytes(agent: Any) -> float:
-    with urllib.request.urlopen(agent.url + "/metrics", timeout=5) as response:
-        text = response.read().decode()
-    prefix = f'fluxon_agent_served_bytes_total{{export="{EXPORT}"}}'
-    return next((float(line.split()[-1]) for line in text.splitlines()
-                 if line.startswith(prefix)), 0.0)
+    from stores import scrape, total
+
+    return total(scrape(agent.url + "/metrics"), "fluxon_agent_served_bytes_total",
+                 f"export={EXPORT}")
 
 
 def cluster_contents(cluster: Any) -> dict[str, Any]:
@@ -132,13 +128,7 @@ def summarize(epoch: int, node: int, cache: str, together: bool, result: dict[st
 
 
 def conditions(a: argparse.Namespace, videos: list[Any], video_dir: Path) -> dict[str, Any]:
-    found = versions()
-    try:
-        import redis
-
-        found["redis-py"] = redis.__version__
-    except ImportError:
-        pass
+    found = {**versions(), **{f"{k}-py": v for k, v in module_versions("redis").items()}}
     kinds = {k: len(vs) for k, vs in kinds_of(v.facts() for v in videos).items()}
     return {
         "machine": machine(),
@@ -314,11 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = [[v.name, clip] for v in videos for clip in sample_clips(
             v.frames, a.clips // len(videos), CLIP_LEN, STRIDE, rng)]
         epochs.append([plan[i] for i in rng.permutation(len(plan))])
-    wanted: dict[str, set[int]] = {}
-    for relpath, indices in (item for plan in epochs for item in plan):
-        wanted.setdefault(relpath, set()).update(indices)
     by_name, notes = {v.name: v for v in videos}, []
-    refs = reference_files({n: (by_name[n], SIZE, SIZE, ix) for n, ix in wanted.items()},
+    refs = plan_references(((n, by_name[n], SIZE, SIZE, [c]) for plan in epochs for n, c in plan),
                            a.data / "multinode-refs", notes)
     runs, cluster_after = measure(a, video_dir, epochs, {n: str(p) for n, p in refs.items()})
     record = {
@@ -328,8 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "cluster_after": cluster_after, "load": [load_start, os.getloadavg()[0]],
     }
-    write_outputs(a.out, "multinode", record, render(record))
-    print(f"wrote {a.out / 'multinode.md'} and {a.out / 'multinode.json'}")
+    publish(a, "multinode", render, record)
     return 1 if any(r["frames_wrong"] for run in runs for r in run["rows"]) else 0
 
 

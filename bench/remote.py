@@ -120,12 +120,10 @@ def peer_hello(family: str, path: str, threads: int) -> dict:
     handle = open_handle(family, Path(path), SIZE, SIZE, threads)
     handle.read([0])
     handle.close()
-    found = {"fsspec": fsspec.__version__, "aiohttp": aiohttp.__version__}
-    for name in ("s3fs", "obstore"):  # the S3 scenario's access libraries, where installed
-        try:
-            found[name] = __import__(name).__version__
-        except ImportError:
-            pass
+    from harness import module_versions
+
+    found = {"fsspec": fsspec.__version__, "aiohttp": aiohttp.__version__,
+             **module_versions("s3fs", "obstore")}  # the S3 scenario's, where installed
     return {**found, **peer_versions(family, ("libavcodec", "libavformat", "libswscale"))}
 
 
@@ -317,21 +315,22 @@ class Bench:
             for workload, plan in plans.items():
                 self.plans.setdefault(workload, []).append(plan)
         piece = self.piece_size()
-        for item in (i for w, ps in self.plans.items() if w != "metadata" for p in ps for i in p):
+        for item in self.clip_items():
             video = self.videos[item["video"]]
             item["needed_bytes"] = video.span_bytes(item["clips"]) + video.container_bytes()
             item.update(piece_model(video, item["clips"], piece))
 
     def make_references(self) -> None:
-        from frames import needed, reference_files
+        from frames import plan_references
 
-        wanted: dict[str, set[int]] = {n: set() for n in self.videos}
-        for item in (i for w, ps in self.plans.items() if w != "metadata" for p in ps for i in p):
-            wanted[item["video"]].update(needed(item["clips"]))
         say("references: made with the ffmpeg CLI where not cached")
-        self.refs = reference_files({n: (self.videos[n], SIZE, SIZE, ix)
-                                     for n, ix in wanted.items() if ix},
-                                    self.args.data / "remote-refs", self.notes)
+        self.refs = plan_references(
+            ((i["video"], self.videos[i["video"]], SIZE, SIZE, i["clips"])
+             for i in self.clip_items()), self.args.data / "remote-refs", self.notes)
+
+    def clip_items(self) -> list[dict]:
+        """Every item that reads clips, of every workload and round (not metadata's)."""
+        return [i for w, ps in self.plans.items() if w != "metadata" for p in ps for i in p]
 
     def piece_size(self) -> int:
         from fluxon_video.fs.config import FluxonFsExport

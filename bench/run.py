@@ -320,16 +320,13 @@ class Bench:
         return out
 
     def make_references(self) -> None:
-        from frames import needed, reference_files
+        from frames import plan_references
 
-        wanted: dict[tuple, set[int]] = {}
-        for workload in ("clips224", "clips-native", "sequential224", "batched"):
-            for item in self.items(workload):
-                key = (item["video"], item["height"], item["width"])
-                wanted.setdefault(key, set()).update(needed(item["clips"]))
-        self.refs = reference_files({k: (self.videos[k[0]], k[1], k[2], ix)
-                                     for k, ix in wanted.items()},
-                                    self.args.data / "refs", self.notes)
+        items = [i for w in ("clips224", "clips-native", "sequential224", "batched")
+                 for i in self.items(w)]
+        self.refs = plan_references(
+            [((i["video"], i["height"], i["width"]), self.videos[i["video"]], i["height"],
+              i["width"], i["clips"]) for i in items], self.args.data / "refs", self.notes)
 
     def start_servers(self) -> None:
         from fluxon_video.testing import RedisServer

@@ -15,7 +15,6 @@ Target: fluxon's clips/s at 2 threads >= 1.7x its clips/s at 1 thread.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -28,7 +27,7 @@ from contenders import PEERS, Handle, open_handle
 from dataset import HEVC, X264, VideoSpec, prepare, sample_clips
 from frames import CheckResult, cli_reference, needed
 from harness import (add_options, error_text, finish, header, machine, median, num,
-                     report_head, say, scenario_parser, table, times, versions, write_outputs)
+                     publish, report_head, say, scenario_parser, table, times, versions)
 
 H = W = 224
 CLIP, STRIDE, GOAL = 16, 2, 1.7
@@ -118,10 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         ("--seed", int, 5, "clip sampling seed")])
     args = finish(ap, ap.parse_args(argv), full, quick, ("clips", "repeat"))
     if args.render:
-        results = json.loads(args.render.read_text())
-        for path in write_outputs(args.out, "threads", None, render(results)):
-            say(f"wrote {path}")
-        return
+        return publish(args, "threads", render)
     t_start = time.perf_counter()
     specs = [v for v in VIDEOS if v.name.split("_")[0] in args.videos.split(",")]
     found = {}
@@ -140,8 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     results = {**header("threads.py", argv, time.perf_counter() - t_start, args),
                "machine": machine(), "versions": versions(), "cpus": os.cpu_count(),
                "videos": found}
-    for path in write_outputs(args.out, "threads", results, render(results)):
-        say(f"wrote {path}")
+    publish(args, "threads", render, results)
 
 
 if __name__ == "__main__":
