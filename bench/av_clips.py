@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from contenders import TorchcodecHandle, pyav_frames_at, pyav_open
+from dataset import ffmpeg_make
 from frames import CheckResult, cli_reference, frame_times, needed
 from harness import (add_options, finish, header, machine, machine_line, median, num,
                      publish, scenario_parser, say, table, versions)
@@ -49,20 +50,15 @@ EDIT_LIST = "h264_aac_editlist.mp4"  # the first, cut at a non-keyframe: an edit
 
 
 def make_videos(data: Path, seconds: float) -> list[Path]:
-    data.mkdir(parents=True, exist_ok=True)
-    cli = ["ffmpeg", "-nostdin", "-v", "error", "-y"]
     out = []
     for name, (video, audio, args) in VIDEOS.items():
         path = data / f"{Path(name).stem}-{seconds:g}s{Path(name).suffix}"
         if not path.exists():
             say(f"making {path.name}")
-            subprocess.run([*cli, "-f", "lavfi", "-i", video, "-f", "lavfi", "-i", audio,
-                            "-t", str(seconds), *args, str(path)], check=True)
-        out.append(path)
-    cut = data / f"{Path(EDIT_LIST).stem}-{seconds:g}s.mp4"
-    if not cut.exists():
-        subprocess.run([*cli, "-ss", "1.3", "-i", str(out[0]), "-c", "copy", str(cut)], check=True)
-    return [*out, cut]
+        out.append(ffmpeg_make(path, "-f", "lavfi", "-i", video, "-f", "lavfi", "-i", audio,
+                               "-t", str(seconds), *args))
+    return [*out, ffmpeg_make(data / f"{Path(EDIT_LIST).stem}-{seconds:g}s.mp4", "-ss", "1.3",
+                              "-i", str(out[0]), "-c", "copy")]
 
 
 def probe(path: Path, stream: str, entries: str) -> dict:

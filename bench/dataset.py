@@ -120,15 +120,23 @@ class Video:
         return sum(self.packets[i]["size"] for i in touched)
 
 
+def ffmpeg_make(path: Path, *args: str) -> Path:
+    """``path`` made by the ffmpeg CLI from ``args`` (inputs and options) unless it is
+    there; written to a .part file first, so that a stopped run leaves nothing half made."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(path.stem + ".part" + path.suffix)
+        # SVT_LOG=1: the AV1 encoder prints its banner unless told errors only.
+        subprocess.run(["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y", *args,
+                        str(part)], check=True, env={**os.environ, "SVT_LOG": "1"})
+        os.replace(part, path)
+    return path
+
+
 def generate(spec: VideoSpec, out: Path) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    part = out.with_name(out.stem + ".part" + out.suffix)
-    cmd = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-y",
-           "-f", "lavfi", "-i", f"testsrc2=size={spec.width}x{spec.height}:rate={spec.fps}",
-           "-t", str(spec.seconds), "-pix_fmt", "yuv420p", *spec.encoder_args(), str(part)]
-    # SVT_LOG=1: the AV1 encoder prints its banner unless told errors only.
-    subprocess.run(cmd, check=True, env={**os.environ, "SVT_LOG": "1"})
-    os.replace(part, out)
+    out.unlink(missing_ok=True)  # made again: its spec changed
+    ffmpeg_make(out, "-f", "lavfi", "-i", f"testsrc2=size={spec.width}x{spec.height}:rate="
+                f"{spec.fps}", "-t", str(spec.seconds), "-pix_fmt", "yuv420p", *spec.encoder_args())
 
 
 def probe(spec: VideoSpec, path: Path) -> Video:

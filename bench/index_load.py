@@ -6,7 +6,6 @@ import dataclasses
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,23 +14,18 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from dataset import ffmpeg_make  # noqa: E402
 from harness import BENCH, tool_parser  # noqa: E402
 
 
 def make_video(path: Path, minutes: float, fps: int, size: str) -> Path:
     """A testsrc2 H.264 MP4 (x264 defaults: B-frames, GOP 250) with AAC audio (whose
     packets the index lists too), made once."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        part = path.with_suffix(".part.mp4")
-        subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
-                        f"testsrc2=size={size}:rate={fps}:duration={minutes * 60}",
-                        "-f", "lavfi", "-i", f"sine=sample_rate=48000:duration={minutes * 60}",
-                        "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p",
-                        "-c:a", "aac", "-b:a", "64k",
-                        str(part)], check=True)
-        part.rename(path)
-    return path
+    return ffmpeg_make(path, "-f", "lavfi", "-i",
+                       f"testsrc2=size={size}:rate={fps}:duration={minutes * 60}",
+                       "-f", "lavfi", "-i", f"sine=sample_rate=48000:duration={minutes * 60}",
+                       "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p",
+                       "-c:a", "aac", "-b:a", "64k")
 
 
 def median_ms(fn, repeat: int) -> tuple[float, float]:

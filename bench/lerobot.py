@@ -33,9 +33,7 @@ remote, cold and warm.
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -46,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from contenders import SpdlHandle, TorchcodecHandle, pyav_frames_at, pyav_open
+from dataset import ffmpeg_make
 from frames import CheckResult, cli_reference, frame_times, needed
 from harness import (add_options, error_text, finish, header, machine, median, num,
                      publish, report_head, say, scenario_parser, table, times, versions)
@@ -102,13 +101,8 @@ def make_shards(data: Path, codec: str, lengths: list[int]) -> dict[str, Path]:
         if not path.exists():
             h, w = CAMERAS[cam]
             say(f"encoding {codec} {w}x{h}, {len(lengths)} episodes, {sum(lengths) / FPS:g} s")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            part = path.with_suffix(".part.mp4")
-            subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i",
-                            f"testsrc2=size={w}x{h}:rate={FPS}", "-frames:v", str(sum(lengths)),
-                            *CODECS[codec], "-pix_fmt", "yuv420p", str(part)], check=True,
-                           env={**os.environ, "SVT_LOG": "1"})  # SVT-AV1: errors only
-            part.rename(path)
+            ffmpeg_make(path, "-f", "lavfi", "-i", f"testsrc2=size={w}x{h}:rate={FPS}",
+                        "-frames:v", str(sum(lengths)), *CODECS[codec], "-pix_fmt", "yuv420p")
     starts = from_timestamps(lengths)
     meta = [{"episode_index": e, "length": n, **{f"videos/{cam}/{k}": v for cam in CAMERAS for
              k, v in (("chunk_index", 0), ("file_index", 0), ("from_timestamp", starts[e]),

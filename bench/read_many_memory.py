@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dataset import ffmpeg_make
 from harness import tool_parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,18 +25,9 @@ def video_path(seconds: int) -> Path:
 
 
 def make_video(seconds: int) -> Path:
-    path = video_path(seconds)
-    if path.exists():
-        return path
-    DATA.mkdir(parents=True, exist_ok=True)
-    part = path.with_suffix(".part.mp4")
-    subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i",
-                    "testsrc2=size=1920x1080:rate=30", "-t", str(seconds), "-pix_fmt", "yuv420p",
-                    "-c:v", "libx264", "-preset", "ultrafast", "-b:v", "5M", "-g", "60",
-                    "-movflags", "+faststart",
-                    str(part)], check=True)
-    part.replace(path)
-    return path
+    return ffmpeg_make(video_path(seconds), "-f", "lavfi", "-i", "testsrc2=size=1920x1080:rate=30",
+                       "-t", str(seconds), "-pix_fmt", "yuv420p", "-c:v", "libx264", "-preset",
+                       "ultrafast", "-b:v", "5M", "-g", "60", "-movflags", "+faststart")
 
 
 def child(video: Path, clips: int, frames: int, readers: int) -> dict:
