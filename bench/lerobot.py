@@ -144,47 +144,66 @@ def pyav_opened(shard: Path | str) -> Iterator[tuple[Any, Any]]:
             f.close()
 
 
-class PerRow:
-    def __init__(self, shards: dict[str, Any]) -> None:
-        self.shards = shards
+class PyAVRows:
+    """PyAV on the shards, nothing kept between batches: per camera one open per batch, one
+    seek and forward decode per cluster of its times (Daft-style); ``per_row``: an open,
+    seek and decode per row (a naive dataset's __getitem__)."""
 
-    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
-        out = {}
-        for cam, seconds in by_cam.items():
-            frames = []
-            for t in seconds:
-                with pyav_opened(self.shards[cam]) as (container, stream):
-                    frames += pyav_pick(container, stream, [t])
-            out[cam] = np.stack(frames)
-        return out
+    def __init__(self, shards: dict[str, Any], per_row: bool = False) -> None:
+        self.shards, self.per_row = shards, per_row
 
-
-class DaftStyle(PerRow):
     def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
         out = {}
         for cam, seconds in by_cam.items():
             frames: list[Any] = [None] * len(seconds)
-            with pyav_opened(self.shards[cam]) as (container, stream):
-                for group in clusters(seconds):
-                    for pos, frame in zip(group, pyav_pick(container, stream,
-                                                           [seconds[p] for p in group])):
-                        frames[pos] = frame
+            opens = ([[[p]] for p in range(len(seconds))] if self.per_row
+                     else [clusters(seconds)])  # the clusters each open reads
+            for groups in opens:
+                with pyav_opened(self.shards[cam]) as (container, stream):
+                    for group in groups:
+                        for pos, frame in zip(group, pyav_pick(container, stream,
+                                                               [seconds[p] for p in group])):
+                            frames[pos] = frame
             out[cam] = np.stack(frames)
         return out
 
 
-class Fluxon(PerRow):
-    def __init__(self, shards: dict[str, Path]) -> None:
-        import fluxon_video as fv
+class Kept:
+    """A reader kept open per shard for the pass (``open``, timed as the pass's open), and
+    ``read(reader, times)`` per batch and camera."""
 
-        self.readers = {cam: fv.open_video(p, H, W, num_threads=1) for cam, p in shards.items()}
+    def __init__(self, shards: dict[str, Any], open: Callable[[Any], Any],
+                 read: Callable[[Any, list[float]], np.ndarray]) -> None:
+        self.readers, self.read = {cam: open(p) for cam, p in shards.items()}, read
 
     def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
-        return {cam: self.readers[cam].read_frames_numpy(self.readers[cam].indices_at_times(t))
-                for cam, t in by_cam.items()}
+        return {cam: self.read(self.readers[cam], t) for cam, t in by_cam.items()}
+
+    def close(self) -> None:
+        for reader in self.readers.values():
+            reader.close()
 
 
-class FluxonPool(PerRow):
+def fluxon_reader(path: Path) -> Any:
+    import fluxon_video as fv
+
+    return fv.open_video(path, H, W, num_threads=1)
+
+
+def fluxon_read(reader: Any, seconds: list[float]) -> np.ndarray:
+    return reader.read_frames_numpy(reader.indices_at_times(seconds))
+
+
+def rounded(seconds: list[float]) -> list[int]:
+    """LeRobot's own frame indices: round(t * fps)."""
+    return [round(t * FPS) for t in seconds]
+
+
+def torchcodec(path: Path) -> TorchcodecHandle:
+    return TorchcodecHandle(path, H, W, 1)
+
+
+class FluxonPool:
     def __init__(self, shards: dict[str, Path]) -> None:
         import fluxon_video as fv
         from stores import make_patcher, store
@@ -212,49 +231,6 @@ class FluxonPool(PerRow):
         self.patcher.close()
 
 
-class Torchcodec(PerRow):
-    def __init__(self, shards: dict[str, Path]) -> None:
-        self.decoders = {cam: TorchcodecHandle(p, H, W, 1).decoder for cam, p in shards.items()}
-
-    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
-        return {cam: self.decoders[cam].get_frames_played_at(t).data.numpy()
-                for cam, t in by_cam.items()}
-
-
-class TorchcodecRounded(Torchcodec):
-    """LeRobot's own torchcodec call: the indices round(t * fps), ``get_frames_at``."""
-
-    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
-        return {cam: self.decoders[cam].get_frames_at([round(x * FPS) for x in t]).data.numpy()
-                for cam, t in by_cam.items()}
-
-
-class Spdl(PerRow):
-    """SPDL (spdl-io): each shard's packets demuxed once, then per batch
-    ``sample_decode_video`` at LeRobot's indices round(t * fps) (contenders.SpdlHandle,
-    the reference's own scale filter)."""
-
-    def __init__(self, shards: dict[str, Path]) -> None:
-        self.handles = {cam: SpdlHandle(p, H, W, 1) for cam, p in shards.items()}
-
-    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
-        return {cam: self.handles[cam].read([round(x * FPS) for x in t])
-                for cam, t in by_cam.items()}
-
-
-class FluxonRemote(Fluxon):
-    """fluxon through the remote model's agent and Redis: a reader per shard (relpaths),
-    opened by the pass's patcher."""
-
-    def __init__(self, patcher: Any, shards: dict[str, str]) -> None:
-        self.readers = {cam: patcher.open_video_reader("lerobot", rel, H, W)
-                        for cam, rel in shards.items()}
-
-    def close(self) -> None:
-        for reader in self.readers.values():
-            reader.close()
-
-
 # Through the remote model (stores.PassModel): fluxon cold and warm through the agent and
 # Redis, PyAV on fsspec HTTP file objects from the HTTP Range server.
 REMOTE_ROWS = ("fluxon cold", "fluxon warm", "Daft-style batched PyAV", "per-row opens (PyAV)")
@@ -262,19 +238,30 @@ REMOTE_ROWS = ("fluxon cold", "fluxon warm", "Daft-style batched PyAV", "per-row
 
 def remote_opener(model: Any, row: str, shards: dict[str, Path]) -> Callable[[], Any]:
     """A pass's contender on the remote model (its patcher made, untimed): fluxon reads
-    the shards' relpaths, PyAV their URLs."""
+    the shards' relpaths (a reader per shard, opened by the pass's patcher), PyAV their
+    URLs."""
     rel = {cam: str(p.resolve().relative_to(model.video_dir)) for cam, p in shards.items()}
     patcher = model.start_pass(row)
     if patcher is not None:
-        return lambda: FluxonRemote(patcher, rel)
+        return lambda: Kept(rel, lambda r: patcher.open_video_reader("lerobot", r, H, W),
+                            fluxon_read)
     return lambda: CONTENDERS[row]({cam: model.url(r) for cam, r in rel.items()})
 
 
-CONTENDERS = {"fluxon": Fluxon, "fluxon pool.read_many": FluxonPool,
-              "Daft-style batched PyAV": DaftStyle, "per-row opens (PyAV)": PerRow,
-              "SPDL sample_decode_video(round(t·fps))": Spdl,
-              "torchcodec get_frames_played_at": Torchcodec,
-              "torchcodec get_frames_at(round(t·fps))": TorchcodecRounded}
+# name -> the pass's contender on the local shards: batch(times per camera) -> frames per
+# camera, in row order. SPDL (contenders.SpdlHandle, the reference's own scale filter):
+# each shard's packets demuxed once, then sample_decode_video per batch.
+CONTENDERS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "fluxon": lambda shards: Kept(shards, fluxon_reader, fluxon_read),
+    "fluxon pool.read_many": FluxonPool,
+    "Daft-style batched PyAV": PyAVRows,
+    "per-row opens (PyAV)": lambda shards: PyAVRows(shards, per_row=True),
+    "SPDL sample_decode_video(round(t·fps))": lambda shards: Kept(
+        shards, lambda p: SpdlHandle(p, H, W, 1), lambda h, t: h.read(rounded(t))),
+    "torchcodec get_frames_played_at": lambda shards: Kept(
+        shards, torchcodec, lambda h, t: h.decoder.get_frames_played_at(t).data.numpy()),
+    "torchcodec get_frames_at(round(t·fps))": lambda shards: Kept(
+        shards, torchcodec, lambda h, t: h.decoder.get_frames_at(rounded(t)).data.numpy())}
 TIME_NOTE = ("A row's time from_timestamp + k / fps, summed in floats, can fall one ulp below "
              "the frame's pts (20.0 + 166 / 30 < 766 / 30): the PyAV rows allow 1 µs, fluxon's "
              "indices_at_times 1 ns; torchcodec's get_frames_played_at allows none and returns "
