@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import io
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -255,6 +256,23 @@ class FluxonLocalHandle(Handle):
         self.reader.close()
 
 
+class FluxonVideoHandle(Handle):
+    """fluxon_video's ``open_video`` on a local file, as its users write it (the index is
+    scanned at the open). threads 0: os.cpu_count() (fluxon takes no 0; FFmpeg's 0 is its
+    own choice)."""
+
+    def __init__(self, path: Path, height: int, width: int, threads: int) -> None:
+        import fluxon_video as fv
+
+        self.reader = fv.open_video(path, height, width, num_threads=threads or os.cpu_count() or 1)
+
+    def read(self, indices: Sequence[int]) -> np.ndarray:
+        return self.reader.read_frames_numpy(indices)
+
+    def close(self) -> None:
+        self.reader.close()
+
+
 class FluxonPoolHandle(Handle):
     """One video through a FluxonFsVideoReaderPool (the pool outlives the handle)."""
 
@@ -276,13 +294,16 @@ class FluxonPoolHandle(Handle):
 def open_handle(family: str, source: Any, height: int, width: int, threads: int, *,
                 native: bool = False, seek_mode: str = "exact",
                 index: KeyframeIndex | None = None) -> Handle:
-    """A handle of ``family`` on a local path or a file object; native: decord and
+    """A handle of ``family`` (PEERS, "fluxon-local": the decoder with the index built
+    apart, "fluxon": open_video) on a local path or a file object; native: decord and
     torchcodec are not asked to resize (SPDL is given the reference's filter at the
     native size). PyAV takes the frame -> pts table ``index`` (else a packet scan)."""
     if family == "pyav":
         return PyAVHandle(source, index or KeyframeIndex.scan(source), height, width, threads)
     if family == "fluxon-local":
         return FluxonLocalHandle(source, height, width, threads)
+    if family == "fluxon":
+        return FluxonVideoHandle(source, height, width, threads)
     if family == "spdl":
         return SpdlHandle(source, height, width, threads)
     size = (None, None) if native else (height, width)

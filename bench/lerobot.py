@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from contenders import SpdlHandle, TorchcodecHandle, pyav_frames_at, pyav_open
+from contenders import SpdlHandle, TorchcodecHandle, open_handle, pyav_frames_at, pyav_open
 from dataset import ffmpeg_make
 from frames import CheckResult, cli_reference, frame_times, needed
 from harness import (add_options, error_text, finish, header, machine, median, num,
@@ -184,12 +184,6 @@ class Kept:
             reader.close()
 
 
-def fluxon_reader(path: Path) -> Any:
-    import fluxon_video as fv
-
-    return fv.open_video(path, H, W, num_threads=1)
-
-
 def fluxon_read(reader: Any, seconds: list[float]) -> np.ndarray:
     return reader.read_frames_numpy(reader.indices_at_times(seconds))
 
@@ -252,7 +246,8 @@ def remote_opener(model: Any, row: str, shards: dict[str, Path]) -> Callable[[],
 # camera, in row order. SPDL (contenders.SpdlHandle, the reference's own scale filter):
 # each shard's packets demuxed once, then sample_decode_video per batch.
 CONTENDERS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "fluxon": lambda shards: Kept(shards, fluxon_reader, fluxon_read),
+    "fluxon": lambda shards: Kept(shards, lambda p: open_handle("fluxon", p, H, W, 1).reader,
+                                  fluxon_read),
     "fluxon pool.read_many": FluxonPool,
     "Daft-style batched PyAV": PyAVRows,
     "per-row opens (PyAV)": lambda shards: PyAVRows(shards, per_row=True),

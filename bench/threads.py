@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from contenders import PEERS, Handle, open_handle
+from contenders import PEERS, open_handle
 from dataset import HEVC, X264, VideoSpec, prepare, sample_clips
 from frames import CheckResult, cli_reference, needed
 from harness import (add_options, error_text, finish, header, machine, median, num,
@@ -37,25 +37,11 @@ SETTINGS = {"1": 1, "2": 2, "auto": 0}
 CONTENDERS = ("fluxon", *PEERS)
 
 
-class FluxonHandle(Handle):
-    def __init__(self, path: Path, threads: int) -> None:
-        import fluxon_video as fv
-
-        self.reader = fv.open_video(path, H, W, num_threads=threads or os.cpu_count() or 1)
-
-    def read(self, indices: list[int]) -> np.ndarray:
-        return self.reader.read_frames_numpy(indices)
-
-    def close(self) -> None:
-        self.reader.close()
-
-
 def run_pass(name: str, path: Path, threads: int, clips: list[list[int]], ref: Any) -> dict:
     check = CheckResult(exact_required=name == "fluxon")
     handle, error, t0 = None, None, time.perf_counter()
     try:
-        handle = (FluxonHandle(path, threads) if name == "fluxon"
-                  else open_handle(name, path, H, W, threads))
+        handle = open_handle(name, path, H, W, threads)
         for clip in clips:
             check.add(handle.read(clip), clip, ref)
     except Exception as exc:  # noqa: BLE001 - a failing contender is a finding
