@@ -191,7 +191,7 @@ class LoaderBench:
         """The videos (made once), the clip plan (per_video clips of each of items/per_video
         videos, videos in a seeded order, each once before any repeats), the references."""
         from dataset import prepare_all, sample_clips, small_specs
-        from frames import Reference, plan_references
+        from frames import Reference, reference_files
 
         a = self.args
         self.videos = prepare_all(small_specs(18, 3, 3, lambda k: 4 + k % 3), self.video_dir)
@@ -202,7 +202,7 @@ class LoaderBench:
                      for clip in sample_clips(self.videos[v].frames, a.per_video, CLIP_LEN,
                                               STRIDE, rng)]
         by_name = {v.name: v for v in self.videos}
-        paths = plan_references(((n, by_name[n], SIZE, SIZE, [c]) for n, c in self.plan),
+        paths = reference_files(((n, by_name[n], SIZE, SIZE, [c]) for n, c in self.plan),
                                 a.data / "loader-refs", self.notes)
         self.refs = {n: Reference.load(p) for n, p in paths.items()}
         print(f"videos: {len(self.videos)} under {self.video_dir}; references made", flush=True)

@@ -120,15 +120,18 @@ def references(jobs: dict[K, tuple[Path, int, int, Iterable[int]]],
         return dict(zip(jobs, pool.map(one, jobs)))
 
 
-def reference_files(jobs: dict[K, tuple[Any, int, int, Iterable[int]]], directory: Path,
-                    notes: list[str]) -> dict[K, Path]:
-    """The references of jobs (a dataset.Video, height, width, frames) saved under
-    ``directory``, made once per file, size and set of frames (a note where ffprobe and
-    the CLI count the frames differently)."""
+def reference_files(items: Iterable[tuple[K, Any, int, int, Iterable[Sequence[int]]]],
+                    directory: Path, notes: list[str]) -> dict[K, Path]:
+    """The references of a plan's items (key, a dataset.Video, height, width, clips), one
+    per key, of the frames its items' checks need, saved under ``directory``: made once per
+    file, size and set of frames (a note where ffprobe and the CLI count frames apart)."""
+    jobs: dict[K, tuple[Any, int, int, set[int]]] = {}
+    for key, video, height, width, clips in items:
+        jobs.setdefault(key, (video, height, width, set()))[3].update(needed(clips))
     directory.mkdir(parents=True, exist_ok=True)
     paths, todo = {}, {}
     for key, (video, height, width, indices) in jobs.items():
-        wanted = sorted(set(indices))
+        wanted = sorted(indices)
         tag = hashlib.sha1(f"{video.spec.spec_hash()}:{wanted}".encode()).hexdigest()[:12]
         paths[key] = directory / f"{video.name}-{height}x{width}-{tag}.npz"
         if not paths[key].exists():
@@ -138,16 +141,6 @@ def reference_files(jobs: dict[K, tuple[Any, int, int, Iterable[int]]], director
         ref.save(paths[key].with_suffix(".part.npz"))
         os.replace(paths[key].with_suffix(".part.npz"), paths[key])
     return paths
-
-
-def plan_references(items: Iterable[tuple[K, Any, int, int, Iterable[Sequence[int]]]],
-                    directory: Path, notes: list[str]) -> dict[K, Path]:
-    """``reference_files`` of a plan's items (key, video, height, width, clips): one
-    reference per key, of the frames its items' checks need."""
-    jobs: dict[K, tuple[Any, int, int, set[int]]] = {}
-    for key, video, height, width, clips in items:
-        jobs.setdefault(key, (video, height, width, set()))[3].update(needed(clips))
-    return reference_files(jobs, directory, notes)
 
 
 def count_note(name: str, packets: int, ref: Reference) -> str | None:

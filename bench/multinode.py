@@ -19,7 +19,7 @@ sys.path.insert(0, str(BENCH))
 import numpy as np  # noqa: E402
 
 from dataset import prepare, sample_clips, small_specs  # noqa: E402
-from frames import plan_references  # noqa: E402
+from frames import reference_files  # noqa: E402
 from harness import (Child, add_options, fill, finish, header, kinds_of, listing,  # noqa: E402
                      machine, machine_line, mib, module_versions, publish, scenario_parser,
                      table, versions)
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             v.frames, a.clips // len(videos), CLIP_LEN, STRIDE, rng)]
         epochs.append([plan[i] for i in rng.permutation(len(plan))])
     by_name, notes = {v.name: v for v in videos}, []
-    refs = plan_references(((n, by_name[n], SIZE, SIZE, [c]) for plan in epochs for n, c in plan),
+    refs = reference_files(((n, by_name[n], SIZE, SIZE, [c]) for plan in epochs for n, c in plan),
                            a.data / "multinode-refs", notes)
     runs, cluster_after = measure(a, video_dir, epochs, {n: str(p) for n, p in refs.items()})
     record = {

@@ -321,10 +321,10 @@ class Bench:
             item.update(piece_model(video, item["clips"], piece))
 
     def make_references(self) -> None:
-        from frames import plan_references
+        from frames import reference_files
 
         say("references: made with the ffmpeg CLI where not cached")
-        self.refs = plan_references(
+        self.refs = reference_files(
             ((i["video"], self.videos[i["video"]], SIZE, SIZE, i["clips"])
              for i in self.clip_items()), self.args.data / "remote-refs", self.notes)
 

@@ -316,11 +316,11 @@ class Bench:
         return out
 
     def make_references(self) -> None:
-        from frames import plan_references
+        from frames import reference_files
 
         items = [i for w in ("clips224", "clips-native", "sequential224", "batched")
                  for i in self.items(w)]
-        self.refs = plan_references(
+        self.refs = reference_files(
             [((i["video"], i["height"], i["width"]), self.videos[i["video"]], i["height"],
               i["width"], i["clips"]) for i in items], self.args.data / "refs", self.notes)
 
