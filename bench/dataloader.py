@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate  # noqa: E402
 
 from fluxon_video.torch import (LoaderStats, SameVideoBatchSampler, StatsCollate,  # noqa: E402
                                 VideoClipDataset)
-from harness import (DASH, add_options, error_text, fill, finish, header,  # noqa: E402
+from harness import (DASH, add_options, error_text, fill, finish, grouped, header,  # noqa: E402
                      kinds_of, listing, machine, machine_line, mib, module_versions, num,
                      scenario_parser, table, versions, write_outputs)
 
@@ -62,9 +62,7 @@ class PeerClips(Dataset):
     def items(self, items: Sequence[int]) -> list[dict[str, Any]]:
         from contenders import open_handle
 
-        groups: dict[Any, list[int]] = {}
-        for i in items:
-            groups.setdefault(self.plan[i][0] if self.share_open else i, []).append(i)
+        groups = grouped(items, lambda i: self.plan[i][0] if self.share_open else i)
         out: dict[int, dict[str, Any]] = {}
         for members in groups.values():
             relpath = self.plan[members[0]][0]
@@ -307,10 +305,7 @@ class LoaderBench:
         from stores import make_patcher
 
         with make_patcher(self.fx) as patcher, patcher.open_video_reader_pool() as pool:
-            groups: dict[str, list[list[int]]] = {}
-            for relpath, indices in self.plan:
-                groups.setdefault(relpath, []).append(indices)
-            for relpath, clips in groups.items():
+            for relpath, clips in grouped(self.plan, lambda x: x[0], lambda x: x[1]).items():
                 pool.read_many_numpy_with_stats(
                     [fv.FluxonFsVideoReadRequest(EXPORT, relpath, SIZE, SIZE, 1, tuple(c))
                      for c in clips])

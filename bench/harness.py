@@ -232,12 +232,18 @@ def listing(pairs: Iterable[tuple[object, object]]) -> str:
     return ", ".join(f"{k} {v}" for k, v in pairs)
 
 
+def grouped(items: Iterable[T], key: Callable[[T], Any],
+            value: Callable[[T], Any] = lambda x: x) -> dict[Any, list]:
+    """``value`` of the items in lists by ``key``, the keys in the order they first come."""
+    out: dict[Any, list] = {}
+    for item in items:
+        out.setdefault(key(item), []).append(value(item))
+    return out
+
+
 def kinds_of(videos: Iterable[dict]) -> dict[str, list[dict]]:
     """Video facts grouped by kind: codec, size and layout."""
-    out: dict[str, list[dict]] = {}
-    for v in videos:
-        out.setdefault(f"{v['codec']} {v['width']}x{v['height']} {v['layout']}", []).append(v)
-    return out
+    return grouped(videos, lambda v: f"{v['codec']} {v['width']}x{v['height']} {v['layout']}")
 
 
 # ---- the timed pass ----

@@ -19,7 +19,7 @@ sys.path.insert(0, str(BENCH))
 
 # Keep this module's top level light: every spawned child imports it again.
 from harness import (Child, MiB, Pass, add_options, failed_pass, finish,  # noqa: E402
-                     header, machine, once, parse_size, say, scenario_parser, versions)
+                     grouped, header, machine, once, parse_size, say, scenario_parser, versions)
 
 EXPORT = "remote"
 CLIP_LEN, STRIDE, SIZE = 16, 4, 224
@@ -376,10 +376,7 @@ class Bench:
             self.store.stop()
 
     def fluxon_config(self) -> dict:
-        from stores import store
-
-        return store(EXPORT, self.store.root, self.store.agent_relay.url, self.store.redis.url,
-                     piece_size=self.piece_size())
+        return self.store.fx(piece_size=self.piece_size())
 
     # ---- rows and passes ----
 
@@ -525,10 +522,9 @@ def mixed(names: list[str], n: int) -> list[str]:
     """n names taking each kind (the name without its number) in turn: 720p H.264
     faststart, HEVC, 1080p, moov-at-end, MKV."""
     prefer = ["h264_720p_faststart", "hevc_720p", "h264_1080p_faststart", "h264_720p_moovend"]
-    kinds: dict[str, list[str]] = {}
-    for name in sorted(names, key=lambda x: next((i for i, p in enumerate(prefer)
-                                                  if x.startswith(p)), len(prefer))):
-        kinds.setdefault(name.rsplit("_", 1)[0], []).append(name)
+    kinds = grouped(sorted(names, key=lambda x: next((i for i, p in enumerate(prefer)
+                                                     if x.startswith(p)), len(prefer))),
+                    lambda name: name.rsplit("_", 1)[0])
     out: list[str] = []
     while len(out) < min(n, len(names)):
         for group in kinds.values():

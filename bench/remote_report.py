@@ -8,8 +8,8 @@ import statistics
 from dataclasses import asdict
 from pathlib import Path
 
-from harness import (DASH, KiB, MiB, Target, best, count, fill, kinds_of, listing, met, num, pct,
-                     stat, summarise, table, times, write_outputs)
+from harness import (DASH, KiB, MiB, Target, best, count, fill, grouped, kinds_of, listing,
+                     met, num, pct, stat, summarise, table, times, write_outputs)
 
 # The condition the goals are stated for.
 GOAL_LATENCY_MS, GOAL_BANDWIDTH_MBPS = 10.0, 50
@@ -42,9 +42,7 @@ def key(row: dict) -> str:
 
 def summaries(passes: list[dict], batched_clips: int) -> list[dict]:
     """One summary per (workload, latency, row), over the row's passes of every round."""
-    groups: dict[tuple, list[dict]] = {}
-    for p in passes:
-        groups.setdefault((p["workload"], p["latency_ms"], key(p["row"])), []).append(p)
+    groups = grouped(passes, lambda p: (p["workload"], p["latency_ms"], key(p["row"])))
     out = []
     for (workload, latency, _), group in groups.items():
         s = summarise(group, batched_clips if workload == "batched" else 1,
@@ -385,10 +383,8 @@ def round_trip_targets(run: Run) -> list[Target]:
         flux = run.fluxon("clips", cache)
         if not flux or "fluxon" not in flux:
             continue
-        by_layout: dict[str, list[float]] = {}
-        for x in flux["per_item"]:
-            by_layout.setdefault(layout.get(x["video"], "?"), []).append(
-                x["open_round_trips"] + x["first_frame_waits"])
+        by_layout = grouped(flux["per_item"], lambda x: layout.get(x["video"], "?"),
+                            lambda x: x["open_round_trips"] + x["first_frame_waits"])
         warm = cache.startswith("warm")
         ok = all(statistics.median(v) <= (1 if warm else COLD_ROUND_TRIPS.get(k, 3))
                  for k, v in by_layout.items())

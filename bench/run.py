@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from harness import (DASH, Pass, Target, add_options, best, error_text,  # noqa: E402
-                     failed_pass, fill, finish, header, listing, machine, median, mib,
+                     failed_pass, fill, finish, grouped, header, listing, machine, median, mib,
                      once, parse_size, peak_rss_mib, reset_peak_rss, say, scenario_parser, stat,
                      summarise, table, times, versions, write_outputs)
 
@@ -408,9 +408,7 @@ def summaries(results: dict) -> list[dict]:
     """One summary per row (contender, cache, workload, video, sweep, piece size)."""
     from contenders import PEERS
 
-    groups: dict[str, list[dict]] = {}
-    for p in results["passes"]:
-        groups.setdefault(json.dumps(p["row"], sort_keys=True), []).append(p)
+    groups = grouped(results["passes"], lambda p: json.dumps(p["row"], sort_keys=True))
     order = (*PEERS, "fluxon-local", "fluxon", "fluxon read_many")
     out = []
     for group in groups.values():
