@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import bisect
 import io
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -258,13 +257,13 @@ class FluxonLocalHandle(Handle):
 
 class FluxonVideoHandle(Handle):
     """fluxon_video's ``open_video`` on a local file, as its users write it (the index is
-    scanned at the open). threads 0: os.cpu_count() (fluxon takes no 0; FFmpeg's 0 is its
-    own choice)."""
+    scanned at the open). threads 0: fluxon's num_threads="auto" (its 0 is refused; FFmpeg's
+    0 is the same choice, a thread per core)."""
 
     def __init__(self, path: Path, height: int, width: int, threads: int) -> None:
         import fluxon_video as fv
 
-        self.reader = fv.open_video(path, height, width, num_threads=threads or os.cpu_count() or 1)
+        self.reader = fv.open_video(path, height, width, num_threads=threads or "auto")
 
     def read(self, indices: Sequence[int]) -> np.ndarray:
         return self.reader.read_frames_numpy(indices)

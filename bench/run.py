@@ -19,7 +19,7 @@ sys.path.insert(0, str(BENCH))
 
 from harness import (DASH, Pass, Target, add_options, best, error_text,  # noqa: E402
                      failed_pass, fill, finish, grouped, header, listing, machine, median, mib,
-                     once, parse_size, peak_rss_mib, reset_peak_rss, say, scenario_parser, stat,
+                     once, parse_size, peak_rss_mib, reset_peak_rss, scenario_parser, stat,
                      summarise, table, times, versions, write_outputs)
 
 CLIP_LENGTH, CLIP_STRIDE, TRAIN_SIZE = 16, 4, 224
@@ -271,14 +271,18 @@ class Bench:
         return steps
 
     def run(self) -> int:
+        from tqdm import tqdm
+
         started = time.perf_counter()
         shutil.rmtree(self.work, ignore_errors=True)
         self.work.mkdir(parents=True)
         steps = self.steps()
         try:
-            for k, (label, step) in enumerate(steps, 1):
-                say(f"step {k} of {len(steps)}: {label}")
-                step()
+            with tqdm(total=len(steps), unit="step", dynamic_ncols=True) as bar:
+                for label, step in steps:
+                    bar.set_description(label)
+                    step()
+                    bar.update()
         finally:
             for server in reversed(self.servers):
                 server.stop()

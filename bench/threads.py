@@ -7,21 +7,22 @@ clip is 16 frames 2 apart from a seeded random start. Every contender keeps one 
 video for a pass and reads the clips in turn: fluxon ``fv.open_video(path, 224, 224,
 num_threads=t)`` (with t >= 2 a read whose frames start at different keyframes is split
 over two decoders), the peers as in bench/run.py (bench/contenders.py). "auto" is each
-library's own choice: FFmpeg's thread_count 0 for the peers, os.cpu_count() for fluxon
-(which takes no 0). Frames are checked against the ffmpeg CLI (fluxon bit for bit).
+library's own choice: FFmpeg's thread_count 0 for the peers, num_threads="auto" for
+fluxon (a thread per core the process may run on). Frames are checked against the ffmpeg CLI (fluxon bit for bit).
 Clips/s is the median over passes, a pass including its open; passes are interleaved.
 Target: fluxon's clips/s at 2 threads >= 1.7x its clips/s at 1 thread.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from fluxon_video.validation import thread_count
 
 from contenders import PEERS, open_handle
 from dataset import HEVC, X264, VideoSpec, prepare, sample_clips
@@ -67,7 +68,7 @@ def render(results: dict) -> str:
     out = [*report_head("Decoder threads (bench/threads.py)", results),
            f"{s['clips']} clips of {CLIP} frames ({STRIDE} apart) at {H}x{W} per pass, median of "
            f"{s['repeat']} interleaved passes (a pass includes its open). auto: FFmpeg's "
-           f"thread_count 0 for the peers, os.cpu_count() = {results['cpus']} for fluxon. ⚠: "
+           f"thread_count 0 for the peers, num_threads=\"auto\" ({results['cpus']} here) for fluxon. ⚠: "
            "the peer's frames did not pass the check (see frames).", ""]
     goals = []
     for video, rows in results["videos"].items():
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> None:
                     passes[name][key].append(run_pass(name, video.path, threads, clips, ref))
         found[video.name] = {c: {k: summary(p) for k, p in by.items()} for c, by in passes.items()}
     results = {**header("threads.py", argv, time.perf_counter() - t_start, args),
-               "machine": machine(), "versions": versions(), "cpus": os.cpu_count(),
+               "machine": machine(), "versions": versions(), "cpus": thread_count("auto"),
                "videos": found}
     publish(args, "threads", render, results)
 
