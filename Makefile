@@ -120,7 +120,7 @@ bench-lerobot: build $(BENCH_STAMP)
 bench-threads: build $(BENCH_STAMP)
 	$(PY) bench/threads.py $(BENCH_ARGS)
 
-# Where a clip's time goes (~5 min; installs linux-perf when missing): each missed speed target's contenders on
+# Where a clip's time goes (~2 min; installs linux-perf when missing): each missed speed target's contenders on
 # a local file under `perf record`, CPU ms per clip split into decode, convert, demux,
 # Python, kernel...; writes bench/results/stages.{md,json}.
 bench-stages: build $(BENCH_STAMP)
