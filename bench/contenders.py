@@ -294,7 +294,7 @@ def open_handle(family: str, source: Any, height: int, width: int, threads: int,
                 native: bool = False, seek_mode: str = "exact",
                 index: KeyframeIndex | None = None) -> Handle:
     """A handle of ``family`` (PEERS, "fluxon-local": the decoder with the index built
-    apart, "fluxon": open_video) on a local path or a file object; native: decord and
+    apart, "fluxon": open_video, "floor": FloorHandle) on a local path or a file object; native: decord and
     torchcodec are not asked to resize (SPDL is given the reference's filter at the
     native size). PyAV takes the frame -> pts table ``index`` (else a packet scan)."""
     if family == "pyav":
@@ -303,6 +303,8 @@ def open_handle(family: str, source: Any, height: int, width: int, threads: int,
         return FluxonLocalHandle(source, height, width, threads)
     if family == "fluxon":
         return FluxonVideoHandle(source, height, width, threads)
+    if family == "floor":
+        return FloorHandle(source, threads)
     if family == "spdl":
         return SpdlHandle(source, height, width, threads)
     size = (None, None) if native else (height, width)
@@ -327,16 +329,47 @@ def unavailable(contender: str) -> str | None:
     return None
 
 
-def decode_floor_ms(path: Path, indices: Sequence[int], num_threads: int) -> float:
-    """The "decode floor" of a clip: libavcodec alone from the keyframe before its first
-    frame to its last, nothing converted: no reader is faster with the same threads."""
-    from fluxon_video import _avio, _floor
-    from fluxon_video.sources import LocalFileRangeSource
+class FloorHandle(Handle):
+    """The "decode floor" as a contender: the file scanned once, then per clip libavcodec
+    alone from the keyframe before its first frame to its last, nothing converted (no
+    reader is faster with the same threads). ``read`` returns the floor's record
+    (decode_ms, frames_decoded, decoder_seeks), not frames."""
 
-    with LocalFileRangeSource(path) as source:
-        with _avio.ByteSource(source, source.size, name=source.name) as byte_source:
-            return float(_floor.decode_floor(byte_source, list(indices), num_threads,
-                                             source.name)["decode_ms"])
+    def __init__(self, path: Path, threads: int) -> None:
+        from fluxon_video import _avio
+        from fluxon_video._demux import scan_packets
+        from fluxon_video.sources import LocalFileRangeSource
+
+        self.threads, self.file = threads, LocalFileRangeSource(path)
+        try:
+            self.source = _avio.ByteSource(self.file, self.file.size, name=self.file.name)
+        except BaseException:
+            self.file.close()
+            raise
+        try:
+            self.index = scan_packets(self.source, self.file.name)
+        except BaseException:
+            self.close()
+            raise
+
+    def read(self, indices: Sequence[int]) -> dict[str, Any]:
+        from fluxon_video import _floor
+
+        return _floor.decode_floor(self.source, list(indices), self.threads, self.file.name,
+                                   self.index)
+
+    def close(self) -> None:
+        self.source.close()
+        self.file.close()
+
+
+def decode_floor_ms(path: Path, indices: Sequence[int], num_threads: int) -> float:
+    """The decode floor of one clip, ms (a fresh scan and decoder: FloorHandle)."""
+    handle = FloorHandle(path, num_threads)
+    try:
+        return float(handle.read(indices)["decode_ms"])
+    finally:
+        handle.close()
 
 
 def peer_versions(family: str, av_libs: tuple[str, ...] = ("libavcodec", "libswscale")

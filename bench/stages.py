@@ -25,13 +25,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from dataset import DATASET, long_specs, prepare, sample_clips, small_specs
-from harness import (BENCH, add_options, finish, header, machine, num, report_head, say,
-                     scenario_parser, table, versions, write_outputs)
+from harness import (BENCH, add_options, finish, header, machine, num, publish, report_head,
+                     say, scenario_parser, table, versions)
 from threads import VIDEOS as THREAD_VIDEOS
 
 CLIP, STRIDE, SIZE = 16, 2, 224
@@ -61,39 +60,13 @@ STAGE_NAMES = [s for s, _ in STAGES] + ["other"]
 
 # ---- the child: one contender, perf sampling only while the clips are read ----
 
-class Floor:
-    """The decode floor as a contender: the file scanned once, then per clip libavcodec
-    alone from the keyframe before it to its last frame (what bench/run.py times)."""
-
-    def __init__(self, path: Path, threads: int) -> None:
-        from fluxon_video import _avio
-        from fluxon_video._demux import scan_packets
-        from fluxon_video.sources import LocalFileRangeSource
-
-        self.threads, self.file = threads, LocalFileRangeSource(path)
-        self.source = _avio.ByteSource(self.file, self.file.size, name=self.file.name)
-        self.index = scan_packets(self.source, self.file.name)
-
-    def read(self, clip: list[int]) -> None:
-        from fluxon_video import _floor
-
-        _floor.decode_floor(self.source, clip, self.threads, self.file.name, self.index)
-
-    def close(self) -> None:
-        self.source.close()
-        self.file.close()
-
-
 def child(spec: dict) -> dict:
     sys.path.insert(0, str(BENCH))
     from contenders import open_handle
 
     path, clips, threads = Path(spec["path"]), spec["clips"], spec["threads"]
-    if spec["contender"] == "floor":
-        handle: Any = Floor(path, threads)
-    else:
-        family = "fluxon-local" if spec["contender"] == "fluxon" else spec["contender"]
-        handle = open_handle(family, path, SIZE, SIZE, threads)
+    family = "fluxon-local" if spec["contender"] == "fluxon" else spec["contender"]
+    handle = open_handle(family, path, SIZE, SIZE, threads)
     handle.read(clips[0])  # first-touch costs (code pages, buffers) out of the window
 
     def window(on: bool) -> None:
@@ -188,9 +161,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error("`perf` is not installed (Debian: apt-get install linux-perf, or run "
                  "make bench-stages, which installs it)")
     if args.render:
-        results = json.loads(args.render.read_text())
-        for path in write_outputs(args.out, "stages", None, render(results)):
-            say(f"wrote {path}")
+        publish(args, "stages", render)
         return
     t_start = time.perf_counter()
     cases = []
@@ -206,8 +177,7 @@ def main(argv: list[str] | None = None) -> None:
         cases.append({"case": name, "target": target, "video": video.name, "rows": rows})
     results = {**header("stages.py", argv, time.perf_counter() - t_start, args),
                "machine": machine(), "versions": versions(), "cases": cases}
-    for path in write_outputs(args.out, "stages", results, render(results)):
-        say(f"wrote {path}")
+    publish(args, "stages", render, results)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from fluxon_video.indexing import load_or_build_index
 from fluxon_video.native import require_native
 from fluxon_video.sources import LocalFileRangeSource
 from fluxon_video.stats import DecodeStats
-from fluxon_video.validation import positive_int, stream_choice, Threads, thread_count
+from fluxon_video.validation import Threads, positive_int, stream_choice, thread_count
 
 
 def decode_local_frames(

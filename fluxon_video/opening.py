@@ -36,7 +36,7 @@ from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.sources import BytesRangeSource, FileObjectRangeSource, LocalFileRangeSource
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
-from fluxon_video.validation import positive_int, stream_choice, Threads, thread_count
+from fluxon_video.validation import Threads, positive_int, stream_choice, thread_count
 
 
 def open_fluxonfs_video(client: FluxonFsClient, ref: FileRef, stream_index: int | None, *,

@@ -40,7 +40,8 @@ from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats
-from fluxon_video.validation import frame_indices, positive_int, stream_choice, Threads, thread_count
+from fluxon_video.validation import (Threads, frame_indices, positive_int, stream_choice,
+                                     thread_count)
 
 if TYPE_CHECKING:
     from fluxon_video.opening import VideoOpener

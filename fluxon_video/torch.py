@@ -50,7 +50,7 @@ from fluxon_video.patcher import FluxonFsPatcher
 from fluxon_video.pool import FluxonFsVideoReaderPool, FluxonFsVideoReadRequest
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsProcessStats
-from fluxon_video.validation import positive_int, stream_choice, Threads, thread_count
+from fluxon_video.validation import Threads, positive_int, stream_choice, thread_count
 
 __all__ = ["LoaderStats", "SameVideoBatchSampler", "StatsCollate", "VideoClipDataset"]
 

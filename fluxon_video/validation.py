@@ -29,13 +29,12 @@ def thread_count(value: Any) -> int:
     """A ``num_threads=`` argument: a positive int, or "auto" for one thread per core
     this process may run on (its CPU affinity; at most MAX_AUTO_THREADS), what FFmpeg's
     ``thread_count = 0`` picks. 0 and negatives are refused (the contract's rule)."""
-    if isinstance(value, str) and value == "auto":
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        return max(1, min(cores or os.cpu_count() or 1, MAX_AUTO_THREADS))
-    if isinstance(value, str):
-        raise FluxonFsConfigError(
-            f'num_threads must be a positive int or "auto", got {value!r}')
-    return positive_int("num_threads", value)
+    if not isinstance(value, str):
+        return positive_int("num_threads", value)
+    if value != "auto":
+        raise FluxonFsConfigError(f'num_threads must be a positive int or "auto", got {value!r}')
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return max(1, min(cores or os.cpu_count() or 1, MAX_AUTO_THREADS))
 
 
 def stream_choice(value: Any) -> int | None:
