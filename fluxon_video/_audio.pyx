@@ -12,24 +12,39 @@ Where a seek lands must be known to the sample. It is, when the container
 stores timestamps in units that resolve one sample (MP4/MOV, WAV, FLAC,
 Matroska at a rate whose samples fall on its millisecond ticks); anywhere
 else a read decodes the stream from its first packet and counts.
+
+In a file with video (MP4/MOV, Matroska/WebM) the decoder has no demuxer of
+its own: it takes turns on the frames' (the VideoDecoder's main pipeline),
+so one demuxer reads both streams of the file. A turn sets which stream the
+demuxer returns; when the frames moved the demuxer since the last turn, the
+turn seeks back to the last packet this decoder was fed and replays up to it
+(dropping what it already had), so the decoder continues as if it had never
+been interrupted; when it cannot find that packet again, the read restarts
+as a read with no decode to continue would. Elsewhere (audio-only files,
+other containers) the decoder opens a demuxer of its own on the byte source.
 """
 from libc.errno cimport EAGAIN
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy, strncmp
 
 import numpy as np
 
-from fluxon_video._avio cimport ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_open
+from fluxon_video._avio cimport (
+    ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_limit_readahead, fx_avio_open,
+)
 from fluxon_video._demux cimport describe_audio
 from fluxon_video._errors cimport err_check
+from fluxon_video._pipeline cimport Pipeline
 from fluxon_video.libav.avcodec cimport (
-    AVDISCARD_ALL, AVCodec, AVCodecContext, AVPacket, av_packet_alloc, av_packet_free, av_packet_unref,
+    AVDISCARD_ALL, AVDISCARD_DEFAULT, AVCodec, AVCodecContext, AVPacket, av_packet_alloc,
+    av_packet_free, av_packet_unref,
     avcodec_alloc_context3, avcodec_find_decoder, avcodec_flush_buffers, avcodec_free_context,
     avcodec_get_name, avcodec_open2, avcodec_parameters_to_context, avcodec_receive_frame,
     avcodec_send_packet,
 )
 from fluxon_video.libav.avformat cimport (
-    AVFMT_FLAG_CUSTOM_IO, AVFormatContext, AVIOContext, AVSEEK_FLAG_BACKWARD, AVStream,
+    AVFMT_FLAG_CUSTOM_IO, AVFMT_FLAG_GENPTS, AVFormatContext, AVIOContext, AVSEEK_FLAG_BACKWARD,
+    AVStream,
     av_find_best_stream, av_read_frame, av_seek_frame, avformat_alloc_context,
     avformat_close_input, avformat_find_stream_info, avformat_open_input,
 )
@@ -37,7 +52,7 @@ from fluxon_video.libav.avutil cimport (
     AV_CHANNEL_ORDER_UNSPEC, AV_NOPTS_VALUE, AV_SAMPLE_FMT_FLTP, AVChannelLayout, AVERROR,
     AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVFrame, AVMEDIA_TYPE_AUDIO, AVSampleFormat,
     av_channel_layout_copy, av_channel_layout_default, av_channel_layout_uninit, av_frame_alloc,
-    av_frame_free,
+    av_frame_free, av_rescale_q,
 )
 from fluxon_video.libav.swresample cimport (
     SwrContext, swr_alloc_set_opts2, swr_convert, swr_free, swr_init,
@@ -61,6 +76,14 @@ FORGETFUL_CODECS = ("flac", "mp3", "mp2", "vorbis", "alac")
 MIN_PREROLL_SAMPLES = 8192
 # A read this close ahead of where the decoder stands continues instead of seeking.
 CONTINUE_WITHIN_SAMPLES = 1 << 17
+# Demuxers whose turns the decoder can share with the frames: a seek there
+# lands at or before a packet it names, so the replay finds the packet again.
+SHARED_DEMUXERS = ("mov", "matroska")
+# Far enough before any stream's first packet to seek to it, with room for
+# the demuxer's own offsets (MP4's seek subtracts the edit list's shift).
+cdef int64_t BEFORE_EVERY_PACKET = -(1LL << 62)
+# _next_frame: the replay after a turn did not meet the last packet fed.
+cdef int FX_LOST_PLACE = -0x4c4f5354
 
 
 cdef int layout_of(AVChannelLayout *out, const AVChannelLayout *src) noexcept nogil:
@@ -83,16 +106,28 @@ cdef bint has_described_audio(AVFormatContext *fmt) noexcept nogil:
     return True
 
 
+cdef bint needs_probe(AVFormatContext *fmt) noexcept nogil:
+    """Whether the open must read the first packets, as the CLI does. Only
+    MP4/MOV headers say all a decode needs: without the probe a Matroska AAC
+    stream's first packets come without timestamps, and FLAC's header leaves
+    the rate and channels out."""
+    return not (has_described_audio(fmt) and strncmp(fmt.iformat.name, "mov,", 4) == 0)
+
+
 cdef class AudioDecoder:
     """One audio stream of a byte source, decoded to float32 planes.
 
-    Owns its AVIOContext (a cursor on the source's shared page cache), format
-    and codec contexts, packet, frame and sample converter; ``close()``
-    releases them and is safe to call twice.
+    Owns its codec context, packet, frame and sample converter, and (without
+    a host to share with) its AVIOContext, a cursor on the source's shared
+    page cache, and format context; ``close()`` releases them and is safe to
+    call twice. With a host (a VideoDecoder of the same source) it borrows
+    the host's demuxer for the length of each call (a turn).
     """
     cdef ByteSource source
-    cdef AVIOContext *pb
-    cdef AVFormatContext *fmt
+    cdef object host            # the VideoDecoder whose demuxer this decoder shares, or None
+    cdef Pipeline pipe          # the host's pipeline, during a turn
+    cdef AVIOContext *pb        # own, or the host's during a turn
+    cdef AVFormatContext *fmt   # own, or the host's during a turn
     cdef AVCodecContext *codec
     cdef AVPacket *pkt
     cdef AVFrame *frame
@@ -100,16 +135,40 @@ cdef class AudioDecoder:
     cdef int to_planar_format
     cdef int stream_index
     cdef bint draining
+    cdef bint closed
     cdef readonly str name
     cdef readonly str codec_name
     cdef readonly int sample_rate
     cdef readonly int channels
     cdef readonly bint seeks_exactly   # the container's seeks land to the sample
     cdef readonly bint forgets         # a pre-roll gives the decode-from-start output
+    cdef readonly bint shares_demuxer  # reads through the host's demuxer
+    cdef bint owns_demuxer     # pb and fmt are this decoder's to close
+    # How reads began, since the open: a seek back and replay after the host
+    # moved the demuxer, a replay that lost its place, a seek to a pre-roll,
+    # a decode from the start.
+    cdef readonly int resumed, lost_place, sought, started
+    cdef bint needs_probe       # the container's header alone does not describe the stream
+    cdef bint is_mov
+    cdef bint pipe_was_fresh   # the host's pipeline had read nothing when the turn began
+    cdef int codec_seek_preroll
     cdef int64_t tb_num, tb_den
     cdef object first_pts      # pts of the stream's first decoded sample (None: not known yet)
     cdef int64_t next_position  # where the decoder's next frame starts (-1: unknown)
     cdef object carry           # (position, planes) of the last frame a read did not use up
+    cdef object header_fields   # describe_audio's, read once at open
+    # Where the last turn left the host's pipeline (its opens and decode calls).
+    cdef bint had_turn
+    cdef uint64_t left_opens, left_uses
+    # The last packet fed to the codec: its byte position, its rank among the
+    # packets sharing that position (a Matroska lace), its pts, and the pts
+    # of the last one fed that had one.
+    cdef int64_t fed_pos, fed_pts, fed_timed_pts
+    cdef int fed_rank
+    # Replaying after a turn's seek: packets are dropped until the last one fed.
+    cdef bint replaying
+    cdef int64_t read_pos
+    cdef int read_rank
 
     def __cinit__(self):
         self.pb = NULL
@@ -119,45 +178,71 @@ cdef class AudioDecoder:
         self.frame = NULL
         self.to_planar = NULL
 
-    def __init__(self, ByteSource source, str name=None, int stream_index=-1):
+    def __init__(self, ByteSource source, str name=None, int stream_index=-1, host=None):
         self.source = source
         self.name = name or source.name
         self.stream_index = stream_index
         self.first_pts = None
         self.next_position = -1
         self.carry = None
+        self.host = host
+        self._forget_fed()
         try:
-            self._open()
-            self.first_pts = self._first_pts()
+            if self.host is not None:
+                self._take_turn()
+                if not self._shareable():
+                    self._end_turn()
+                    self.host = None
+            if self.host is None:
+                self._open_container()
+            try:
+                self._choose_stream()
+                self._open_codec()
+                self.shares_demuxer = self.host is not None
+                if self.shares_demuxer:
+                    self._seek_to_start()
+                self.first_pts = self._first_pts()
+                self.header_fields = describe_audio(self.fmt, self.stream_index,
+                                                    &self.codec.ch_layout)
+            finally:
+                self._end_turn()
         except BaseException:
             self.close()
             raise
 
     def close(self):
         """Release every libav object this decoder holds. Safe to call twice."""
+        self._end_turn()
         swr_free(&self.to_planar)
         av_frame_free(&self.frame)
         av_packet_free(&self.pkt)
         avcodec_free_context(&self.codec)
-        avformat_close_input(&self.fmt)
-        fx_avio_close(&self.pb)
+        if self.owns_demuxer:
+            avformat_close_input(&self.fmt)
+            fx_avio_close(&self.pb)
+        self.fmt = NULL
+        self.pb = NULL
         self.carry = None
+        self.closed = True
 
     def __dealloc__(self):
         self.close()
 
+    def _require_open(self):
+        if self.closed:
+            raise errors.FluxonFsClosedError(f"{self.name}: the audio decoder is closed")
+
     def header(self):
         """The stream as its header says it (FluxonFsAudioMetadata's fields)."""
-        if self.fmt == NULL:
-            raise errors.FluxonFsClosedError(f"{self.name}: the audio decoder is closed")
-        return describe_audio(self.fmt, self.stream_index, &self.codec.ch_layout)
+        self._require_open()
+        return dict(self.header_fields)
 
     @property
     def first_time_s(self):
         """The stream's first sample on the container's clock, in seconds."""
         return self.first_pts * self.tb_num / self.tb_den
 
-    # ---- opening ----
+    # ---- the demuxer: its own, or turns on the host's ----
 
     cdef int _raise(self, int ret, str what) except -1:
         if self.pb != NULL and fx_avio_cursor(self.pb).error:
@@ -166,11 +251,10 @@ cdef class AudioDecoder:
             raise errors.FluxonFsNoAudioStreamError(f"{self.name}: no audio stream")
         return err_check(ret, what, self.name)
 
-    cdef _open(self):
-        cdef int ret = 0, index = self.stream_index
+    cdef _open_container(self):
+        cdef int ret = 0
         cdef const char *what = "avformat_open_input"
-        cdef AVStream *st
-        cdef const AVCodec *dec
+        self.owns_demuxer = True
         self.pb = fx_avio_open(self.source)
         self.fmt = avformat_alloc_context()
         if self.fmt == NULL:
@@ -179,34 +263,150 @@ cdef class AudioDecoder:
         self.fmt.flags |= AVFMT_FLAG_CUSTOM_IO
         with nogil:
             ret = avformat_open_input(&self.fmt, "", NULL, NULL)
-            if ret >= 0 and not (has_described_audio(self.fmt)
-                                 and strncmp(self.fmt.iformat.name, "mov,", 4) == 0):
-                # Only MP4/MOV headers say all a decode needs; elsewhere the
-                # probe reads the first packets, as the CLI does: without it a
-                # Matroska AAC stream's first packets come without timestamps,
-                # and FLAC's header leaves the rate and channels out.
+            if ret >= 0 and needs_probe(self.fmt):
                 what = "avformat_find_stream_info"
                 ret = avformat_find_stream_info(self.fmt, NULL)
-            if ret >= 0:
-                what = "finding an audio stream"
-                index = av_find_best_stream(self.fmt, AVMEDIA_TYPE_AUDIO, index, -1, NULL, 0)
-                ret = index if index < 0 else 0
         if ret < 0:
             self._raise(ret, what.decode())
+
+    cdef bint _shareable(self) except -1:
+        """Whether the host's demuxer can serve this decoder's turns (then
+        opened with the probe the stream needs)."""
+        if self.fmt.iformat.name.decode().split(",")[0] not in SHARED_DEMUXERS:
+            return False
+        self.needs_probe = needs_probe(self.fmt)
+        if self.needs_probe:
+            self._end_turn()
+            self._take_turn()  # the host's pipeline now reopens with the probe
+        return True
+
+    cdef int _take_turn(self) except -1:
+        """Borrow the host's demuxer: it returns this decoder's stream only,
+        packets as the CLI reads them; the host finds its place again (or
+        seeks) before its next packet."""
+        cdef int i
+        cdef Pipeline pipe = self.host.guest_pipeline(self.needs_probe)
+        self.pipe = pipe
+        self.fmt, self.pb = pipe.fmt, pipe.pb
+        self.pipe_was_fresh = pipe.fresh
+        pipe.displaced = True  # the host finds its place again before its next packet
+        pipe.fresh = False
+        for i in range(<int> self.fmt.nb_streams):
+            self.fmt.streams[i].discard = (AVDISCARD_DEFAULT if i == self.stream_index
+                                           else AVDISCARD_ALL)
+        self.fmt.flags &= ~AVFMT_FLAG_GENPTS
+        fx_avio_limit_readahead(self.pb, 0)
+        return 0
+
+    cdef bint _displaced(self):
+        """Whether the host used or reopened its demuxer since the last turn."""
+        return not (self.had_turn and self.pipe.opens == self.left_opens
+                    and self.pipe.host_uses == self.left_uses)
+
+    cdef void _end_turn(self):
+        """Give the demuxer back as the host reads it."""
+        cdef int i
+        cdef Pipeline pipe = self.pipe
+        if pipe is None:
+            return
+        if pipe.is_open() and pipe.fmt == self.fmt:
+            for i in range(<int> self.fmt.nb_streams):
+                self.fmt.streams[i].discard = (AVDISCARD_DEFAULT if i == pipe.stream_index
+                                               else AVDISCARD_ALL)
+            if pipe.genpts:
+                self.fmt.flags |= AVFMT_FLAG_GENPTS
+            self.left_opens, self.left_uses = pipe.opens, pipe.host_uses
+            self.had_turn = True
+        self.pipe = None
+        self.fmt = NULL
+        self.pb = NULL
+
+    cdef int _seek_to_start(self) except -1:
+        """Put the shared demuxer before the stream's first packet. MP4's seek
+        to a time before every sample lands on the first (and re-arms the
+        priming samples' skip, as an open does); Matroska's seeks land on
+        clusters the Cues name, which need not hold the first audio packet,
+        so the host's pipeline reopens (its header pages are cached)."""
+        cdef int ret
+        if self.is_mov:
+            with nogil:
+                ret = av_seek_frame(self.fmt, self.stream_index, BEFORE_EVERY_PACKET,
+                                    AVSEEK_FLAG_BACKWARD)
+            if ret < 0:
+                self._raise(ret, "av_seek_frame")
+        elif not self.pipe_was_fresh:
+            self.pipe.release()
+            self._take_turn()
+        self.pipe_was_fresh = False
+        self._forget_fed()
+        return 0
+
+    cdef int _resume(self) except -1:
+        """After the host moved the demuxer: seek back to the last packet fed
+        and replay up to it. False when there is nothing to find it by."""
+        cdef int ret, index = self.stream_index
+        cdef int64_t target = self.fed_timed_pts
+        if self.fed_pos < 0 or target == AV_NOPTS_VALUE:
+            return False
+        if not self.is_mov:
+            # Matroska's Cues index the video: seek it to that time, back.
+            index = self.pipe.stream_index
+            target = av_rescale_q(target, self.fmt.streams[self.stream_index].time_base,
+                                  self.fmt.streams[index].time_base)
+        with nogil:
+            ret = av_seek_frame(self.fmt, index, target, AVSEEK_FLAG_BACKWARD)
+        if ret < 0:
+            return False
+        self.replaying = True
+        self.read_pos = -1
+        self.read_rank = 0
+        self.resumed += 1
+        return True
+
+    cdef void _forget_fed(self):
+        self.fed_pos = self.read_pos = -1
+        self.fed_pts = self.fed_timed_pts = AV_NOPTS_VALUE
+        self.fed_rank = self.read_rank = 0
+        self.replaying = False
+
+    # ---- opening the stream ----
+
+    cdef _choose_stream(self):
+        cdef int ret, index = self.stream_index
+        with nogil:
+            index = av_find_best_stream(self.fmt, AVMEDIA_TYPE_AUDIO, index, -1, NULL, 0)
+        if index < 0:
+            self._raise(index, "finding an audio stream")
         self.stream_index = index
         for i in range(<int> self.fmt.nb_streams):
-            if i != index:
-                self.fmt.streams[i].discard = AVDISCARD_ALL
+            self.fmt.streams[i].discard = AVDISCARD_DEFAULT if i == index else AVDISCARD_ALL
+        self.is_mov = strncmp(self.fmt.iformat.name, "mov,", 4) == 0
         st = self.fmt.streams[index]
         self.tb_num, self.tb_den = st.time_base.num, st.time_base.den
         self.codec_name = avcodec_get_name(st.codecpar.codec_id).decode()
-        dec = avcodec_find_decoder(st.codecpar.codec_id)
+        self.sample_rate = st.codecpar.sample_rate
+        self.channels = st.codecpar.ch_layout.nb_channels
+        self.codec_seek_preroll = st.codecpar.seek_preroll
+        self.seeks_exactly = (
+            any(name in self.fmt.iformat.name.decode().split(",") for name in EXACT_SEEK_FORMATS)
+            and self.tb_num == 1 and self.sample_rate > 0 and self.tb_den % self.sample_rate == 0)
+        self.forgets = (self.codec_name in FORGETFUL_CODECS or self.codec_name.startswith("pcm_"))
+
+    cdef _open_codec(self):
+        """A new codec context (a decode from the start needs one: a flushed
+        decoder keeps state, such as AAC's noise generator, that a new one has not)."""
+        cdef int ret
+        cdef AVStream *st = self.fmt.streams[self.stream_index]
+        cdef const AVCodec *dec = avcodec_find_decoder(st.codecpar.codec_id)
+        avcodec_free_context(&self.codec)
         if dec == NULL:
             raise errors.FluxonFsDecodeError(
                 f"{self.name}: this FFmpeg has no decoder for {self.codec_name} audio")
         self.codec = avcodec_alloc_context3(dec)
-        self.pkt = av_packet_alloc()
-        self.frame = av_frame_alloc()
+        if self.pkt == NULL:
+            self.pkt = av_packet_alloc()
+        if self.frame == NULL:
+            self.frame = av_frame_alloc()
         if self.codec == NULL or self.pkt == NULL or self.frame == NULL:
             raise MemoryError(f"{self.name}: allocating the audio decoder: out of memory")
         ret = avcodec_parameters_to_context(self.codec, st.codecpar)
@@ -216,12 +416,6 @@ cdef class AudioDecoder:
                 ret = avcodec_open2(self.codec, dec, NULL)
         if ret < 0:
             self._raise(ret, "avcodec_open2")
-        self.sample_rate = st.codecpar.sample_rate
-        self.channels = st.codecpar.ch_layout.nb_channels
-        self.seeks_exactly = (
-            any(name in self.fmt.iformat.name.decode().split(",") for name in EXACT_SEEK_FORMATS)
-            and self.tb_num == 1 and self.sample_rate > 0 and self.tb_den % self.sample_rate == 0)
-        self.forgets = (self.codec_name in FORGETFUL_CODECS or self.codec_name.startswith("pcm_"))
         self.draining = False
 
     cdef object _first_pts(self):
@@ -242,9 +436,10 @@ cdef class AudioDecoder:
 
     # ---- decoding ----
 
-    cdef int _next_frame(self) except? -1:
+    cdef int _next_frame(self) except? -2:
         """Decode the next frame of the stream into self.frame: 0, AVERROR_EOF
-        after the last one, or the failing call's AVERROR."""
+        after the last one, FX_LOST_PLACE when a replay passed the last packet
+        fed without meeting it, or the failing call's AVERROR."""
         cdef int ret
         with nogil:
             while True:
@@ -253,19 +448,44 @@ cdef class AudioDecoder:
                     break
                 ret = av_read_frame(self.fmt, self.pkt)
                 if ret == AVERROR_EOF:
+                    if self.replaying:
+                        ret = FX_LOST_PLACE
+                        break
                     self.draining = True
                     avcodec_send_packet(self.codec, NULL)
                     continue
                 if ret < 0:
                     break
                 if self.pkt.stream_index == self.stream_index:
-                    ret = avcodec_send_packet(self.codec, self.pkt)
+                    ret = self._feed()
                 av_packet_unref(self.pkt)
                 if ret < 0:
                     break
         if ret == AVERROR(EAGAIN):
             ret = AVERROR_EOF
         return ret
+
+    cdef int _feed(self) noexcept nogil:
+        """Send self.pkt to the codec, or during a replay drop it (or report
+        FX_LOST_PLACE once the replay has passed the last packet fed)."""
+        cdef AVPacket *pkt = self.pkt
+        if self.replaying:
+            self.read_rank = self.read_rank + 1 if pkt.pos == self.read_pos else 0
+            self.read_pos = pkt.pos
+            if pkt.pos == self.fed_pos and self.read_rank == self.fed_rank and pkt.pts == self.fed_pts:
+                self.replaying = False  # that one was fed: the next is new
+                return 0
+            if (pkt.pos > self.fed_pos or pkt.pos < 0
+                    or (pkt.pts != AV_NOPTS_VALUE and self.fed_timed_pts != AV_NOPTS_VALUE
+                        and pkt.pts > self.fed_timed_pts)):
+                return FX_LOST_PLACE
+            return 0
+        self.fed_rank = self.fed_rank + 1 if pkt.pos == self.fed_pos else 0
+        self.fed_pos = pkt.pos
+        self.fed_pts = pkt.pts
+        if pkt.pts != AV_NOPTS_VALUE:
+            self.fed_timed_pts = pkt.pts
+        return avcodec_send_packet(self.codec, pkt)
 
     cdef object _planes(self):
         """self.frame as float32 (channels, nb_samples): a copy of planar float,
@@ -320,15 +540,23 @@ cdef class AudioDecoder:
         self.carry = None
         self.next_position = -1
         self.draining = False
+        self._forget_fed()
         if position is None:
-            # From the first packet, as the CLI decodes it: reopen (the header's
-            # pages are cached) rather than trust a seek to 0 in every demuxer.
-            first, self.first_pts = self.first_pts, None
-            self.close()
-            self._open()
-            self.first_pts = first
+            self.started += 1
+            # From the first packet, as the CLI decodes it, with a new codec
+            # context; a demuxer of our own reopens (its header's pages are
+            # cached) rather than trust a seek to 0 in every demuxer.
+            if self.shares_demuxer:
+                self._seek_to_start()
+            else:
+                avformat_close_input(&self.fmt)
+                fx_avio_close(&self.pb)
+                self._open_container()
+                self._choose_stream()
+            self._open_codec()
             self.next_position = 0
             return 0
+        self.sought += 1
         target = self.first_pts + (position * self.tb_den) // (self.tb_num * self.sample_rate)
         with nogil:
             ret = av_seek_frame(self.fmt, self.stream_index, target, AVSEEK_FLAG_BACKWARD)
@@ -337,15 +565,14 @@ cdef class AudioDecoder:
             self._raise(ret, "av_seek_frame")
         return 0
 
-    def plan(self, int64_t start, bint exact=True):
+    def plan(self, int64_t start, bint exact=True, bint can_continue=True):
         """How a read from position ``start`` begins: ("continue", where the
         decoder stands), ("seek", the pre-roll's first position) or ("start", 0)."""
-        if self.fmt == NULL:
-            raise errors.FluxonFsClosedError(f"{self.name}: the audio decoder is closed")
-        preroll = max(MIN_PREROLL_SAMPLES,
-                      2 * self.fmt.streams[self.stream_index].codecpar.seek_preroll)
+        self._require_open()
+        preroll = max(MIN_PREROLL_SAMPLES, 2 * self.codec_seek_preroll)
         carry = self.carry
-        ahead = 0 <= self.next_position and (carry[0] if carry else self.next_position) <= start
+        ahead = (can_continue and 0 <= self.next_position
+                 and (carry[0] if carry else self.next_position) <= start)
         can_seek = self.seeks_exactly and (self.forgets or not exact) and start - preroll > 0
         if ahead and (start - self.next_position < CONTINUE_WITHIN_SAMPLES or not can_seek):
             return "continue", self.next_position
@@ -360,12 +587,25 @@ cdef class AudioDecoder:
         for a decoder that does not forget (AAC, Opus) that means decoding from
         the start unless the decoder stands before ``start`` already. False:
         seek wherever the container allows, and pre-roll."""
+        self._require_open()
         out = np.zeros((self.channels, max(stop - start, 0)), np.float32)
         covered = [stop, start]
-        if stop <= start or self.fmt == NULL:
+        if stop <= start:
             return out, (start, start)
+        if self.shares_demuxer:
+            self._take_turn()
+        try:
+            self._decode_into(out, start, stop, exact, covered)
+        finally:
+            self._end_turn()
+        return out, (min(covered[0], stop), max(covered[1], covered[0]))
+
+    cdef _decode_into(self, out, int64_t start, int64_t stop, bint exact, list covered):
         carry = self.carry
         how, position = self.plan(start, exact)
+        if how == "continue" and self.shares_demuxer and self._displaced() and not self.draining:
+            if not self._resume():
+                how, position = self.plan(start, exact, False)
         if how != "continue":
             self._restart(position if how == "seek" else None)
             carry = None
@@ -374,6 +614,12 @@ cdef class AudioDecoder:
         position = self.next_position
         while position < stop:
             ret = self._next_frame()
+            if ret == FX_LOST_PLACE:  # the replay did not find the last packet fed
+                self.lost_place += 1
+                how, position = self.plan(start, exact, False)
+                self._restart(position if how == "seek" else None)
+                position = self.next_position
+                continue
             if ret == AVERROR_EOF:
                 break
             if ret < 0:
@@ -392,7 +638,6 @@ cdef class AudioDecoder:
             self.carry = (position, planes)
             position += planes.shape[1]
             self.next_position = position
-        return out, (min(covered[0], stop), max(covered[1], covered[0]))
 
     cdef _place(self, out, int64_t start, int64_t position, planes, list covered):
         """Copy the part of a frame (its first sample at position) that falls in out."""

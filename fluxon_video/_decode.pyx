@@ -175,6 +175,7 @@ cdef class VideoDecoder:
         targets = np.ascontiguousarray(targets, dtype=np.int64)
         first_slot = np.ascontiguousarray(first_slot, dtype=np.int64)
         cache_before = self.source.stats()
+        self.pipe.host_uses += 1  # an audio decoder sharing the demuxer must find its place again
         io_before = self.pipe.io_totals()
         cdef DecodeProgress p
         memset(&p, 0, sizeof(p))
@@ -196,6 +197,22 @@ cdef class VideoDecoder:
         if duplicates.size:
             out[duplicates] = out[first_slot[inverse[duplicates]]]
         return out, self._stats(&p, path, fallback, io_before, cache_before)
+
+    def guest_pipeline(self, bint probe):
+        """The main pipeline, open, for an audio decoder that shares its demuxer
+        (_audio.pyx); probe: opened as the CLI opens, the first packets read."""
+        self._assert_open()
+        cdef Pipeline pipe = self.pipe
+        cdef DecodeProgress p
+        if probe and not pipe.probe_for_guest:
+            pipe.probe_for_guest = True
+            if pipe.is_open() and not pipe.probe_streams:
+                pipe.release()
+        index = self.index if self.index is not None and self.index.trusted else None
+        self._prepare(pipe, index)
+        memset(&p, 0, sizeof(p))
+        pipe.open(&p)
+        return pipe
 
     def frame_count(self):
         """Frames this decoder numbers (None without an index): the index's,
@@ -418,7 +435,7 @@ cdef class VideoDecoder:
         if not pipe.is_open():
             pipe.wanted_stream = (self.index.stream_index if self.index is not None
                                   else self.stream_index)
-            pipe.probe_streams = index is None
+            pipe.probe_streams = index is None or pipe.probe_for_guest
             pipe.input_format = NULL
             if index is not None:
                 demuxer = index.format_name.split(",")[0].encode()

@@ -17,8 +17,10 @@ from fluxon_video._avio cimport fx_source_cancel_prefetch, fx_source_fetch_waits
 from fluxon_video._convert cimport fx_sink_put
 from fluxon_video._pagecache cimport fx_pagecache
 from fluxon_video.libav.avcodec cimport (
-    AV_PKT_FLAG_CORRUPT, AV_PKT_FLAG_KEY, av_packet_unref,
+    AV_PKT_FLAG_CORRUPT, AV_PKT_FLAG_KEY, AVPacket, av_packet_alloc, av_packet_free,
+    av_packet_unref,
 )
+from fluxon_video.libav.avformat cimport AVSEEK_FLAG_BACKWARD, av_read_frame, av_seek_frame
 from fluxon_video.libav.avutil cimport AVERROR_EOF, av_frame_unref
 
 # _check_packet's word for a packet known to be damaged: do not feed it, drain.
@@ -213,10 +215,17 @@ cdef int _position(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landing,
     landing[0] = False
     if (pipe.positioned and not plan.seek_each and plan.key_dec[c] <= pipe.last_pkt_dec + 1
             and first_left > pipe.last_out_idx and first_dec > pipe.last_skipped_dec):
-        # Going on without a seek: the cluster's bytes still come in one go
-        # (pages already cached or queued are not queued again).
-        fx_source_prefetch(pc, plan.key_pos[c], plan.end_byte[c] - plan.key_pos[c])
-        return 0
+        ret = _resume(pipe, plan, p) if pipe.displaced else 1
+        if ret < 0:
+            return ret
+        if ret == 1:
+            # Going on without a seek: the cluster's bytes still come in one go
+            # (pages already cached or queued are not queued again).
+            if plan.key_dec[c] > pipe.run_key_dec:
+                pipe.run_key_dec = plan.key_dec[c]
+                pipe.run_seek_ts = plan.seek_ts[c]
+            fx_source_prefetch(pc, plan.key_pos[c], plan.end_byte[c] - plan.key_pos[c])
+            return 0
     fx_source_cancel_prefetch(pc)
     ret = pipe.seek(plan.seek_ts[c], p)
     if ret < 0:
@@ -226,9 +235,56 @@ cdef int _position(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landing,
         # path may still serve these frames.
         p.fallback_reason = "the demuxer could not seek to the keyframe the index names"
         return FX_FALLBACK
+    pipe.run_key_dec = plan.key_dec[c]
+    pipe.run_seek_ts = plan.seek_ts[c]
     fx_source_prefetch(pc, plan.key_pos[c], plan.end_byte[c] - plan.key_pos[c])
     landing[0] = True
     return 0
+
+
+cdef int _resume(Pipeline pipe, IndexedPlan *plan, DecodeProgress *p) noexcept nogil:
+    """The demuxer moved under a decoder that could go on (an audio read took
+    a turn on it): seek back to the keyframe before the packets fed since the
+    last seek, without flushing the decoder, and read (not feed) up to the
+    last packet read. 1: the next packet is the one after it; 0: that packet
+    did not come again (the caller seeks and decodes from the keyframe);
+    or the AVERROR of a failed byte source."""
+    cdef int ret
+    cdef int64_t idx
+    cdef AVPacket *pkt
+    if pipe.run_key_dec < 0 or pipe.last_pkt_dec < 0:
+        return 0
+    p.failed_call = "av_seek_frame"
+    ret = av_seek_frame(pipe.fmt, pipe.stream_index, pipe.run_seek_ts, AVSEEK_FLAG_BACKWARD)
+    if ret < 0:
+        return ret if pipe.cursor().error else 0
+    p.seeks += 1
+    pipe.displaced = False
+    pkt = av_packet_alloc()  # pipe.pkt may hold a packet still to send
+    if pkt == NULL:
+        return 0
+    while True:
+        p.failed_call = "av_read_frame"
+        ret = av_read_frame(pipe.fmt, pkt)
+        if ret < 0:
+            if not pipe.cursor().error:
+                ret = 0
+            break
+        if pkt.stream_index != pipe.stream_index:
+            av_packet_unref(pkt)
+            continue
+        idx = _find(plan.pos_sorted, plan.n_packets, pkt.pos)
+        av_packet_unref(pkt)
+        ret = 0
+        if idx < 0 or plan.pos_dec[idx] > pipe.last_pkt_dec:
+            break  # past it: it did not come again
+        if plan.pos_dec[idx] == pipe.last_pkt_dec:
+            ret = 1
+            break
+    av_packet_free(&pkt)
+    if ret >= 0:
+        p.failed_call = NULL
+    return ret
 
 
 cdef int _check_packet(Pipeline pipe, IndexedPlan *plan, int64_t c, bint *landing,

@@ -119,6 +119,8 @@ cdef class Pipeline:
         self.stream_index = -1
         self.fresh = False
         self.positioned = False
+        self.displaced = False
+        self.run_key_dec = -1
         self.packet_pending = False
 
     cdef int open(self, DecodeProgress *p) except -1:
@@ -144,6 +146,7 @@ cdef class Pipeline:
                 self.raise_error(ret, p)
             finally:
                 self.release()
+        self.opens += 1
         self.codec_name = avcodec_get_name(self.fmt.streams[self.stream_index].codecpar.codec_id).decode()
         return 0
 
@@ -299,6 +302,8 @@ cdef class Pipeline:
         p.seeks += 1
         self.fresh = False
         self.positioned = True
+        self.displaced = False
+        self.run_key_dec = -1
         self.last_skipped_dec = -1
         self.last_pkt_dec = -1
         self.last_out_idx = -1

@@ -120,11 +120,15 @@ def first_at_or_after(seconds: float, first_time_s: float, rate: int) -> int:
 class AudioTrack:
     """The audio stream of one open file, read by time (the reader owns it):
     an audio decoder over the reader's byte source, so its reads share the
-    frames' page cache and pieces."""
+    frames' page cache and pieces, and in a file with video the frames' demuxer."""
 
     def __init__(self, byte_source: Any, name: str, stream_index: int = -1,
-                 packets: tuple[np.ndarray, tuple[int, int]] | None = None) -> None:
-        self._decoder = require_audio().AudioDecoder(byte_source, name, stream_index)
+                 packets: tuple[np.ndarray, tuple[int, int]] | None = None,
+                 video_decoder: Any = None) -> None:
+        # With the file's video decoder, the audio takes turns on its demuxer
+        # (one demuxer for both streams; _audio.pyx says how).
+        self._decoder = require_audio().AudioDecoder(byte_source, name, stream_index,
+                                                     video_decoder)
         self._byte_source = byte_source
         # The frame index's table of the stream's packets ((3, N) pts, offset,
         # size) and its time base: a read queues the bytes it will decode.

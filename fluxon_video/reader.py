@@ -294,9 +294,11 @@ class FluxonFsVideoReader:
         if self._audio is None:
             index = self._decoder.index
             header = index.header.get("audio") if index is not None else None
-            self._audio = (AudioTrack(self._byte_source, self.name) if header is None else
+            video = None if self._video.audio_only else self._decoder
+            self._audio = (AudioTrack(self._byte_source, self.name, video_decoder=video)
+                           if header is None else
                            AudioTrack(self._byte_source, self.name, header["stream_index"],
-                                      (index.audio_packets, tuple(header["time_base"]))))
+                                      (index.audio_packets, tuple(header["time_base"])), video))
         return self._audio
 
     def get_audio_played_in_range(self, start_s: float, stop_s: float, *,

@@ -147,6 +147,38 @@ def test_a_clip_is_the_clis_frames_and_samples_on_one_clock(audio_media, name):
             assert np.array_equal(clip.frames.data, reference[shown])
 
 
+@pytest.mark.parametrize("name", WITH_VIDEO)
+def test_frames_and_audio_take_turns_on_one_demuxer(audio_media, name):
+    """In a file with video the audio has no demuxer of its own: it reads through the
+    frames'. Clips read in order continue the audio decode across the frames' reads
+    (the turn finds its packet again, nothing is decoded twice); clips read out of
+    order restart it; every clip stays the CLI's frames and samples."""
+    path = audio_media / name
+    cli = CliAudio(path)
+    times = video_times(path)
+    with fv.open_video(path, height=32, width=48) as reader:
+        reference = reference_frames(path, reader.height, reader.width)
+        # from where both streams have begun (before the audio's first sample a
+        # read has nothing to continue: zeros, then the decode from the start)
+        base = max(reader.metadata.begin_s, float(cli.first))
+        in_order = [(base + 0.25 * k, base + 0.25 * (k + 1)) for k in range(6)]
+        out_of_order = [(base + 1.7, base + 1.9), (base + 0.1, base + 0.4),
+                        (base + 1.0, base + 1.1)]
+        for k, (start_s, stop_s) in enumerate(in_order + out_of_order):
+            clip = reader.get_clip_played_in_range(start_s, stop_s)
+            assert np.array_equal(clip.audio.data, cli.span(start_s, stop_s)[1]), (name, k)
+            shown = np.flatnonzero((times >= start_s) & (times < stop_s))
+            assert np.array_equal(clip.frames.data, reference[shown]), (name, k)
+            decoder = reader._audio._decoder
+            assert decoder.shares_demuxer
+            if k == len(in_order) - 1:
+                # every clip after the first continued where the last one stopped
+                assert (decoder.resumed, decoder.lost_place, decoder.started) == (
+                    len(in_order) - 1, 0, 0)
+        # a clip behind the decoder seeks to a pre-roll or decodes from the start
+        assert decoder.sought + decoder.started >= 1
+
+
 @pytest.mark.parametrize("name", ["aac_stereo.mp4", "opus_stereo.webm", "flac_51.mkv",
                                   "early_audio.mkv", "edit_list.mp4", "wav_only.wav"])
 def test_resampled_and_remixed_audio_is_the_clis_aresample(audio_media, name):

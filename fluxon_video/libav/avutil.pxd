@@ -31,6 +31,7 @@ cdef extern from "libavutil/mathematics.h" nogil:
     # a * b / c rounded to nearest, halves away from zero: how the CLI's scale
     # filter keeps the aspect ratio (force_original_aspect_ratio)
     int64_t av_rescale(int64_t a, int64_t b, int64_t c)
+    int64_t av_rescale_q(int64_t a, AVRational bq, AVRational cq)
 
 
 # https://ffmpeg.org/doxygen/5.1/group__lavu__mem.html
