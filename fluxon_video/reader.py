@@ -283,8 +283,12 @@ class FluxonFsVideoReader:
             self._check_open()
             t0 = time.perf_counter()
             self._range_source.check_current()  # the version rule: fs/file_metadata.py
+            before = self._byte_source.stats()
             samples = self._audio_track().read(start_s, end_s, spec, num_samples)
-            self._report(self._stats(None, 0, time.perf_counter() - t0))
+            after = self._byte_source.stats()
+            cache = {k: after[k] - before[k] for k in ("page_hits", "page_misses",
+                                                       "bytes_fetched")}
+            self._report(self._stats(None, 0, time.perf_counter() - t0, cache))
             return samples
 
     def _audio_track(self) -> AudioTrack:
@@ -501,8 +505,10 @@ class FluxonFsVideoReader:
         if self._on_read is not None:
             self._on_read(stats)
 
-    def _stats(self, native: Any, returned: int, seconds: float) -> FluxonFsVideoReadStats:
-        """A read's stats: the decoder's (None for an audio read) and what was fetched."""
+    def _stats(self, native: Any, returned: int, seconds: float,
+               cache: dict[str, int] | None = None) -> FluxonFsVideoReadStats:
+        """A read's stats: the decoder's, or for an audio read the page cache's
+        counts (``cache``), and what was fetched."""
         after = self._range_source.counters.snapshot()
         fetched = {k: after[k] - self._counted[k] for k in after}
         self._counted = after
@@ -510,7 +516,8 @@ class FluxonFsVideoReader:
         open_trips, self._open_round_trips = self._open_round_trips, 0
         index_ms, self._index_ms = self._index_ms, 0.0
         return FluxonFsVideoReadStats(
-            **(native.as_dict() if native is not None else {}), **fetched, open_ms=open_ms, index_ms=index_ms,
+            **(native.as_dict() if native is not None else cache or {}), **fetched,
+            open_ms=open_ms, index_ms=index_ms,
             index_source=self._index_source, total_ms=seconds * 1e3, frames_returned=returned,
             open_round_trips=open_trips)
 

@@ -179,6 +179,17 @@ def test_frames_and_audio_take_turns_on_one_demuxer(audio_media, name):
         assert decoder.sought + decoder.started >= 1
 
 
+def test_an_audio_reads_stats_count_the_pages_it_fetched(audio_media):
+    with fv.open_video(audio_media / "aac_stereo.mp4", height=32, width=48) as reader:
+        cache = reader._byte_source
+        before = cache.stats()
+        reader.get_audio_played_in_range(2.0, 3.5)
+        after, stats = cache.stats(), reader.last_stats
+        assert stats.bytes_fetched == after["bytes_fetched"] - before["bytes_fetched"] > 0
+        assert stats.page_misses == after["page_misses"] - before["page_misses"]
+        assert stats.page_hits == after["page_hits"] - before["page_hits"]
+
+
 @pytest.mark.parametrize("name", ["aac_stereo.mp4", "opus_stereo.webm", "flac_51.mkv",
                                   "early_audio.mkv", "edit_list.mp4", "wav_only.wav"])
 def test_resampled_and_remixed_audio_is_the_clis_aresample(audio_media, name):
