@@ -189,10 +189,15 @@ cdef class AudioDecoder:
         self._forget_fed()
         try:
             if self.host is not None:
-                self._take_turn()
-                if not self._shareable():
-                    self._end_turn()
+                try:
+                    self._take_turn()
+                except errors.FluxonFsDecodeError:
+                    # The frames' decoder will not open (no decoder for the
+                    # video's codec, say): the audio needs none of it.
                     self.host = None
+            if self.host is not None and not self._shareable():
+                self._end_turn()
+                self.host = None
             if self.host is None:
                 self._open_container()
             try:
