@@ -13,8 +13,8 @@ stores timestamps in units that resolve one sample (MP4/MOV, WAV, FLAC,
 Matroska at a rate whose samples fall on its millisecond ticks); anywhere
 else a read decodes the stream from its first packet and counts.
 
-In a file with video (MP4/MOV, Matroska/WebM) the decoder has no demuxer of
-its own: it takes turns on the frames' (the VideoDecoder's main pipeline),
+In a file with video (MP4/MOV, Matroska/WebM, AVI, FLV) the decoder has no
+demuxer of its own: it takes turns on the frames' (the VideoDecoder's main pipeline),
 so one demuxer reads both streams of the file. A turn sets which stream the
 demuxer returns; when the frames moved the demuxer since the last turn, the
 turn seeks back to the last packet this decoder was fed and replays up to it
@@ -78,7 +78,9 @@ MIN_PREROLL_SAMPLES = 8192
 CONTINUE_WITHIN_SAMPLES = 1 << 17
 # Demuxers whose turns the decoder can share with the frames: a seek there
 # lands at or before a packet it names, so the replay finds the packet again.
-SHARED_DEMUXERS = ("mov", "matroska")
+# (MPEG-TS seeks by bisecting timestamps and lands after it: there the audio
+# keeps a demuxer of its own, so that clips in order continue its decode.)
+SHARED_DEMUXERS = ("mov", "matroska", "avi", "flv")
 # Far enough before any stream's first packet to seek to it, with room for
 # the demuxer's own offsets (MP4's seek subtracts the edit list's shift).
 cdef int64_t BEFORE_EVERY_PACKET = -(1LL << 62)
@@ -329,9 +331,10 @@ cdef class AudioDecoder:
     cdef int _seek_to_start(self) except -1:
         """Put the shared demuxer before the stream's first packet. MP4's seek
         to a time before every sample lands on the first (and re-arms the
-        priming samples' skip, as an open does); Matroska's seeks land on
-        clusters the Cues name, which need not hold the first audio packet,
-        so the host's pipeline reopens (its header pages are cached)."""
+        priming samples' skip, as an open does); elsewhere seeks land where
+        the video's index says (Matroska's Cues name clusters that need not
+        hold the first audio packet), so the host's pipeline reopens (its
+        header pages are cached)."""
         cdef int ret
         if self.is_mov:
             with nogil:
@@ -354,7 +357,8 @@ cdef class AudioDecoder:
         if self.fed_pos < 0 or target == AV_NOPTS_VALUE:
             return False
         if not self.is_mov:
-            # Matroska's Cues index the video: seek it to that time, back.
+            # Matroska's Cues (AVI's, FLV's index) index the video: seek it to
+            # that time, back.
             index = self.pipe.stream_index
             target = av_rescale_q(target, self.fmt.streams[self.stream_index].time_base,
                                   self.fmt.streams[index].time_base)
@@ -477,7 +481,8 @@ cdef class AudioDecoder:
         if self.replaying:
             self.read_rank = self.read_rank + 1 if pkt.pos == self.read_pos else 0
             self.read_pos = pkt.pos
-            if pkt.pos == self.fed_pos and self.read_rank == self.fed_rank and pkt.pts == self.fed_pts:
+            if (pkt.pos == self.fed_pos and self.read_rank == self.fed_rank
+                    and pkt.pts == self.fed_pts):
                 self.replaying = False  # that one was fed: the next is new
                 return 0
             if (pkt.pos > self.fed_pos or pkt.pos < 0

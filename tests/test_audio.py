@@ -53,6 +53,9 @@ MEDIA: dict[str, list[str]] = {
     # audio starting before the video (the video 0.6 s later)
     "early_audio.mkv": ["-itsoffset", "0.6", *LAVFI_VIDEO, *tone(48000), "-t", "3", *H264,
                         "-c:a", "libvorbis"],
+    # other containers whose demuxer the audio shares with the frames
+    "mp3_in.avi": [*LAVFI_VIDEO, *tone(44100), "-t", "4", "-c:v", "mpeg4", "-c:a", "libmp3lame"],
+    "mp3_in.flv": [*LAVFI_VIDEO, *tone(44100), "-t", "4", "-c:v", "flv1", "-c:a", "libmp3lame"],
     "m4a_aac.m4a": [*tone(24000, "stereo"), "-c:a", "aac"],
     "mp3_only.mp3": [*tone(44100, "stereo"), "-c:a", "libmp3lame"],
     "wav_only.wav": [*tone(11025), "-c:a", "pcm_s16le"],
