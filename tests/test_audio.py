@@ -161,6 +161,7 @@ def test_frames_and_audio_take_turns_on_one_demuxer(audio_media, name):
     times = video_times(path)
     with fv.open_video(path, height=32, width=48) as reader:
         reference = reference_frames(path, reader.height, reader.width)
+        trusted = reader._decoder.index.trusted  # FLV's never is: it reads sequentially
         # from where both streams have begun (before the audio's first sample a
         # read has nothing to continue: zeros, then the decode from the start)
         base = max(reader.metadata.begin_s, float(cli.first))
@@ -180,6 +181,46 @@ def test_frames_and_audio_take_turns_on_one_demuxer(audio_media, name):
                     len(in_order) - 1, 0, 0)
         # a clip behind the decoder seeks to a pre-roll or decodes from the start
         assert decoder.sought + decoder.started >= 1
+        # and the frames never disagreed with the index (a decoder fed packets
+        # twice after a turn would: the path then falls back to the sequential one)
+        assert reader._decoder.index.trusted == trusted
+
+
+@pytest.mark.parametrize("name", ["aac_stereo.mp4", "opus_stereo.webm", "edit_list.mp4",
+                                  "early_audio.mkv", "mp3_in.avi"])
+def test_random_mixes_of_frame_audio_and_clip_reads_stay_the_clis(audio_media, name):
+    """Frames by index and by time, audio alone and clips, in a seeded random
+    order on one reader (2 frame threads): every turn on the shared demuxer,
+    forward or back, near or far, leaves both decodes giving the CLI's output."""
+    path = audio_media / name
+    cli = CliAudio(path)
+    rng = np.random.default_rng(20261202)
+    with fv.open_video(path, height=32, width=48, num_threads=2) as reader:
+        reference = reference_frames(path, reader.height, reader.width)
+        times = reader.timestamps_s()
+        lo, hi = max(float(times[0]), float(cli.first)), float(times[-1])
+        for step in range(40):
+            start_s = float(rng.uniform(lo, hi - 0.5))
+            stop_s = start_s + float(rng.uniform(0.05, 0.5))
+            kind = step % 4 if step < 8 else int(rng.integers(4))
+            if kind == 0:
+                first = int(rng.integers(len(times) - 6))
+                indices = sorted({first, first + 2, first + 5})
+                assert np.array_equal(reader.get_frames_at(indices).data,
+                                      reference[indices]), (name, step)
+            elif kind == 1:
+                shown = np.flatnonzero((times >= start_s) & (times < stop_s))
+                assert np.array_equal(reader.get_frames_played_in_range(start_s, stop_s).data,
+                                      reference[shown]), (name, step)
+            elif kind == 2:
+                got = reader.get_audio_played_in_range(start_s, stop_s)
+                assert np.array_equal(got.data, cli.span(start_s, stop_s)[1]), (name, step)
+            else:
+                clip = reader.get_clip_played_in_range(start_s, stop_s)
+                shown = np.flatnonzero((times >= start_s) & (times < stop_s))
+                assert np.array_equal(clip.frames.data, reference[shown]), (name, step)
+                assert np.array_equal(clip.audio.data, cli.span(start_s, stop_s)[1]), (name, step)
+        assert reader._decoder.index.trusted  # no read fell back to the sequential path
 
 
 def test_an_audio_reads_stats_count_the_pages_it_fetched(audio_media):
