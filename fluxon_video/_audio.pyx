@@ -559,14 +559,13 @@ cdef class AudioDecoder:
             if self.shares_demuxer:
                 self._seek_to_start()
             else:
-                avformat_close_input(&self.fmt)
-                fx_avio_close(&self.pb)
-                self._open_container()
-                self._choose_stream()
+                self._reopen_own()
             self._open_codec()
             self.next_position = 0
             return 0
         self.sought += 1
+        if self.fmt == NULL:  # our own demuxer, dropped after a failed read
+            self._reopen_own()
         target = self.first_pts + (position * self.tb_den) // (self.tb_num * self.sample_rate)
         with nogil:
             ret = av_seek_frame(self.fmt, self.stream_index, target, AVSEEK_FLAG_BACKWARD)
@@ -606,9 +605,36 @@ cdef class AudioDecoder:
             self._take_turn()
         try:
             self._decode_into(out, start, stop, exact, covered)
+        except BaseException:
+            self._drop_demuxer()
+            raise
         finally:
             self._end_turn()
         return out, (min(covered[0], stop), max(covered[1], covered[0]))
+
+    cdef void _drop_demuxer(self):
+        """After a failed read: its demuxer is not reused (the AVIO context keeps
+        the failure), the next read opens one anew (the host's pipeline, or our
+        own) and starts as a read with nothing to continue."""
+        if self.shares_demuxer:
+            if self.pipe is not None and self.pipe.is_open() and self.pipe.fmt == self.fmt:
+                self.pipe.release()
+        elif self.owns_demuxer:
+            avformat_close_input(&self.fmt)
+            fx_avio_close(&self.pb)
+        self.next_position = -1
+        self.carry = None
+
+    cdef int _reopen_own(self) except -1:
+        """Our own demuxer, opened anew on the stream already chosen (the rate
+        and channels stay those of the decoded frames)."""
+        cdef int rate = self.sample_rate, channels = self.channels
+        avformat_close_input(&self.fmt)
+        fx_avio_close(&self.pb)
+        self._open_container()
+        self._choose_stream()
+        self.sample_rate, self.channels = rate, channels
+        return 0
 
     cdef _decode_into(self, out, int64_t start, int64_t stop, bint exact, list covered):
         carry = self.carry

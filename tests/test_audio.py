@@ -21,6 +21,7 @@ import pytest
 
 import fluxon_video as fv
 from fluxon_video.errors import FluxonFsAudioRangeError, FluxonFsNoAudioStreamError
+from fluxon_video.sources import BytesRangeSource
 from fluxon_video.testing import AgentProcess
 from tests.helpers import agent_config_text, make_patcher
 from tests.media import reference_frames
@@ -221,6 +222,55 @@ def test_random_mixes_of_frame_audio_and_clip_reads_stay_the_clis(audio_media, n
                 assert np.array_equal(clip.frames.data, reference[shown]), (name, step)
                 assert np.array_equal(clip.audio.data, cli.span(start_s, stop_s)[1]), (name, step)
         assert reader._decoder.index.trusted  # no read fell back to the sequential path
+
+
+@pytest.fixture(scope="module")
+def large_media(tmp_path_factory) -> Path:
+    """Files of several 256 KiB pages, so that a read fetches pages after the open."""
+    root = tmp_path_factory.mktemp("large_audio_media")
+    cli = ["ffmpeg", "-nostdin", "-v", "error", "-y"]
+    subprocess.run([*cli, "-f", "lavfi", "-i", "testsrc2=size=640x360:rate=25", *tone(44100),
+                    "-t", "16", "-c:v", "libx264", "-preset", "ultrafast", "-g", "50",
+                    "-c:a", "aac", str(root / "av.mp4")], check=True)
+    subprocess.run([*cli, *tone(48000, "stereo", seconds=60), "-c:a", "aac", "-b:a", "256k",
+                    str(root / "audio.m4a")], check=True)
+    return root
+
+
+class OutageSource(BytesRangeSource):
+    """A file whose storage fails every read while ``down``."""
+
+    down = False
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        if self.down:
+            raise OSError(f"storage down ({offset}+{length})")
+        return super().read_range(offset, length)
+
+
+@pytest.mark.parametrize("name,late", [("av.mp4", 12.0), ("audio.m4a", 50.0)])
+def test_an_audio_read_that_failed_leaves_the_reader_reading(large_media, name, late):
+    """A fetch that fails under an audio read raises the storage's error; once
+    the storage answers again the next reads are the CLI's (the demuxer that
+    failed, the frames' shared one or the audio's own, is opened anew)."""
+    path = large_media / name
+    cli = CliAudio(path)
+    source = OutageSource(path.read_bytes(), name)
+    with fv.open_video(source, height=36, width=64) as reader:
+        assert np.array_equal(reader.get_audio_played_in_range(1.0, 1.5).data,
+                              cli.span(1.0, 1.5)[1])
+        source.down = True
+        with pytest.raises(OSError, match="storage down"):
+            reader.get_audio_played_in_range(late, late + 0.5)
+        source.down = False
+        for start_s in (late, late + 0.5, 2.0):
+            clip = reader.get_clip_played_in_range(start_s, start_s + 0.5)
+            assert np.array_equal(clip.audio.data, cli.span(start_s, start_s + 0.5)[1])
+        if reader.has_video:
+            times = reader.timestamps_s()
+            shown = np.flatnonzero((times >= 2.0) & (times < 2.5))
+            reference = reference_frames(path, reader.height, reader.width)
+            assert np.array_equal(clip.frames.data, reference[shown])
 
 
 def test_an_audio_reads_stats_count_the_pages_it_fetched(audio_media):
