@@ -211,6 +211,9 @@ cdef class AudioDecoder:
                 self.first_pts = self._first_pts()
                 self.header_fields = describe_audio(self.fmt, self.stream_index,
                                                     &self.codec.ch_layout)
+            except BaseException:
+                self._drop_demuxer()
+                raise
             finally:
                 self._end_turn()
         except BaseException:
