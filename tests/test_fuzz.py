@@ -10,7 +10,10 @@ edges; one to four of these combined. Each mutant is opened as a reader opens
 it (the index built through indexing, with the open extents and metadata, and
 its blob round trip), then decoded on the indexed path and the sequential path
 (a few frame indices including negative and out-of-range ones; 1 and 2
-threads), and one frame is read alone and inside a batch. Worker subprocesses
+threads), and one frame is read alone and inside a batch; the audio decoder
+reads samples before and after a frames read on the demuxer it shares with
+the frames (the MP4 base carries AAC; the others have no audio, which must
+raise FluxonFsNoAudioStreamError). Worker subprocesses
 each take a slice of the mutants, so a crash or a hang in one is caught and
 named: it must not happen; every exception raised must be a FluxonFsError: a
 FluxonFsDecodeError (or subclass) or a FluxonFsFrameIndexError, since the
@@ -306,7 +309,8 @@ def make_mutant(bases: dict[str, bytes], seed: int, i: int):
     data, ops = mutate(bases[base], rng, base)
     # probe: where the lone/batch check looks, once the frame count is known.
     plan = {"threads": rng.choice([1, 2]), "indexed": rng.choice(INDEX_SETS),
-            "sequential": rng.choice(INDEX_SETS), "probe": rng.getrandbits(32)}
+            "sequential": rng.choice(INDEX_SETS), "probe": rng.getrandbits(32),
+            "audio": rng.getrandbits(32)}
     return base, data, ops, plan
 
 
@@ -327,6 +331,31 @@ def probe_requests(probe: int, count: int) -> tuple[int, list[int]]:
 
 
 # ---- one mutant through the decoder ----
+
+def exercise_audio(bs, index, plan: dict, name: str, step) -> None:
+    """The audio decoder taking turns with the frames on one demuxer (its own,
+    where the container's is not shared): samples, frames, samples again."""
+    from fluxon_video import _audio, _decode
+
+    rng = random.Random(plan["audio"])
+    video = _decode.VideoDecoder(bs, plan["threads"], name)
+    video.index = index
+    try:
+        audio, _ = step("audio open", lambda: _audio.AudioDecoder(bs, name, -1, video))
+        if audio is None:
+            return
+        for k in range(3):
+            start = rng.randrange(200_000)
+            stop, exact = start + rng.randrange(1, 20_000), rng.random() < 0.5
+            step(f"audio [{start}, {stop}) exact={exact}",
+                 lambda: audio.samples(start, stop, exact))
+            if k == 0:
+                step(f"frames {plan['indexed']} between audio reads",
+                     lambda: video.decode(plan["indexed"], 24, 32))
+        audio.close()
+    finally:
+        video.close()
+
 
 def exercise(data: bytes, plan: dict, name: str,
              check_identity: bool = CHECK_IDENTITY) -> list[tuple[str, str, str]]:
@@ -387,6 +416,7 @@ def exercise(data: bytes, plan: dict, name: str,
                                                    index=kv))
         step(f"sequential {plan['sequential']} t{threads}",
              lambda: _decode.decode_frames(bs, plan["sequential"], 24, 32, threads))
+        exercise_audio(bs, copy(index), plan, name, step)
 
         # Frame k's bytes must not depend on what else a read asks for.
         count = index.frame_count if index is not None and index.frame_count else FRAMES
