@@ -32,12 +32,11 @@ import numpy as np
 from fluxon_video._avio cimport (
     ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_limit_readahead, fx_avio_open,
 )
-from fluxon_video._demux cimport describe_audio
+from fluxon_video._demux cimport describe_audio, only_stream
 from fluxon_video._errors cimport err_check
 from fluxon_video._pipeline cimport Pipeline
 from fluxon_video.libav.avcodec cimport (
-    AVDISCARD_ALL, AVDISCARD_DEFAULT, AVCodec, AVCodecContext, AVPacket, av_packet_alloc,
-    av_packet_free, av_packet_unref,
+    AVCodec, AVCodecContext, AVPacket, av_packet_alloc, av_packet_free, av_packet_unref,
     avcodec_alloc_context3, avcodec_find_decoder, avcodec_flush_buffers, avcodec_free_context,
     avcodec_get_name, avcodec_open2, avcodec_parameters_to_context, avcodec_receive_frame,
     avcodec_send_packet,
@@ -153,15 +152,16 @@ cdef class AudioDecoder:
     cdef bint needs_probe       # the container's header alone does not describe the stream
     cdef bint is_mov
     cdef bint pipe_was_fresh   # the host's pipeline had read nothing when the turn began
+    cdef bint pipe_was_displaced  # ... had not read since the last turn (nor sought)
     cdef int codec_seek_preroll
     cdef int64_t tb_num, tb_den
     cdef object first_pts      # pts of the stream's first decoded sample (None: not known yet)
     cdef int64_t next_position  # where the decoder's next frame starts (-1: unknown)
     cdef object carry           # (position, planes) of the last frame a read did not use up
     cdef object header_fields   # describe_audio's, read once at open
-    # Where the last turn left the host's pipeline (its opens and decode calls).
+    # Where the last turn left the host's pipeline (its count of opens).
     cdef bint had_turn
-    cdef uint64_t left_opens, left_uses
+    cdef uint64_t left_opens
     # The last packet fed to the codec: its byte position, its rank among the
     # packets sharing that position (a Matroska lace), its pts, and the pts
     # of the last one fed that had one.
@@ -294,38 +294,34 @@ cdef class AudioDecoder:
         """Borrow the host's demuxer: it returns this decoder's stream only,
         packets as the CLI reads them; the host finds its place again (or
         seeks) before its next packet."""
-        cdef int i
         cdef Pipeline pipe = self.host.guest_pipeline(self.needs_probe)
         self.pipe = pipe
         self.fmt, self.pb = pipe.fmt, pipe.pb
         self.pipe_was_fresh = pipe.fresh
-        pipe.displaced = True  # the host finds its place again before its next packet
+        self.pipe_was_displaced = pipe.displaced
+        pipe.displaced = True
         pipe.fresh = False
-        for i in range(<int> self.fmt.nb_streams):
-            self.fmt.streams[i].discard = (AVDISCARD_DEFAULT if i == self.stream_index
-                                           else AVDISCARD_ALL)
+        only_stream(self.fmt, self.stream_index)
         self.fmt.flags &= ~AVFMT_FLAG_GENPTS
         fx_avio_limit_readahead(self.pb, 0)
         return 0
 
     cdef bint _displaced(self):
-        """Whether the host used or reopened its demuxer since the last turn."""
+        """Whether the host read from (so cleared ``displaced``) or reopened its
+        demuxer since the last turn."""
         return not (self.had_turn and self.pipe.opens == self.left_opens
-                    and self.pipe.host_uses == self.left_uses)
+                    and self.pipe_was_displaced)
 
     cdef void _end_turn(self):
         """Give the demuxer back as the host reads it."""
-        cdef int i
         cdef Pipeline pipe = self.pipe
         if pipe is None:
             return
         if pipe.is_open() and pipe.fmt == self.fmt:
-            for i in range(<int> self.fmt.nb_streams):
-                self.fmt.streams[i].discard = (AVDISCARD_DEFAULT if i == pipe.stream_index
-                                               else AVDISCARD_ALL)
+            only_stream(self.fmt, pipe.stream_index)
             if pipe.genpts:
                 self.fmt.flags |= AVFMT_FLAG_GENPTS
-            self.left_opens, self.left_uses = pipe.opens, pipe.host_uses
+            self.left_opens = pipe.opens
             self.had_turn = True
         self.pipe = None
         self.fmt = NULL
@@ -384,14 +380,13 @@ cdef class AudioDecoder:
     # ---- opening the stream ----
 
     cdef _choose_stream(self):
-        cdef int ret, index = self.stream_index
+        cdef int index = self.stream_index
         with nogil:
             index = av_find_best_stream(self.fmt, AVMEDIA_TYPE_AUDIO, index, -1, NULL, 0)
         if index < 0:
             self._raise(index, "finding an audio stream")
         self.stream_index = index
-        for i in range(<int> self.fmt.nb_streams):
-            self.fmt.streams[i].discard = AVDISCARD_DEFAULT if i == index else AVDISCARD_ALL
+        only_stream(self.fmt, index)
         self.is_mov = strncmp(self.fmt.iformat.name, "mov,", 4) == 0
         st = self.fmt.streams[index]
         self.tb_num, self.tb_den = st.time_base.num, st.time_base.den
@@ -639,14 +634,19 @@ cdef class AudioDecoder:
         self.sample_rate, self.channels = rate, channels
         return 0
 
+    cdef _begin_anew(self, int64_t start, bint exact):
+        """Start a read from ``start`` as one with no decode to continue would:
+        a seek to its pre-roll, or a decode from the stream's start."""
+        how, position = self.plan(start, exact, False)
+        self._restart(position if how == "seek" else None)
+
     cdef _decode_into(self, out, int64_t start, int64_t stop, bint exact, list covered):
         carry = self.carry
-        how, position = self.plan(start, exact)
+        how, _ = self.plan(start, exact)
         if how == "continue" and self.shares_demuxer and self._displaced() and not self.draining:
-            if not self._resume():
-                how, position = self.plan(start, exact, False)
+            how = "continue" if self._resume() else "anew"
         if how != "continue":
-            self._restart(position if how == "seek" else None)
+            self._begin_anew(start, exact)
             carry = None
         if carry is not None:
             self._place(out, start, carry[0], carry[1], covered)
@@ -655,8 +655,7 @@ cdef class AudioDecoder:
             ret = self._next_frame()
             if ret == FX_LOST_PLACE:  # the replay did not find the last packet fed
                 self.lost_place += 1
-                how, position = self.plan(start, exact, False)
-                self._restart(position if how == "seek" else None)
+                self._begin_anew(start, exact)
                 position = self.next_position
                 continue
             if ret == AVERROR_EOF:

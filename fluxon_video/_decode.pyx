@@ -175,7 +175,6 @@ cdef class VideoDecoder:
         targets = np.ascontiguousarray(targets, dtype=np.int64)
         first_slot = np.ascontiguousarray(first_slot, dtype=np.int64)
         cache_before = self.source.stats()
-        self.pipe.host_uses += 1  # an audio decoder sharing the demuxer must find its place again
         io_before = self.pipe.io_totals()
         cdef DecodeProgress p
         memset(&p, 0, sizeof(p))

@@ -75,6 +75,14 @@ cdef int choose_stream(AVFormatContext *fmt, int wanted) noexcept nogil:
     return -1
 
 
+cdef void only_stream(AVFormatContext *fmt, int index) noexcept nogil:
+    """Discard every stream but ``index``: the demuxer drops their packets (an
+    MP4 demuxer skips them without reading their bytes)."""
+    cdef int i
+    for i in range(<int> fmt.nb_streams):
+        fmt.streams[i].discard = AVDISCARD_DEFAULT if i == index else AVDISCARD_ALL
+
+
 cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_info,
                        const AVInputFormat *input_format, int wanted_stream, int *stream_index,
                        const char **failed_call) noexcept nogil:
@@ -87,7 +95,7 @@ cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_
     Returns 0 or an AVERROR; *fmt is NULL after a failed open, and stays
     open (for describe_streams) when the stream is missing.
     """
-    cdef int ret, i
+    cdef int ret
     failed_call[0] = "avformat_alloc_context"
     fmt[0] = avformat_alloc_context()
     if fmt[0] == NULL:
@@ -107,9 +115,7 @@ cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_
     stream_index[0] = choose_stream(fmt[0], wanted_stream)
     if stream_index[0] < 0:
         return AVERROR_STREAM_NOT_FOUND
-    for i in range(<int> fmt[0].nb_streams):
-        if i != stream_index[0]:
-            fmt[0].streams[i].discard = AVDISCARD_ALL
+    only_stream(fmt[0], stream_index[0])
     failed_call[0] = NULL
     return 0
 

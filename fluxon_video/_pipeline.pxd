@@ -39,11 +39,10 @@ cdef class Pipeline:
     cdef public bint probe_streams
     # An audio decoder shares this pipeline's demuxer (_audio.pyx) and needs
     # the probe outside MP4/MOV: every later open probes too.
-    cdef public bint probe_for_guest
-    # Counts opens and the host's decode calls: an audio decoder that shares
-    # the demuxer tells from them whether it stands where its last turn left it.
+    cdef bint probe_for_guest
+    # Counts opens: an audio decoder that shares the demuxer tells a reopened
+    # pipeline from the one its last turn left.
     cdef uint64_t opens
-    cdef uint64_t host_uses
     # The demuxer a trusted frame index recorded: the open skips format
     # probing, so it reads no byte the demuxer's header parsing does not ask
     # for (a warm open's header bytes come with the index). NULL: probe.
@@ -59,8 +58,10 @@ cdef class Pipeline:
     cdef bint fresh             # opened, nothing read yet
     cdef bint positioned        # fed packets since the last seek and not drained
     # Another reader of the demuxer (an audio decoder's turn) moved it since
-    # the last packet read: going on needs the demuxer put back first.
-    cdef public bint displaced
+    # the last packet read: going on needs the demuxer put back first. Every
+    # read of ours seeks or puts it back first, which clears it: still set at
+    # the next turn, it tells the audio decoder that nothing moved it since.
+    cdef bint displaced
     # The keyframe at or before every packet fed since the last seek: its
     # decode position and the timestamp that seeks to it (-1: none).
     cdef int64_t run_key_dec
