@@ -21,9 +21,8 @@ import pytest
 
 import fluxon_video as fv
 from fluxon_video.errors import FluxonFsAudioRangeError, FluxonFsNoAudioStreamError
-from fluxon_video.sources import BytesRangeSource
 from fluxon_video.testing import AgentProcess
-from tests.helpers import agent_config_text, make_patcher
+from tests.helpers import RaisingSource, agent_config_text, make_patcher
 from tests.media import reference_frames
 
 LAVFI_VIDEO = ["-f", "lavfi", "-i", "testsrc2=size=96x64:rate=25"]
@@ -240,17 +239,6 @@ def large_media(tmp_path_factory) -> Path:
     return root
 
 
-class OutageSource(BytesRangeSource):
-    """A file whose storage fails every read while ``down``."""
-
-    down = False
-
-    def read_range(self, offset: int, length: int) -> bytes:
-        if self.down:
-            raise OSError(f"storage down ({offset}+{length})")
-        return super().read_range(offset, length)
-
-
 @pytest.mark.parametrize("name,late", [("av.mp4", 12.0), ("audio.m4a", 50.0)])
 def test_an_audio_read_that_failed_leaves_the_reader_reading(large_media, name, late):
     """A fetch that fails under an audio read raises the storage's error; once
@@ -258,14 +246,15 @@ def test_an_audio_read_that_failed_leaves_the_reader_reading(large_media, name, 
     failed, the frames' shared one or the audio's own, is opened anew)."""
     path = large_media / name
     cli = CliAudio(path)
-    source = OutageSource(path.read_bytes(), name)
+    data = path.read_bytes()
+    source = RaisingSource(data, fail_from=len(data))  # fails reads past fail_from
     with fv.open_video(source, height=36, width=64) as reader:
         assert np.array_equal(reader.get_audio_played_in_range(1.0, 1.5).data,
                               cli.span(1.0, 1.5)[1])
-        source.down = True
-        with pytest.raises(OSError, match="storage down"):
+        source.fail_from = 0  # the storage is down
+        with pytest.raises(RaisingSource.Boom, match="storage exploded"):
             reader.get_audio_played_in_range(late, late + 0.5)
-        source.down = False
+        source.fail_from = len(data)  # and back
         for start_s in (late, late + 0.5, 2.0):
             clip = reader.get_clip_played_in_range(start_s, start_s + 0.5)
             assert np.array_equal(clip.audio.data, cli.span(start_s, start_s + 0.5)[1])
