@@ -298,11 +298,11 @@ class FluxonFsVideoReader:
         if self._audio is None:
             index = self._decoder.index
             header = index.header.get("audio") if index is not None else None
-            video = None if self._video.audio_only else self._decoder
-            self._audio = (AudioTrack(self._byte_source, self.name, video_decoder=video)
-                           if header is None else
-                           AudioTrack(self._byte_source, self.name, header["stream_index"],
-                                      (index.audio_packets, tuple(header["time_base"])), video))
+            stream, packets = ((-1, None) if header is None else
+                               (header["stream_index"],
+                                (index.audio_packets, tuple(header["time_base"]))))
+            self._audio = AudioTrack(self._byte_source, self.name, stream, packets,
+                                     None if self._video.audio_only else self._decoder)
         return self._audio
 
     def get_audio_played_in_range(self, start_s: float, stop_s: float, *,
