@@ -58,7 +58,6 @@ class FluxonFsPatcher:
         # Exports served by this process get the agent's start-up checks.
         config.check_served(e for e in config.exports.values() if e.in_process)
         self.config = config
-        self._kv_store = kv_store
         self._client = FluxonFsClient(config, kv_store)
         self._closed = False
         self._identities = IdentityContext(config, identity)
@@ -74,7 +73,7 @@ class FluxonFsPatcher:
     def __setstate__(self, state: dict[str, object]) -> None:
         opener: VideoOpener = state["opener"]  # type: ignore[assignment]
         opener.config.check_served(e for e in opener.config.exports.values() if e.in_process)
-        self.config, self._kv_store, self._closed = opener.config, None, False
+        self.config, self._closed = opener.config, False
         self._client, self._identities, self._opener = opener.client, opener.identities, opener
 
     @classmethod

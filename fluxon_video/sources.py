@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+from stat import S_ISREG
 from typing import IO, Protocol, runtime_checkable
 
 from fluxon_video.errors import (
@@ -19,6 +20,7 @@ from fluxon_video.errors import (
     FluxonFsClosedError,
     FluxonFsFileChangedError,
     FluxonFsNotFoundError,
+    FluxonFsPermissionError,
     FluxonFsShortReadError,
 )
 
@@ -42,10 +44,18 @@ class LocalFileRangeSource:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.name = os.fspath(path)
         try:
-            self._fd = os.open(self.name, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
+            # O_NONBLOCK: opening a FIFO must not wait for a writer; the type is
+            # checked on the descriptor, so a path swapped meanwhile is caught too.
+            self._fd = os.open(self.name, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+        except (FileNotFoundError, NotADirectoryError):
             raise FluxonFsNotFoundError(f"{self.name}: no such file") from None
+        except PermissionError:
+            raise FluxonFsPermissionError(f"{self.name}: permission denied") from None
         stat = os.fstat(self._fd)
+        if not S_ISREG(stat.st_mode):
+            os.close(self._fd)
+            self._fd = -1
+            raise FluxonFsNotFoundError(f"{self.name}: not a regular file")
         self.size = stat.st_size
         self.mtime_ns = stat.st_mtime_ns
         # This version of this file: what check_current compares, and the key of
@@ -113,8 +123,16 @@ class FileObjectRangeSource:
         self._file = fileobj
         self.name = name or str(getattr(fileobj, "name", None) or f"<{type(fileobj).__name__}>")
         self._lock = threading.Lock()
-        with self._lock:
-            self.size = fileobj.seek(0, io.SEEK_END)
+        # A pipe or a socket cannot serve the ranges a demuxer seeks to.
+        seekable = getattr(fileobj, "seekable", None)
+        if callable(seekable) and not seekable():
+            raise FluxonFsBadRequestError(f"{self.name}: the file object is not seekable")
+        try:
+            with self._lock:
+                self.size = fileobj.seek(0, io.SEEK_END)
+        except OSError as exc:
+            raise FluxonFsBadRequestError(
+                f"{self.name}: cannot seek to the end of the file object ({exc})") from exc
 
     def read_range(self, offset: int, length: int) -> bytes:
         with self._lock:

@@ -78,6 +78,49 @@ def test_errors_are_the_same_classes(media, tmp_path):
         reader.read_frames_numpy([0])
 
 
+@pytest.mark.timeout(60)
+def test_a_path_that_is_not_a_regular_file_is_refused_at_once(tmp_path):
+    """A FIFO (whose open would wait for a writer), a directory and a device are
+    not videos: every local entry point refuses them, naming the path, promptly."""
+    fifo = tmp_path / "pipe.mp4"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path, "/dev/null"):
+        for open_it in (lambda p: fv.open_video(p, H, W), fv.LocalVideoReader,
+                        lambda p: fv.decode_local_frames(str(p), [0], H, W, 1)):
+            with pytest.raises(errors.FluxonFsNotFoundError,
+                               match=f"{path}: not a regular file"):
+                open_it(path)
+
+
+def test_a_file_object_that_cannot_seek_is_refused_naming_it():
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        with pytest.raises(errors.FluxonFsBadRequestError, match="is not seekable"):
+            fv.open_video(pipe)
+
+    class Refusing(io.RawIOBase):
+        name = "refusing.mp4"
+
+        def seekable(self) -> bool:
+            return True
+
+        def seek(self, offset: int, whence: int = 0) -> int:
+            raise OSError("seek refused")
+    with pytest.raises(errors.FluxonFsBadRequestError, match="refusing.mp4: cannot seek .*seek "
+                                                            "refused"):
+        fv.open_video(Refusing())
+
+
+def test_a_path_the_process_may_not_read_is_a_permission_error(media, tmp_path, monkeypatch):
+    """Tests run as root, whom no mode bits stop: the refusal is injected at os.open."""
+    def refuse(path, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", path)
+    monkeypatch.setattr(os, "open", refuse)
+    with pytest.raises(errors.FluxonFsPermissionError, match="hevc.mp4: permission denied"):
+        fv.open_video(media.path("hevc.mp4"), H, W)
+
+
 def test_a_replaced_local_file_fails_reads(media, tmp_path):
     path = tmp_path / "clip.mp4"
     shutil.copy(media.path("h264_moov_end.mp4"), path)
