@@ -41,7 +41,7 @@ from fluxon_video.resize import (
 )
 from fluxon_video.stats import DecodeStats
 from fluxon_video.validation import (
-    frame_indices, output_array, positive_int, resolve_frame_indices,
+    frame_indices, output_array, output_fits, positive_int, resolve_frame_indices,
 )
 
 # Damaged packets one call may find and learn (each costs a short one-threaded
@@ -164,6 +164,8 @@ cdef class VideoDecoder:
         requested = resolve_frame_indices(frame_indices(indices), self.frame_count(), self.name)
         shape = (requested.shape[0], height, width, 3)
         if out is None:
+            output_fits(self.name, f"{shape[0]} frames of {height}x{width}",
+                        shape[0] * height * width * 3)
             out = np.empty(shape, dtype=np.uint8)
         else:
             out = output_array(out, shape, self.name)

@@ -23,7 +23,7 @@ import numpy as np
 from fluxon_video.errors import FluxonFsAudioRangeError, FluxonFsConfigError
 from fluxon_video.frames import FrameBatch
 from fluxon_video.native import require_audio
-from fluxon_video.validation import positive_int
+from fluxon_video.validation import output_fits, positive_int
 
 # Input samples either side of a resampled span: swresample's default filter
 # (32 taps at the lower of the two rates) reaches at most 16 taps each way.
@@ -31,6 +31,9 @@ RESAMPLE_MARGIN_TAPS = 64
 # Most bytes of audio packets one read queues ahead of the demuxer (the page
 # cache keeps what the frames need too).
 AUDIO_PREFETCH_BYTES = 8 << 20
+# The highest output rate asked for: 768 kHz is the top rate of audio hardware
+# and of FFmpeg's PCM encoders; far above it the resampler's buffers overflow.
+MAX_SAMPLE_RATE = 768_000
 # Times within this many samples of a sample's time count as that sample's.
 SAMPLE_EPSILON = 1e-6
 
@@ -54,6 +57,9 @@ class AudioSpec:
                 object.__setattr__(self, name, positive_int(name, getattr(self, name)))
         if self.channels is not None and self.channels > 64:
             raise FluxonFsConfigError(f"channels must be at most 64, got {self.channels}")
+        if self.sample_rate is not None and self.sample_rate > MAX_SAMPLE_RATE:
+            raise FluxonFsConfigError(
+                f"sample_rate must be at most {MAX_SAMPLE_RATE}, got {self.sample_rate}")
 
 
 @dataclass(frozen=True)
@@ -154,6 +160,9 @@ class AudioTrack:
     def read(self, start_s: float, end_s: float, spec: AudioSpec = AudioSpec(),
              num_samples: int | None = None) -> AudioSamples:
         """The samples of ``[start_s, end_s)`` (``num_samples`` from the first, when given)."""
+        if not (math.isfinite(start_s) and math.isfinite(end_s)):
+            raise FluxonFsConfigError(f"{self.name}: audio span [{start_s}, {end_s}) s: times "
+                                      "must be finite numbers")
         if not end_s >= start_s:
             raise FluxonFsConfigError(f"{self.name}: audio span [{start_s}, {end_s}) s is empty "
                                       "or reversed")
@@ -163,6 +172,8 @@ class AudioTrack:
         m0 = first_at_or_after(start_s, first, rate)
         m1 = m0 + num_samples if num_samples is not None else max(
             first_at_or_after(end_s, first, rate), m0)
+        output_fits(self.name, f"{m1 - m0} audio samples of {channels} channels",
+                    (m1 - m0) * channels * 4)
         if rate == native and channels == self.channels:
             self._prefetch(m0, m1, spec.exact)
             data, covered = self._decoder.samples(m0, m1, spec.exact)

@@ -36,6 +36,7 @@ from fluxon_video.metadata import (
 from fluxon_video.logs import get_logger
 from fluxon_video.native import require_native
 from fluxon_video.opened import OpenedVideo
+from fluxon_video.validation import output_fits
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsVideoReadStats
 
@@ -246,9 +247,11 @@ class FluxonFsVideoReader:
                 f"{self.name}: range [{start_s}, {stop_s}) s is not inside the video "
                 f"[{metadata.begin_s}, {metadata.end_s}) s")
         if fps is not None:
-            if not fps > 0:
-                raise FluxonFsConfigError(f"fps must be > 0, got {fps!r}")
+            if not 0 < fps < float("inf"):
+                raise FluxonFsConfigError(f"fps must be a finite number > 0, got {fps!r}")
             count = int(np.ceil((stop_s - start_s) * fps - 1e-9))
+            output_fits(self.name, f"{count} frames (fps={fps})",
+                        count * (self.height or 1) * (self.width or 1) * 3)
             return self.get_frames_played_at(start_s + np.arange(max(count, 0)) / fps)
         times = self.timestamps_s()
         return self.get_frames_at(np.flatnonzero((times >= start_s) & (times < stop_s)))

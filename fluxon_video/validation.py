@@ -46,6 +46,25 @@ def stream_choice(value: Any) -> int | None:
     return int(value)
 
 
+def physical_memory_bytes() -> int:
+    """This machine's memory (0 where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def output_fits(name: str, what: str, nbytes: int) -> None:
+    """Refuse, before anything is allocated for it, an output larger than this
+    machine's memory: a huge fps, time span or index list would otherwise get a
+    process killed by the kernel, not an exception."""
+    limit = physical_memory_bytes()
+    if limit and nbytes > limit:
+        raise FluxonFsConfigError(
+            f"{name}: {what} would take {nbytes / 2**30:,.1f} GiB, more than this machine's "
+            f"{limit / 2**30:,.1f} GiB of memory")
+
+
 def frame_indices(indices: Iterable[Any]) -> np.ndarray:
     """indices as a 1-D int64 array (negatives kept); non-integers raise TypeError."""
     if isinstance(indices, (str, bytes)):
@@ -65,7 +84,11 @@ def frame_indices(indices: Iterable[Any]) -> np.ndarray:
             except TypeError:
                 raise TypeError(f"frame index at position {position} is {type(value).__name__}, "
                                 "not an int") from None
-        array = np.asarray(values, dtype=np.int64)
+        try:
+            array = np.asarray(values, dtype=np.int64)
+        except OverflowError:
+            big = next(v for v in values if not -2**63 <= v < 2**63)
+            raise FluxonFsFrameIndexError(f"frame index {big} is out of range") from None
     return array
 
 

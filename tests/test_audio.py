@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 import fluxon_video as fv
-from fluxon_video.errors import FluxonFsAudioRangeError, FluxonFsNoAudioStreamError
+from fluxon_video.errors import (FluxonFsAudioRangeError, FluxonFsConfigError,
+                                 FluxonFsNoAudioStreamError)
 from fluxon_video.testing import AgentProcess
 from tests.helpers import RaisingSource, agent_config_text, make_patcher
 from tests.media import reference_frames
@@ -327,6 +328,21 @@ def test_audio_outside_the_stream_pads_with_zeros_or_raises(audio_media):
                 reader.get_audio_played_in_range(*span, pad_audio=False)
         inside = reader.get_audio_played_in_range(1.0, 2.0, pad_audio=False)
         assert np.array_equal(inside.data, cli.span(1.0, 2.0)[1])
+
+
+def test_audio_spans_that_cannot_be_met_are_refused_naming_the_file(audio_media):
+    """Non-finite times, a rate no resampler takes, and a span whose samples
+    would not fit in any machine's memory: a clear error each, the reader usable."""
+    with fv.open_video(audio_media / "aac_stereo.mp4") as reader:
+        for span in [(0.0, float("inf")), (float("-inf"), 1.0)]:
+            with pytest.raises(FluxonFsConfigError, match="aac_stereo.mp4: .* must be finite"):
+                reader.get_audio_played_in_range(*span)
+        with pytest.raises(FluxonFsConfigError, match="sample_rate must be at most 768000"):
+            reader.get_audio_played_in_range(0.0, 1.0, sample_rate=10**9)
+        with pytest.raises(FluxonFsConfigError, match=r"aac_stereo.mp4: \d+ audio samples of 2 "
+                                                      r"channels would take .* GiB, more than"):
+            reader.get_audio_played_in_range(0.0, 1e12)
+        assert reader.get_audio_played_in_range(0.0, 1.0).data.shape == (2, 44100)
 
 
 def test_seeking_audio_without_exactness_matches_where_the_codec_forgets(audio_media):

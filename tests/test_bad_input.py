@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import fluxon_video as fv
@@ -48,6 +49,29 @@ def test_index_past_the_end_names_the_frame_count(good):
 def test_huge_index_ends_without_hanging(good):
     with pytest.raises(IndexError):
         run(good, [10**15])
+
+
+def test_an_index_beyond_64_bits_is_an_index_error(good):
+    with pytest.raises(errors.FluxonFsFrameIndexError, match=f"frame index {2**70} is out of range"):
+        run(good, [0, 2**70])
+
+
+def test_a_request_larger_than_the_machines_memory_is_refused_before_any_allocation(good):
+    """A hundred thousand frames of 30000x30000, or a clip sampled at 10^12 fps:
+    hundreds of TiB asked for, refused naming the file, instead of the kernel
+    killing the process."""
+    source = BytesRangeSource(good, "big.mp4")
+    with fv.open_video(source, 30000, 30000) as huge:
+        with pytest.raises(errors.FluxonFsConfigError, match=r"big.mp4: 100000 frames of "
+                                                             r"30000x30000 would take 251,457"):
+            huge.read_frames_numpy(np.zeros(10**5, np.int64))
+    with fv.open_video(source, 32, 32) as reader:
+        with pytest.raises(errors.FluxonFsConfigError, match="big.mp4: 1000000000000 frames"):
+            reader.get_frames_played_in_range(0.0, 1.0, fps=1e12)
+        for fps in (float("inf"), float("nan"), 0.0):
+            with pytest.raises(errors.FluxonFsConfigError, match="fps must be a finite number"):
+                reader.get_frames_played_in_range(0.0, 1.0, fps=fps)
+        assert reader.read_frames_numpy([0]).shape == (1, 32, 32, 3)  # still usable
 
 
 def test_empty_index_list_gives_an_empty_batch(good):
