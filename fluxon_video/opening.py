@@ -36,7 +36,8 @@ from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.sources import BytesRangeSource, FileObjectRangeSource, LocalFileRangeSource
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
-from fluxon_video.validation import Threads, positive_int, stream_choice, thread_count
+from fluxon_video.validation import (Threads, output_size, positive_int, stream_choice,
+                                     thread_count)
 
 
 def open_fluxonfs_video(client: FluxonFsClient, ref: FileRef, stream_index: int | None, *,
@@ -128,6 +129,8 @@ class ReaderOptions:
     def check(cls, height: int | None, width: int | None, num_threads: Threads, autorotate: bool,
               on_damage: str, resize: str, interpolation: str) -> ReaderOptions:
         require_native()
+        if height is not None and width is not None:
+            output_size(height, width)
         return cls(None if height is None else positive_int("height", height),
                    None if width is None else positive_int("width", width),
                    thread_count(num_threads), bool(autorotate),

@@ -19,6 +19,20 @@ def positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
+# FFmpeg's largest image (av_image_check_size): (w + 128) * (h + 128) < INT_MAX / 8.
+MAX_IMAGE_AREA = (2**31 - 1) // 8
+
+
+def output_size(height: Any, width: Any) -> tuple[int, int]:
+    """(height, width) of an output frame: positive ints FFmpeg can make an image of."""
+    height, width = positive_int("height", height), positive_int("width", width)
+    if (height + 128) * (width + 128) >= MAX_IMAGE_AREA:
+        raise FluxonFsConfigError(
+            f"output size {height}x{width} is larger than FFmpeg's largest image "
+            f"((height + 128) x (width + 128) under {MAX_IMAGE_AREA:,} pixels)")
+    return height, width
+
+
 # A num_threads= argument: a positive int, or "auto" (see thread_count).
 Threads = Union[int, Literal["auto"]]
 # FFmpeg's own cap on the threads it picks for thread_count 0 ("auto").

@@ -57,14 +57,14 @@ def test_an_index_beyond_64_bits_is_an_index_error(good):
 
 
 def test_a_request_larger_than_the_machines_memory_is_refused_before_any_allocation(good):
-    """A hundred thousand frames of 30000x30000, or a clip sampled at 10^12 fps:
+    """Ten million frames of 10000x10000, or a clip sampled at 10^12 fps:
     hundreds of TiB asked for, refused naming the file, instead of the kernel
     killing the process."""
     source = BytesRangeSource(good, "big.mp4")
-    with fv.open_video(source, 30000, 30000) as huge:
-        with pytest.raises(errors.FluxonFsConfigError, match=r"big.mp4: 100000 frames of "
-                                                             r"30000x30000 would take 251,457"):
-            huge.read_frames_numpy(np.zeros(10**5, np.int64))
+    with fv.open_video(source, 10000, 10000) as huge:
+        with pytest.raises(errors.FluxonFsConfigError, match=r"big.mp4: 10000000 frames of "
+                                                             r"10000x10000 would take 2,793,967.7 GiB"):
+            huge.read_frames_numpy(np.zeros(10**7, np.int64))
     with fv.open_video(source, 32, 32) as reader:
         with pytest.raises(errors.FluxonFsConfigError, match="big.mp4: 1000000000000 frames"):
             reader.get_frames_played_in_range(0.0, 1.0, fps=1e12)
@@ -72,6 +72,16 @@ def test_a_request_larger_than_the_machines_memory_is_refused_before_any_allocat
             with pytest.raises(errors.FluxonFsConfigError, match="fps must be a finite number"):
                 reader.get_frames_played_in_range(0.0, 1.0, fps=fps)
         assert reader.read_frames_numpy([0]).shape == (1, 32, 32, 3)  # still usable
+
+
+def test_an_output_size_beyond_ffmpegs_largest_image_is_refused_at_open(good):
+    """swscale cannot make a 30000x30000 image: said at open, not as a decode error."""
+    with pytest.raises(errors.FluxonFsConfigError, match="output size 30000x30000 is larger"):
+        fv.open_video(good, 30000, 30000)
+    with pytest.raises(errors.FluxonFsConfigError, match="output size 30000x30000 is larger"):
+        run(good, [0], 30000, 30000)
+    with fv.open_video(good, 64, 25000) as wide:  # one side that long is fine
+        assert wide.read_frames_numpy([0]).shape == (1, 64, 25000, 3)
 
 
 def test_empty_index_list_gives_an_empty_batch(good):
