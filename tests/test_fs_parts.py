@@ -73,6 +73,16 @@ def test_config_errors_name_the_file_and_key(tmp_path, text, message):
     assert str(path) in str(info.value)
 
 
+def test_a_config_path_that_is_no_toml_text_names_the_file(tmp_path):
+    """A video or a directory given as --config: one line naming it, no traceback."""
+    binary = tmp_path / "clip.mp4"
+    binary.write_bytes(b"\x00\x00\x00\x18ftypmp42\xaf\xff")
+    with pytest.raises(errors.FluxonFsConfigError, match="clip.mp4: not a TOML file"):
+        load_config(binary)
+    with pytest.raises(errors.FluxonFsConfigError, match=f"{tmp_path}: cannot read the config"):
+        load_config(tmp_path)
+
+
 def test_config_from_python_objects_is_validated():
     with pytest.raises(errors.FluxonFsConfigError, match="metadata_cache_ttl_ms"):
         FluxonFsExport("a", "/r", metadata_cache_ttl_ms=-1)

@@ -320,9 +320,15 @@ def load_config(path: str | os.PathLike[str]) -> FluxonFsConfig:
     """Read a TOML config file; errors name the file and the offending key."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FluxonFsConfigError(f"{path}: config file not found") from None
+    except UnicodeDecodeError as exc:
+        raise FluxonFsConfigError(f"{path}: not a TOML file (not UTF-8 text: {exc.reason} "
+                                  f"at byte {exc.start})") from None
+    except OSError as exc:  # a directory, a permission refused
+        raise FluxonFsConfigError(f"{path}: cannot read the config file "
+                                  f"({exc.strerror or exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise FluxonFsConfigError(f"{path}: not valid TOML: {exc}") from None
     try:
