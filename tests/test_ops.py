@@ -129,6 +129,15 @@ def test_cli_ls_stat_read(agent, tree, config, media, tmp_path):
     assert not_video.returncode == 1 and not_video.stderr == (
         "fluxon-video: error: data:c/notes.txt: not a recognised video container\n")
     assert "etag" not in cli("stat", "data:c/notes.txt", config=path).stdout  # files have none
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # --out names a file: no directory can be made there
+    not_a_dir = cli("read", "data:a/one.mp4", "--frames", "0", "--out", str(blocked),
+                    config=path, check=False)
+    assert not_a_dir.returncode == 1 and not_a_dir.stderr == (
+        f"fluxon-video: error: {blocked}: cannot write the frames there (File exists)\n")
+    bad_config = cli("ls", "data", config=tree / "a/one.mp4", check=False)
+    assert bad_config.returncode == 1 and "one.mp4: not a TOML file" in bad_config.stderr
+    assert "Traceback" not in bad_config.stderr
     missing = cli("stat", "data:a/nope.mp4", config=path, check=False)
     assert missing.returncode == 1 and "data:a/nope.mp4: no such file" in missing.stderr
     assert missing.stderr.count("a/nope.mp4") == 1, missing.stderr  # the path said once

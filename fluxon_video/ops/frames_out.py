@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from fluxon_video.errors import FluxonFsIOError
 from fluxon_video.patcher import FluxonFsPatcher
 
 
@@ -25,6 +28,17 @@ def write_png(path: Path, rgb: np.ndarray) -> None:
                      + chunk(b"IDAT", zlib.compress(rows.tobytes(), 6)) + chunk(b"IEND", b""))
 
 
+@contextlib.contextmanager
+def _writing(out: Path) -> Iterator[None]:
+    """An OS error writing under ``out`` (a file in its place, no permission, a full
+    disk) as one FluxonFsIOError naming it."""
+    try:
+        yield
+    except OSError as exc:
+        raise FluxonFsIOError(f"{out}: cannot write the frames there "
+                              f"({exc.strerror or exc})") from exc
+
+
 def read_frames(patcher: FluxonFsPatcher, export: str, relpath: str, frames: list[int],
                 times: list[float], height: int | None, width: int | None, out: Path,
                 fmt: str, autorotate: bool = False,
@@ -32,7 +46,8 @@ def read_frames(patcher: FluxonFsPatcher, export: str, relpath: str, frames: lis
                 resize: str = "stretch",
                 interpolation: str = "bilinear") -> list[dict[str, object]]:
     """Write the frames (and the frames displayed at ``times``) under ``out``; one row each."""
-    out.mkdir(parents=True, exist_ok=True)
+    with _writing(out):
+        out.mkdir(parents=True, exist_ok=True)
     with patcher.open_video_reader(export, relpath, height, width, autorotate=autorotate,
                                    on_damage=on_damage, stream_index=stream_index,
                                    resize=resize, interpolation=interpolation) as reader:
@@ -44,10 +59,11 @@ def read_frames(patcher: FluxonFsPatcher, export: str, relpath: str, frames: lis
         for k, index in enumerate(indices):
             resolved = index % len(reader)
             path = out / f"{stem}_{resolved:06d}.{fmt}"
-            if fmt == "png":
-                write_png(path, decoded[k])
-            else:
-                np.save(path, decoded[k])
+            with _writing(out):
+                if fmt == "png":
+                    write_png(path, decoded[k])
+                else:
+                    np.save(path, decoded[k])
             rows.append({"frame": resolved, "time_s": round(float(stamps[resolved]), 6),
                          "height": reader.height, "width": reader.width, "file": str(path)})
         return rows
