@@ -28,6 +28,7 @@ imports torch; this module does.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -50,7 +51,8 @@ from fluxon_video.patcher import FluxonFsPatcher
 from fluxon_video.pool import FluxonFsVideoReaderPool, FluxonFsVideoReadRequest
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsProcessStats
-from fluxon_video.validation import Threads, positive_int, stream_choice, thread_count
+from fluxon_video.validation import (Threads, output_fits, positive_int, stream_choice,
+                                     thread_count)
 
 __all__ = ["LoaderStats", "SameVideoBatchSampler", "StatsCollate", "VideoClipDataset"]
 
@@ -98,8 +100,13 @@ class VideoClipDataset(Dataset):
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         if (clip_duration_s is None) != (fps is None):
             raise ValueError("time-based clips need both clip_duration_s and fps")
-        if clip_duration_s is not None and (clip_duration_s <= 0 or fps <= 0):  # type: ignore[operator]
-            raise ValueError("clip_duration_s and fps must be positive")
+        if clip_duration_s is not None and not (0 < clip_duration_s < math.inf
+                                                and 0 < fps < math.inf):  # type: ignore[operator]
+            raise ValueError(f"clip_duration_s and fps must be finite positive numbers, got "
+                             f"{clip_duration_s!r} and {fps!r}")
+        if isinstance(relpaths, (str, bytes)):
+            raise TypeError(f"relpaths must be a list of relpaths, got the string {relpaths!r}: "
+                            f"pass [{relpaths!r}] for one video")
         self.export_name = export_name
         self.relpaths = list(relpaths)
         if not self.relpaths:
@@ -111,6 +118,10 @@ class VideoClipDataset(Dataset):
         self.clips_per_video = positive_int("clips_per_video", clips_per_video)
         self.height = None if height is None else positive_int("height", height)
         self.width = None if width is None else positive_int("width", width)
+        frames = self.clip_len if clip_duration_s is None else max(1, round(clip_duration_s * fps))
+        # Its frames at the output size (at least the index and time kept per frame).
+        output_fits(export_name, f"a clip of {frames} frames",
+                    frames * max(3 * (self.height or 1) * (self.width or 1), 48))
         self.num_threads = thread_count(num_threads)
         self.layout = layout
         self.seed = int(seed)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import fluxon_video as fv
+from fluxon_video import errors
 from tests.helpers import make_patcher
 
 torch = pytest.importorskip("torch")
@@ -128,6 +129,21 @@ def test_seed_and_epoch_decide_the_clips(local):
     assert clips(1, 0) != clips(1, 1) and clips(1, 0) != clips(2, 0)
     for relpath, indices in clips(3, 5):
         assert np.all(np.diff(indices) == 2) and len(indices) == 4
+
+
+def test_arguments_a_dataset_cannot_serve_are_refused_when_it_is_made(local):
+    """One path as a string (read as its characters before), times that are not
+    finite, and clips whose frames could never fit in memory: a clear error at
+    construction, not a list of 1-letter relpaths, an OverflowError or the OOM killer."""
+    with pytest.raises(TypeError, match=r"got the string 'hevc.mp4': pass \['hevc.mp4'\]"):
+        VideoClipDataset(local, "train", "hevc.mp4")
+    for duration, fps in [(float("nan"), 8.0), (1.0, float("inf")), (0.0, 8.0)]:
+        with pytest.raises(ValueError, match="must be finite positive numbers"):
+            VideoClipDataset(local, "train", VIDEOS, clip_duration_s=duration, fps=fps)
+    for kwargs in ({"clip_len": 10**12}, {"clip_duration_s": 1.0, "fps": 1e12}):
+        with pytest.raises(errors.FluxonFsConfigError, match="train: a clip of 10{12} frames "
+                                                               "would take"):
+            VideoClipDataset(local, "train", VIDEOS, height=H, width=W, **kwargs)
 
 
 def test_time_based_clips_on_a_variable_frame_rate_file(media, local):
