@@ -51,6 +51,9 @@ class LocalFileRangeSource:
             raise FluxonFsNotFoundError(f"{self.name}: no such file") from None
         except PermissionError:
             raise FluxonFsPermissionError(f"{self.name}: permission denied") from None
+        except OSError as exc:  # a symlink loop, a name too long: as the agent says it
+            raise FluxonFsNotFoundError(f"{self.name}: cannot be opened "
+                                        f"({exc.strerror or exc})") from None
         stat = os.fstat(self._fd)
         if not S_ISREG(stat.st_mode):
             os.close(self._fd)

@@ -81,9 +81,15 @@ def test_errors_are_the_same_classes(media, tmp_path):
 @pytest.mark.timeout(60)
 def test_a_path_that_is_not_a_regular_file_is_refused_at_once(tmp_path):
     """A FIFO (whose open would wait for a writer), a directory and a device are
-    not videos: every local entry point refuses them, naming the path, promptly."""
+    not videos, a symlink loop is nothing: every local entry point refuses them,
+    naming the path, promptly."""
     fifo = tmp_path / "pipe.mp4"
     os.mkfifo(fifo)
+    loop = tmp_path / "loop.mp4"
+    loop.symlink_to(loop)
+    with pytest.raises(errors.FluxonFsNotFoundError, match="loop.mp4: cannot be opened "
+                                                           r"\(Too many levels of symbolic links"):
+        fv.open_video(loop, H, W)
     for path in (fifo, tmp_path, "/dev/null"):
         for open_it in (lambda p: fv.open_video(p, H, W), fv.LocalVideoReader,
                         lambda p: fv.decode_local_frames(str(p), [0], H, W, 1)):
