@@ -56,10 +56,14 @@ cdef inline bint _damaged(DecodeProgress *p) noexcept nogil:
 
 
 cdef inline bint _cut_short(Pipeline pipe, DecodeProgress *p) noexcept nogil:
-    """Whether a strict decode holds a packet the demuxer cut short (the file
-    ends inside it): no frame, as in the index, and nothing follows it, so
-    the decode drains instead of feeding it."""
-    return (p.strict and (pipe.pkt.flags & AV_PKT_FLAG_CORRUPT) != 0
+    """Whether a strict decode holds a packet the file ends inside of: no
+    frame, as in the index (FrameIndex.pkt_truncated: flagged corrupt and
+    reaching the end of the file), and nothing follows it, so the decode
+    drains instead of feeding it. A packet flagged corrupt inside the file
+    (MPEG-TS flags the one after a continuity break) is fed like any other."""
+    cdef AVPacket *pkt = pipe.pkt
+    return (p.strict and (pkt.flags & AV_PKT_FLAG_CORRUPT) != 0
+            and pkt.pos >= 0 and pkt.pos + pkt.size >= pipe.source.core.pc.file_size
             and not pipe.cursor().error)  # a failed source is not the file's end
 
 
