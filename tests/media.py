@@ -98,6 +98,12 @@ CLIPS = {c.name: c for c in [
     Clip("h264_bframes.mkv", 256, 144, 3, X264),
     # An edit list that hides the first frames of a GOP (packets flagged discard).
     Clip("h264_editlist.mp4", 256, 144, 0, ("-ss", "0.55"), derive_from="h264_moov_end.mp4"),
+    # Fragmented MP4 (CMAF / DASH / recorders): an empty moov, then a moof + mdat per GOP;
+    # the sample tables are in the fragments. Carries audio too.
+    Clip("h264_fragmented.mp4", 256, 144, 3,
+         X264 + ("-movflags", "+frag_keyframe+empty_moov+default_base_moof"), audio=True),
+    # MPEG-TS (broadcast, HLS segments): no index in the container, read sequentially.
+    Clip("h264.ts", 256, 144, 2, X264),
     # A longer, larger clip for GIL and throughput checks.
     Clip("long_640x360.mp4", 640, 360, 12, X264 + ("-movflags", "+faststart")),
     Clip("audio_only.m4a", 0, 0, 1, ("-c:a", "aac"), audio=True, video=False),
