@@ -41,7 +41,8 @@ from fluxon_video.resize import (
 )
 from fluxon_video.stats import DecodeStats
 from fluxon_video.validation import (
-    frame_indices, output_array, output_fits, output_size, positive_int, resolve_frame_indices,
+    check_output_size, frame_indices, output_array, output_fits, positive_int,
+    resolve_frame_indices,
 )
 
 # Damaged packets one call may find and learn (each costs a short one-threaded
@@ -155,7 +156,7 @@ cdef class VideoDecoder:
         damage.py).
         """
         self._assert_open()
-        height, width = output_size(height, width)
+        height, width = check_output_size(height, width)
         index = self.index
         conceal = self.on_damage == "conceal"
         if conceal and index is not None:

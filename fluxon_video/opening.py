@@ -36,7 +36,7 @@ from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.sources import BytesRangeSource, FileObjectRangeSource, LocalFileRangeSource
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
-from fluxon_video.validation import (Threads, output_size, positive_int, stream_choice,
+from fluxon_video.validation import (Threads, check_output_size, positive_int, stream_choice,
                                      thread_count)
 
 
@@ -130,7 +130,7 @@ class ReaderOptions:
               on_damage: str, resize: str, interpolation: str) -> ReaderOptions:
         require_native()
         if height is not None and width is not None:
-            output_size(height, width)
+            check_output_size(height, width)
         return cls(None if height is None else positive_int("height", height),
                    None if width is None else positive_int("width", width),
                    thread_count(num_threads), bool(autorotate),

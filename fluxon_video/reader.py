@@ -36,9 +36,9 @@ from fluxon_video.metadata import (
 from fluxon_video.logs import get_logger
 from fluxon_video.native import require_native
 from fluxon_video.opened import OpenedVideo
-from fluxon_video.validation import output_fits
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsVideoReadStats
+from fluxon_video.validation import output_fits
 
 log = get_logger("reader")
 # Frames one step of iteration decodes: a forward decode, a bounded array.

@@ -23,7 +23,7 @@ def positive_int(name: str, value: Any) -> int:
 MAX_IMAGE_AREA = (2**31 - 1) // 8
 
 
-def output_size(height: Any, width: Any) -> tuple[int, int]:
+def check_output_size(height: Any, width: Any) -> tuple[int, int]:
     """(height, width) of an output frame: positive ints FFmpeg can make an image of."""
     height, width = positive_int("height", height), positive_int("width", width)
     if (height + 128) * (width + 128) >= MAX_IMAGE_AREA:
