@@ -95,7 +95,10 @@ class FluxonFsVideoReadRequest:
         if self.audio is not None and not isinstance(self.audio, AudioSpec):
             raise TypeError(f"audio must be an AudioSpec or None, got {type(self.audio).__name__}")
         if self.audio_span_s is not None:
-            start_s, end_s = (float(t) for t in self.audio_span_s)
+            try:
+                start_s, end_s = (float(t) for t in self.audio_span_s)
+            except (TypeError, ValueError):  # not two numbers: said below
+                start_s, end_s = 1.0, 0.0
             if not end_s >= start_s:
                 raise FluxonFsConfigError(f"audio_span_s must be (start_s, end_s) with end_s >= "
                                           f"start_s, got {self.audio_span_s!r}")

@@ -345,6 +345,13 @@ def test_audio_spans_that_cannot_be_met_are_refused_naming_the_file(audio_media)
         assert reader.get_audio_played_in_range(0.0, 1.0).data.shape == (2, 44100)
 
 
+@pytest.mark.parametrize("span", ["x", (1.0,), (0.0, "a"), (2.0, 1.0), 0])
+def test_a_requests_audio_span_that_is_not_two_ordered_numbers_is_refused(span):
+    with pytest.raises(FluxonFsConfigError, match="audio_span_s must be"):
+        fv.FluxonFsVideoReadRequest("e", "a.mp4", 8, 8, 1, (0,), audio=fv.AudioSpec(),
+                                    audio_span_s=span)
+
+
 def test_seeking_audio_without_exactness_matches_where_the_codec_forgets(audio_media):
     """exact_audio=False seeks with a pre-roll: bit-exact for FLAC and PCM (no
     state outlives the pre-roll); for AAC the noise bands may differ, never the place."""
