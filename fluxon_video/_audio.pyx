@@ -32,7 +32,7 @@ import numpy as np
 from fluxon_video._avio cimport (
     ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_limit_readahead, fx_avio_open,
 )
-from fluxon_video._demux cimport describe_audio, only_stream
+from fluxon_video._demux cimport describe_audio, fx_avformat_open, only_stream
 from fluxon_video._errors cimport err_check
 from fluxon_video._pipeline cimport Pipeline
 from fluxon_video.libav.avcodec cimport (
@@ -45,7 +45,7 @@ from fluxon_video.libav.avformat cimport (
     AVFMT_FLAG_CUSTOM_IO, AVFMT_FLAG_GENPTS, AVFormatContext, AVIOContext, AVSEEK_FLAG_BACKWARD,
     AVStream,
     av_find_best_stream, av_read_frame, av_seek_frame, avformat_alloc_context,
-    avformat_close_input, avformat_find_stream_info, avformat_open_input,
+    avformat_close_input, avformat_find_stream_info,
 )
 from fluxon_video.libav.avutil cimport (
     AV_CHANNEL_ORDER_UNSPEC, AV_NOPTS_VALUE, AV_SAMPLE_FMT_FLTP, AVChannelLayout, AVERROR,
@@ -272,7 +272,7 @@ cdef class AudioDecoder:
         self.fmt.pb = self.pb
         self.fmt.flags |= AVFMT_FLAG_CUSTOM_IO
         with nogil:
-            ret = avformat_open_input(&self.fmt, "", NULL, NULL)
+            ret = fx_avformat_open(self.pb, &self.fmt, NULL)
             if ret >= 0 and needs_probe(self.fmt):
                 what = "avformat_find_stream_info"
                 ret = avformat_find_stream_info(self.fmt, NULL)

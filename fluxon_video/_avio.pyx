@@ -383,7 +383,8 @@ cdef AVIOContext *fx_avio_open(ByteSource source) except NULL:
         raise MemoryError()
     # Every seek reaches our callback (it costs nothing: it moves the cursor).
     # Otherwise FFmpeg reads through forward seeks shorter than 32 KiB, and
-    # could fetch pages the demuxer then skips.
+    # could fetch pages the demuxer then skips. (Ogg and NUT need the buffer:
+    # _demux.fx_avformat_open turns this off for them.)
     pb.direct = 1
     return pb
 

@@ -11,6 +11,7 @@ each packet that say whether the packet is one frame (see mpeg4.py).
 """
 from libc.errno cimport ENOMEM
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdio cimport SEEK_SET
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy, strncmp
 
@@ -32,10 +33,11 @@ from fluxon_video.libav.avformat cimport (
     AVFMT_FLAG_CUSTOM_IO, AVFMT_FLAG_GENPTS, AVFormatContext, AVINDEX_KEYFRAME, AVIOContext, AVIndexEntry, AVStream,
     AV_DISPOSITION_ATTACHED_PIC, av_find_best_stream, av_read_frame, avformat_alloc_context, avformat_close_input,
     avformat_find_stream_info, avformat_index_get_entries_count, avformat_index_get_entry,
-    av_stream_get_side_data, avformat_open_input,
+    av_stream_get_side_data, avformat_open_input, avio_seek,
 )
 from fluxon_video.libav.avutil cimport (
     AV_CHANNEL_ORDER_UNSPEC, AV_NOPTS_VALUE, AVChannelLayout, AVERROR, AVERROR_EOF,
+    AVERROR_INVALIDDATA,
     AVERROR_STREAM_NOT_FOUND, AVMEDIA_TYPE_AUDIO,
     AVMEDIA_TYPE_SUBTITLE, AVMEDIA_TYPE_VIDEO, AVPixFmtDescriptor, AVRational,
     av_channel_layout_describe, av_color_range_name, av_color_space_name, av_pix_fmt_desc_get,
@@ -83,6 +85,28 @@ cdef void only_stream(AVFormatContext *fmt, int index) noexcept nogil:
         fmt.streams[i].discard = AVDISCARD_DEFAULT if i == index else AVDISCARD_ALL
 
 
+cdef int fx_avformat_open(AVIOContext *pb, AVFormatContext **fmt,
+                          const AVInputFormat *input_format) noexcept nogil:
+    """avformat_open_input over pb (*fmt allocated, its pb set; NULL after a
+    failure). pb reads directly (every seek reaches the page cache, see
+    fx_avio_open), but Ogg and NUT checksum what they read through pb's
+    buffer, which direct reads bypass: they fail at once (a CRC mismatch,
+    then the end of the data), so a failed open is tried again with the
+    buffer, which pb then keeps. A demuxer that opens directly is unchanged."""
+    cdef int ret = avformat_open_input(fmt, "", input_format, NULL)
+    if ret not in (AVERROR_INVALIDDATA, AVERROR_EOF) or not pb.direct or fx_avio_cursor(pb).error:
+        return ret
+    pb.direct = 0
+    if avio_seek(pb, 0, SEEK_SET) < 0:
+        return ret
+    fmt[0] = avformat_alloc_context()
+    if fmt[0] == NULL:
+        return FX_ERROR_OUT_OF_MEMORY
+    fmt[0].pb = pb
+    fmt[0].flags |= AVFMT_FLAG_CUSTOM_IO
+    return avformat_open_input(fmt, "", input_format, NULL)
+
+
 cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_info,
                        const AVInputFormat *input_format, int wanted_stream, int *stream_index,
                        const char **failed_call) noexcept nogil:
@@ -103,7 +127,7 @@ cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_
     fmt[0].pb = pb
     fmt[0].flags |= AVFMT_FLAG_CUSTOM_IO
     failed_call[0] = "avformat_open_input"
-    ret = avformat_open_input(fmt, "", input_format, NULL)
+    ret = fx_avformat_open(pb, fmt, input_format)
     if ret < 0:
         return ret
     if find_stream_info:

@@ -104,6 +104,9 @@ CLIPS = {c.name: c for c in [
          X264 + ("-movflags", "+frag_keyframe+empty_moov+default_base_moof"), audio=True),
     # MPEG-TS (broadcast, HLS segments): no index in the container, read sequentially.
     Clip("h264.ts", 256, 144, 2, X264),
+    # Ogg (Theora + Vorbis): its demuxer checksums every page it reads.
+    Clip("theora_vorbis.ogv", 256, 144, 2,
+         ("-c:v", "libtheora", "-q:v", "6", "-g", "24", "-c:a", "libvorbis"), audio=True),
     # A longer, larger clip for GIL and throughput checks.
     Clip("long_640x360.mp4", 640, 360, 12, X264 + ("-movflags", "+faststart")),
     Clip("audio_only.m4a", 0, 0, 1, ("-c:a", "aac"), audio=True, video=False),

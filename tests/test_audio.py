@@ -63,12 +63,13 @@ MEDIA: dict[str, list[str]] = {
     "mp3_only.mp3": [*tone(44100, "stereo"), "-c:a", "libmp3lame"],
     "wav_only.wav": [*tone(11025), "-c:a", "pcm_s16le"],
     "flac_only.flac": [*tone(16000), "-c:a", "flac"],
+    "opus_only.ogg": [*tone(48000, "stereo"), "-c:a", "libopus"],
 }
 # Derived by stream copy: an MP4 cut at a non-keyframe, so its edit list
 # starts both streams inside their first packets (video packets stamped from
 # -1.28 s, audio from before 0 s with its priming samples).
 DERIVED = {"edit_list.mp4": ("aac_stereo.mp4", ["-ss", "1.3"], ["-c", "copy"])}
-AUDIO_ONLY = ("m4a_aac.m4a", "mp3_only.mp3", "wav_only.wav", "flac_only.flac")
+AUDIO_ONLY = ("m4a_aac.m4a", "mp3_only.mp3", "wav_only.wav", "flac_only.flac", "opus_only.ogg")
 WITH_VIDEO = tuple(n for n in [*MEDIA, *DERIVED] if n not in AUDIO_ONLY)
 
 

@@ -26,6 +26,7 @@ cdef extern from "libavformat/avio.h" nogil:
         int64_t (*seek)(void *opaque, int64_t offset, int whence) noexcept nogil,
     )
     void avio_context_free(AVIOContext **s)
+    int64_t avio_seek(AVIOContext *s, int64_t offset, int whence)
 
 
 # https://ffmpeg.org/doxygen/5.1/structAVFormatContext.html
