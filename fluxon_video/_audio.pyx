@@ -42,9 +42,9 @@ from fluxon_video.libav.avcodec cimport (
     avcodec_send_packet,
 )
 from fluxon_video.libav.avformat cimport (
-    AVFMT_FLAG_CUSTOM_IO, AVFMT_FLAG_GENPTS, AVFormatContext, AVIOContext, AVSEEK_FLAG_BACKWARD,
+    AVFMT_FLAG_GENPTS, AVFormatContext, AVIOContext, AVSEEK_FLAG_BACKWARD,
     AVStream,
-    av_find_best_stream, av_read_frame, av_seek_frame, avformat_alloc_context,
+    av_find_best_stream, av_read_frame, av_seek_frame,
     avformat_close_input, avformat_find_stream_info,
 )
 from fluxon_video.libav.avutil cimport (
@@ -266,11 +266,6 @@ cdef class AudioDecoder:
         cdef const char *what = "avformat_open_input"
         self.owns_demuxer = True
         self.pb = fx_avio_open(self.source)
-        self.fmt = avformat_alloc_context()
-        if self.fmt == NULL:
-            raise MemoryError(f"{self.name}: avformat_alloc_context: out of memory")
-        self.fmt.pb = self.pb
-        self.fmt.flags |= AVFMT_FLAG_CUSTOM_IO
         with nogil:
             ret = fx_avformat_open(self.pb, &self.fmt, NULL)
             if ret >= 0 and needs_probe(self.fmt):

@@ -87,24 +87,26 @@ cdef void only_stream(AVFormatContext *fmt, int index) noexcept nogil:
 
 cdef int fx_avformat_open(AVIOContext *pb, AVFormatContext **fmt,
                           const AVInputFormat *input_format) noexcept nogil:
-    """avformat_open_input over pb (*fmt allocated, its pb set; NULL after a
-    failure). pb reads directly (every seek reaches the page cache, see
-    fx_avio_open), but Ogg and NUT checksum what they read through pb's
-    buffer, which direct reads bypass: they fail at once (a CRC mismatch,
-    then the end of the data), so a failed open is tried again with the
-    buffer, which pb then keeps. A demuxer that opens directly is unchanged."""
-    cdef int ret = avformat_open_input(fmt, "", input_format, NULL)
-    if ret not in (AVERROR_INVALIDDATA, AVERROR_EOF) or not pb.direct or fx_avio_cursor(pb).error:
-        return ret
-    pb.direct = 0
-    if avio_seek(pb, 0, SEEK_SET) < 0:
-        return ret
-    fmt[0] = avformat_alloc_context()
-    if fmt[0] == NULL:
-        return FX_ERROR_OUT_OF_MEMORY
-    fmt[0].pb = pb
-    fmt[0].flags |= AVFMT_FLAG_CUSTOM_IO
-    return avformat_open_input(fmt, "", input_format, NULL)
+    """*fmt: a new format context over pb, opened (NULL after a failure).
+    pb reads directly (every seek reaches the page cache, see fx_avio_open),
+    but Ogg and NUT checksum what they read through pb's buffer, which direct
+    reads bypass: they fail at once (a CRC mismatch, then the end of the
+    data), so a failed open is tried again with the buffer, which pb then
+    keeps. A demuxer that opens directly is unchanged."""
+    cdef int ret
+    while True:
+        fmt[0] = avformat_alloc_context()
+        if fmt[0] == NULL:
+            return FX_ERROR_OUT_OF_MEMORY
+        fmt[0].pb = pb
+        fmt[0].flags |= AVFMT_FLAG_CUSTOM_IO
+        ret = avformat_open_input(fmt, "", input_format, NULL)
+        if (ret not in (AVERROR_INVALIDDATA, AVERROR_EOF) or not pb.direct
+                or fx_avio_cursor(pb).error):
+            return ret
+        pb.direct = 0
+        if avio_seek(pb, 0, SEEK_SET) < 0:
+            return ret
 
 
 cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_info,
@@ -120,12 +122,6 @@ cdef int fx_open_input(AVIOContext *pb, AVFormatContext **fmt, bint find_stream_
     open (for describe_streams) when the stream is missing.
     """
     cdef int ret
-    failed_call[0] = "avformat_alloc_context"
-    fmt[0] = avformat_alloc_context()
-    if fmt[0] == NULL:
-        return FX_ERROR_OUT_OF_MEMORY
-    fmt[0].pb = pb
-    fmt[0].flags |= AVFMT_FLAG_CUSTOM_IO
     failed_call[0] = "avformat_open_input"
     ret = fx_avformat_open(pb, fmt, input_format)
     if ret < 0:

@@ -97,9 +97,10 @@ class FluxonFsVideoReadRequest:
         if self.audio_span_s is not None:
             try:
                 start_s, end_s = (float(t) for t in self.audio_span_s)
-            except (TypeError, ValueError):  # not two numbers: said below
-                start_s, end_s = 1.0, 0.0
-            if not end_s >= start_s:
+                ordered = end_s >= start_s
+            except (TypeError, ValueError):  # not two numbers
+                ordered = False
+            if not ordered:
                 raise FluxonFsConfigError(f"audio_span_s must be (start_s, end_s) with end_s >= "
                                           f"start_s, got {self.audio_span_s!r}")
             object.__setattr__(self, "audio_span_s", (start_s, end_s))

@@ -278,11 +278,13 @@ def packed_bframes(packets: list[bytes]) -> list[bytes]:
     return out
 
 
-def reference_frames(path: Path, height: int, width: int, threads: int | None = None) -> np.ndarray:
-    """Every frame by the ffmpeg CLI (``threads``: its decoder's thread count)."""
+def reference_frames(path: Path, height: int, width: int, threads: int | None = None,
+                     input_options: tuple[str, ...] = ()) -> np.ndarray:
+    """Every frame by the ffmpeg CLI (``threads``: its decoder's thread count;
+    ``input_options``: more options before ``-i``)."""
     threading = ["-threads", str(threads)] if threads else []
     raw = subprocess.run(
-        ["ffmpeg", "-nostdin", "-loglevel", "error", *threading, "-i", str(path),
+        ["ffmpeg", "-nostdin", "-loglevel", "error", *threading, *input_options, "-i", str(path),
          "-map", "0:v:0", "-vf", f"scale={width}:{height}:flags=bilinear,format=rgb24",
          "-fps_mode", "passthrough", "-f", "rawvideo", "-"],
         check=True, capture_output=True).stdout

@@ -21,7 +21,7 @@ import pytest
 
 import fluxon_video as fv
 from tests.helpers import make_patcher
-from tests.media import ffprobe_frame_count
+from tests.media import ffprobe_frame_count, reference_frames
 
 pytest.importorskip("fluxon_video._decode")
 
@@ -42,19 +42,11 @@ def root(tmp_path_factory) -> Path:
     return root
 
 
-def cli_frames(path: Path) -> np.ndarray:
-    raw = subprocess.run(
-        ["ffmpeg", "-nostdin", "-v", "error", "-reinit_filter", "0", "-i", str(path),
-         "-map", "0:v:0", "-vf", f"scale={W}:{H}:flags=bilinear,format=rgb24",
-         "-fps_mode", "passthrough", "-f", "rawvideo", "-"], check=True, capture_output=True).stdout
-    return np.frombuffer(raw, np.uint8).reshape(-1, H, W, 3)
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("name", JOINED)
 def test_every_frame_of_both_parts_reads_as_the_cli_decodes_it(root, name, threads):
     path = root / name
-    expected = cli_frames(path)
+    expected = reference_frames(path, H, W, input_options=("-reinit_filter", "0"))
     assert len(expected) == ffprobe_frame_count(path) == 50
     with fv.open_video(path, H, W, num_threads=threads) as reader:
         assert len(reader) == 50
