@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
-IDENTITY, TOKEN = "bench", "bench-token"
+# The agent refuses tokens under 128 bits: one from `fluxon-video token new`.
+IDENTITY, TOKEN = "bench", "Uiqc8NuDLs2_yKmZdi2ymyE3o3ApDKPOp4KpOtolw_8"
+# The secret sealing the bench's KV entries (docs/security.md).
+KV_KEY = "bench-kv-key-Zt4Xq9Lm2Vb7Nc5Wd8Hf1Jg6Ks3P"
 # Export settings a scenario may set; the export's defaults otherwise.
 OPTIONAL = ("piece_size", "metadata_cache_shared", "metadata_cache_ttl_ms")
 BUCKET, PREFIX = "bench", "videos"
@@ -29,6 +32,7 @@ def write_agent_config(path: Path, export: str, root: Path | str,
     path.write_text(f'[identities]\n{IDENTITY} = "{TOKEN}"\n\n[[exports]]\n'
                     f'name = "{export}"\nroot = "{root}"\nallow = ["{IDENTITY}"]\n'
                     + (f"store = {{ {inline} }}\n" if store_options else ""))
+    path.chmod(0o600)  # it holds the token (and maybe store secrets): others may not read it
     return path
 
 
@@ -48,7 +52,9 @@ def make_patcher(fx: dict, **client: Any) -> Any:
     export = FluxonFsExport(fx["export"], fx["root"], agent_url=fx["agent_url"],
                             allow=[fx["identity"]], **options)
     return fv.FluxonFsPatcher(exports=[export], identities={fx["identity"]: fx["token"]},
-                              client=ClientSettings(redis_url=fx["redis_url"], **client),
+                              client=ClientSettings(redis_url=fx["redis_url"], **{
+                                  **({"kv_keys": [KV_KEY]} if fx["redis_url"] else {}),
+                                  **client}),
                               identity=fx["identity"])
 
 

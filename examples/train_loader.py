@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import os
+import secrets
 import time
 from pathlib import Path
 
@@ -40,7 +41,8 @@ def make_patcher(args: argparse.Namespace) -> fv.FluxonFsPatcher:
     if not (DEMO_ROOT / "videos").is_dir():
         raise SystemExit("no demo data: run `make demo` first, or pass --config")
     return fv.FluxonFsPatcher(exports=[fv.FluxonFsExport("demo", str(DEMO_ROOT), allow=["me"])],
-                              identities={"me": "demo-token"}, identity="me")
+                              # In-process: no agent checks it; any fresh token will do.
+                              identities={"me": secrets.token_urlsafe(32)}, identity="me")
 
 
 def main() -> None:

@@ -6,6 +6,7 @@
     fluxon-video warm EXPORT [--glob G]        every piece (and index) into the KV
     fluxon-video read EXPORT:RELPATH --frames 0,8,-1 --size 224x224 --out DIR
     fluxon-video agent --config F --listen H:P serve exports (storage host)
+    fluxon-video token new [NAME]              a bearer token and its sha256: form
     fluxon-video demo | versions | --version
 
 Client commands read the config from --config or $FLUXON_VIDEO_CONFIG and
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_read(sub)
     _add_demo(sub)
     _add_agent(sub)
+    _add_token(sub)
     _add_doctor(sub)
     info = sub.add_parser("versions", help="print the FFmpeg library versions in use")
     info.set_defaults(run=_run_versions)
@@ -174,7 +176,8 @@ def _add_agent(sub: Any) -> None:
         description="Run the FluxonFS agent on the storage host: it answers stat, list and "
                     "read_chunk over HTTP/1.1 (HTTPS with --tls-cert/--tls-key) for the exports "
                     "in --config, checking each request's bearer token against the export's "
-                    "access list. SIGTERM stops it gracefully.")
+                    "access list. SIGTERM stops it gracefully; SIGHUP reloads --config "
+                    "(identities and exports) without dropping a connection.")
     agent.add_argument("--config", default=os.environ.get(CONFIG_ENV),
                        help=f"TOML file with [identities] and [[exports]] (default: ${CONFIG_ENV})")
     agent.add_argument("--listen", default="127.0.0.1:8765",
@@ -187,7 +190,55 @@ def _add_agent(sub: Any) -> None:
     agent.add_argument("--inject-latency-ms", type=float, default=0.0, metavar="MS",
                        help="wait MS milliseconds before answering each stat and read, to "
                             "model a remote store in benchmarks (default: %(default)s)")
+    agent.add_argument("--max-connections", type=int, metavar="N",
+                       help="connections open at once; when full, the longest-idle one is "
+                            "closed, and a request finding every one busy gets 503 (default: "
+                            "what the descriptor limit, ulimit -n, leaves room for)")
+    agent.add_argument("--header-timeout-s", type=float, default=10.0, metavar="S",
+                       help="a new connection must send its first request (TLS handshake "
+                            "included) within S seconds (default: %(default)s)")
+    agent.add_argument("--keepalive-timeout-s", type=float, default=75.0, metavar="S",
+                       help="idle keep-alive connections close after S seconds "
+                            "(default: %(default)s)")
+    agent.add_argument("--metrics-token-file", metavar="FILE",
+                       help="a file holding the bearer token /metrics asks for (default: "
+                            "$FLUXON_METRICS_TOKEN; neither: /metrics is open)")
     agent.set_defaults(run=_run_agent)
+
+
+def _add_token(sub: Any) -> None:
+    """token new / token hash: bearer tokens for [identities]."""
+    token = sub.add_parser(
+        "token", help="make a bearer token for [identities] (token new)",
+        description="Bearer tokens for [identities]. `token new` makes one; `token hash` "
+                    "turns an existing token into the sha256: form an agent's config can hold.")
+    actions = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
+    new = actions.add_parser(
+        "new", help="print a fresh token and its sha256: form",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Print a fresh bearer token (32 random bytes from the OS, 43 urlsafe "
+                    "characters: 256 bits; the agent refuses tokens under 128) as two "
+                    "[identities] lines:\n\n"
+                    "  NAME = \"<token>\"          for the trainers' config: the token they "
+                    "send\n"
+                    "  NAME = \"sha256:<hex>\"     for the agent's config: what it checks "
+                    "(the agent then\n"
+                    "                             holds no token anyone could send)\n\n"
+                    "To rotate, list the new token next to the old one in the agent's config "
+                    "(NAME = [\"sha256:<new>\", \"sha256:<old>\"]), move the trainers to the "
+                    "new token, then remove the old entry. Keep configs holding plain tokens "
+                    "at mode 0600.")
+    new.add_argument("name", nargs="?", default="trainer",
+                     help="the identity name written in the lines (default: %(default)s)")
+    new.add_argument("--json", action="store_true",
+                     help='print {"name", "token", "sha256"} as JSON')
+    new.set_defaults(run=_run_token_new)
+    hashed = actions.add_parser(
+        "hash", help="print the sha256: form of a token read from stdin",
+        description="Read a token from stdin (not the command line, which other users can "
+                    "see in the process list) and print its sha256: form for an agent's "
+                    "[identities].")
+    hashed.set_defaults(run=_run_token_hash)
 
 
 # ---- client commands ----
@@ -337,8 +388,45 @@ def _run_agent(args: argparse.Namespace) -> int:
         raise FluxonFsConfigError(f"the agent needs --config (or ${CONFIG_ENV})")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     tls = {"tls_cert": args.tls_cert, "tls_key": args.tls_key} if (args.tls_cert or args.tls_key) else {}
+    metrics_token = None
+    if args.metrics_token_file:
+        try:
+            metrics_token = Path(args.metrics_token_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise FluxonFsConfigError(f"--metrics-token-file {args.metrics_token_file!r}: "
+                                      f"cannot read it ({exc})") from None
     run_agent(load_config(args.config), args.listen, args.io_threads, args.access_log,
-              args.inject_latency_ms, **tls)
+              args.inject_latency_ms, **tls, config_path=args.config,
+              max_connections=args.max_connections, header_timeout_s=args.header_timeout_s,
+              keepalive_timeout_s=args.keepalive_timeout_s, metrics_token=metrics_token)
+    return 0
+
+
+def _run_token_new(args: argparse.Namespace) -> int:
+    from fluxon_video.fs.tokens import hash_token, new_token
+
+    token = new_token()
+    if args.json:
+        print(json.dumps({"name": args.name, "token": token, "sha256": hash_token(token)}))
+        return 0
+    print("# the trainers' config, [identities]: the token they send (keep the file 0600)")
+    print(f"{args.name} = {json.dumps(token)}")
+    print("# the agent's config, [identities]: its SHA-256, which the agent checks")
+    print(f"{args.name} = {json.dumps(hash_token(token))}")
+    return 0
+
+
+def _run_token_hash(args: argparse.Namespace) -> int:
+    from fluxon_video.errors import FluxonFsConfigError
+    from fluxon_video.fs.tokens import check_entries, check_strength, hash_token, is_hashed
+
+    token = sys.stdin.readline().strip()
+    if not token or is_hashed(token):
+        raise FluxonFsConfigError("token hash reads one plain token from stdin")
+    check_entries("stdin", token)
+    # The agent cannot judge a hash: judge the token now, as it would the plain form.
+    check_strength(token, "stdin")
+    print(hash_token(token))
     return 0
 
 

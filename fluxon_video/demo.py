@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from fluxon_video.fs.config import FluxonFsExport
+from fluxon_video.fs.tokens import new_token
 from fluxon_video.patcher import FluxonFsPatcher
 from fluxon_video.stats import FluxonFsVideoReadStats
 
@@ -30,7 +31,8 @@ DEMO_VIDEOS = {
                       "-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8",
                       "-pix_fmt", "yuv420p"],
 }
-DEMO_IDENTITY = ("demo", "demo-token")
+# In-process: no agent checks the token, but a fresh one leaves no weak literal to copy.
+DEMO_IDENTITY = ("demo", new_token())
 
 
 def ensure_demo_videos(root: Path) -> list[str]:

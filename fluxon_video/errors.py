@@ -71,8 +71,22 @@ class FluxonFsPermissionError(FluxonFsIOError, PermissionError):
     """The request identity may not read this export or path."""
 
 
+class FluxonFsAuthenticationError(FluxonFsPermissionError):
+    """The bearer token is missing or no identity has it (the agent's 401; a
+    refusal of a known identity is the parent class, a 403)."""
+
+
 class FluxonFsFileChangedError(FluxonFsIOError):
     """The file's size or mtime changed since the reader opened it."""
+
+
+class FluxonFsOverloadedError(FluxonFsIOError):
+    """The storage cannot take the request now: out of file descriptors or
+    memory, or its connection table is full (the agent's 503). Not an answer
+    about the file: another replica may serve it, or the same one later
+    (``retry_after_s``, the agent's Retry-After, when it gave one)."""
+
+    retry_after_s: float | None = None
 
 
 class FluxonFsBadRequestError(FluxonFsError, ValueError):

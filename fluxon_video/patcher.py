@@ -55,8 +55,10 @@ class FluxonFsPatcher:
             config = FluxonFsConfig.build(exports or [], identities, client)
         elif exports is not None or identities is not None or client is not None:
             raise FluxonFsConfigError("pass either config or exports/identities/client, not both")
-        # Exports served by this process get the agent's start-up checks.
-        config.check_served(e for e in config.exports.values() if e.in_process)
+        # Exports served by this process get the agent's start-up checks, but for
+        # token strength: no network boundary here (FluxonFsConfig.check_served).
+        config.check_served((e for e in config.exports.values() if e.in_process),
+                            over_network=False)
         self.config = config
         self._client = FluxonFsClient(config, kv_store)
         self._closed = False
@@ -72,7 +74,8 @@ class FluxonFsPatcher:
 
     def __setstate__(self, state: dict[str, object]) -> None:
         opener: VideoOpener = state["opener"]  # type: ignore[assignment]
-        opener.config.check_served(e for e in opener.config.exports.values() if e.in_process)
+        opener.config.check_served((e for e in opener.config.exports.values() if e.in_process),
+                                   over_network=False)
         self.config, self._closed = opener.config, False
         self._client, self._identities, self._opener = opener.client, opener.identities, opener
 

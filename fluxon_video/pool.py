@@ -34,6 +34,7 @@ from fluxon_video.errors import (
     FluxonFsFrameIndexError,
 )
 from fluxon_video.frames import as_torch, covered_span, frame_durations
+from fluxon_video.fs.concurrency import PerProcess
 from fluxon_video.fs.config import RequestIdentity
 from fluxon_video.fs.paths import check_relpath
 from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
@@ -151,7 +152,6 @@ class PoolCounters:
 class _State:
     """Everything that belongs to one process; replaced wholesale after fork."""
 
-    pid: int = field(default_factory=os.getpid)
     lock: threading.Lock = field(default_factory=threading.Lock)
     idle: OrderedDict[FluxonFsVideoReader, ReaderKey] = field(default_factory=OrderedDict)
     leased: set[FluxonFsVideoReader] = field(default_factory=set)
@@ -167,17 +167,14 @@ class FluxonFsVideoReaderPool:
         self.max_readers = positive_int("max_readers", max_readers)
         self.autorotate = bool(autorotate)
         self.on_damage = check_policy(on_damage)
-        self._state = _State()
+        self._state = PerProcess(_State)
         self._closed = False
 
     # ---- process-local state ----
 
     def _local(self) -> _State:
-        state = self._state
-        if state.pid != os.getpid():
-            # A forked child: the parent's readers (and their threads) are not ours.
-            state = self._state = _State()
-        return state
+        # A forked child builds its own: the parent's readers (and threads) are not ours.
+        return self._state.get()
 
     def _key(self, request: FluxonFsVideoReadRequest) -> ReaderKey:
         identity = self.opener.identities.current

@@ -9,8 +9,9 @@ touching shared infrastructure::
     with RedisServer(tmp_path) as redis_server, AgentProcess(config_path) as agent:
         patcher = FluxonFsPatcher(exports=[FluxonFsExport("train", root, agent_url=agent.url,
                                                           allow=["alice"])],
-                                  identities={"alice": "token"},
-                                  client=ClientSettings(redis_url=redis_server.url),
+                                  identities={"alice": token},  # `fluxon-video token new`
+                                  client=ClientSettings(redis_url=redis_server.url,
+                                                        kv_keys=[kv_key]),  # `token new` too
                                   identity="alice")
 
 ``start()`` / ``stop()`` work too; ``stop()`` may be called any number of
@@ -168,13 +169,14 @@ class _Server(_Managed):
             _terminate(proc)
 
     def _launch(self, cmd: Sequence[str], name: str, answers: Callable[[], bool],
-                timeout: float, env: dict[str, str] | None = None) -> None:
+                timeout: float, env: dict[str, str] | None = None,
+                preexec_fn: Callable[[], None] | None = None) -> None:
         """Run cmd with its output appended to ``self.log`` and wait until
         ``answers()`` is true; a process that exits first raises ServerStartError
         with the end of its log, and one that never answers is stopped."""
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT,
-                                         env=env)
+                                         env=env, preexec_fn=preexec_fn)
         proc = self.proc
 
         def ready() -> bool:
@@ -527,17 +529,24 @@ class AgentProcess(_Server):
     ``url`` is then ``https://...`` and ``ca_bundle`` is the certificate, which
     the readiness check (and a client, as ``agent_ca_bundle``) trusts; the
     certificate must name 127.0.0.1 (subjectAltName ``IP:127.0.0.1``).
+
+    ``env`` adds variables to the agent's environment (e.g.
+    ``FLUXON_METRICS_TOKEN``); ``nofile`` runs it with that RLIMIT_NOFILE
+    (soft and hard), as ``ulimit -n`` would, to test descriptor exhaustion.
     """
 
     def __init__(self, config_path: str | os.PathLike[str], args: Sequence[str] = (),
                  port: int | None = None,
-                 tls: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None) -> None:
+                 tls: tuple[str | os.PathLike[str], str | os.PathLike[str]] | None = None,
+                 env: dict[str, str] | None = None, nofile: int | None = None) -> None:
         self.config_path = Path(config_path)
         self.args = list(args)
         self.port = port if port is not None else free_port()
         self.proc = None
         self.log = self.config_path.with_suffix(f".{self.port}.log")
         self.tls = (str(tls[0]), str(tls[1])) if tls is not None else None
+        self.env = dict(env or {})
+        self.nofile = nofile
 
     @property
     def url(self) -> str:
@@ -568,10 +577,18 @@ class AgentProcess(_Server):
                                         context=context) as response:
                 return response.read() == b"ok"
 
+        nofile = self.nofile
+
+        def limit_descriptors() -> None:  # in the child, before exec
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         self._launch([sys.executable, "-m", "fluxon_video", "agent", "--config",
                       str(self.config_path), "--listen", f"{LOOPBACK}:{self.port}", *tls_args,
                       *self.args], "the agent", healthy, timeout,
-                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                     env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+                     preexec_fn=limit_descriptors if nofile is not None else None)
         return self
 
 

@@ -39,6 +39,7 @@ def export_root(tmp_path_factory, media) -> Path:
 def agent_config(tmp_path_factory, export_root) -> Path:
     path = tmp_path_factory.mktemp("agent") / "agent.toml"
     path.write_text(agent_config_text(export_root))
+    path.chmod(0o600)  # it holds tokens: readable by others, loading it warns
     return path
 
 

@@ -6,15 +6,51 @@ videos); fixtures live in conftest.py. No test module imports another.
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 import fluxon_video as fv
 from fluxon_video.fs.config import ClientSettings, FluxonFsExport, RequestIdentity
 from fluxon_video.sources import BytesRangeSource
+from fluxon_video.testing import LOOPBACK
 
-IDENTITIES = {"alice": "token-alice", "bob": "token-bob"}
+# Made once with `fluxon-video token new`: the agent refuses tokens under 128 bits.
+IDENTITIES = {"alice": "ZWWr0thz8hKb6VViiiqQBjBM6zMkLttXSuBJfiFKJng",
+              "bob": "wFc7gsXEqbFjuk_UvIg8qoGWUGFs-m3z_SAUOhplETw"}
+
+
+# The secret that seals the tests' shared-KV entries (fs/kv_seal.py); Redis never sees it.
+KV_KEY = "test-kv-key-9f3Kq2LmZx7Wv4Tn8Rb1Yc6Hd0Ja5Ue"
+
+
+def make_certificate(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 and its key, made now by the openssl CLI."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl CLI is not installed (Debian: apt-get install openssl)")
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1",
+                    "-subj", f"/CN={LOOPBACK}", "-addext", f"subjectAltName=IP:{LOOPBACK}"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def http_get(url: str, token: str = IDENTITIES["alice"], timeout: float = 10
+             ) -> tuple[int, bytes]:
+    """(status, body) of a GET with a bearer token, error statuses included."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
 
 
 def agent_config_text(root: Path) -> str:
@@ -31,7 +67,8 @@ def make_patcher(agent_url: str | None, root, redis_url: str | None = None,
     """A patcher with the exports of agent_config_text; agent_url None serves them in-process."""
     exports = [FluxonFsExport(name, str(root), agent_url=agent_url, allow=allow, **export_options)
                for name, allow in (("train", ["alice"]), ("shared", ["alice", "bob"]))]
-    settings = ClientSettings(redis_url=redis_url, **(client or {}))
+    client = {"kv_keys": (KV_KEY,), **(client or {})} if redis_url else (client or {})
+    settings = ClientSettings(redis_url=redis_url, **client)
     return fv.FluxonFsPatcher(exports=exports, identities=IDENTITIES, client=settings,
                               identity=identity)
 

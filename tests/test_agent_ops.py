@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import shutil
 import signal
 import socket
 import ssl
@@ -25,7 +23,7 @@ from fluxon_video.fs.agent import REFUSAL_REASONS, make_app, make_ssl_context
 from fluxon_video.fs.config import load_config
 from fluxon_video.fs.routes import AgentRoute
 from fluxon_video.testing import LOOPBACK, AgentProcess, ServerStartError, wait_until
-from tests.helpers import IDENTITIES, make_patcher
+from tests.helpers import IDENTITIES, make_certificate, make_patcher
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,7 +33,7 @@ CLIP = "h264_faststart.mp4"
 
 # ---- helpers ----
 
-def get(url: str, token: str | None = "token-alice", context: ssl.SSLContext | None = None,
+def get(url: str, token: str | None = IDENTITIES["alice"], context: ssl.SSLContext | None = None,
         **query: object) -> tuple[int, bytes, dict[str, str]]:
     """(status, body, headers) of a GET; an HTTP error status is an answer, not an exception."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -72,17 +70,6 @@ def tls_pair(tmp_path_factory) -> tuple[Path, Path]:
     return make_certificate(tmp_path_factory.mktemp("tls"))
 
 
-def make_certificate(directory: Path) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl CLI is not installed (Debian: apt-get install openssl)")
-    cert, key = directory / "cert.pem", directory / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
-                    "-keyout", str(key), "-out", str(cert), "-days", "1",
-                    "-subj", f"/CN={LOOPBACK}", "-addext", f"subjectAltName=IP:{LOOPBACK}"],
-                   check=True, capture_output=True)
-    return cert, key
-
-
 @pytest.fixture(scope="module")
 def tls_agent(agent_config, tls_pair):
     with AgentProcess(agent_config, tls=tls_pair) as agent:
@@ -107,7 +94,7 @@ def test_metrics_count_requests_bytes_latency_and_refusals(agent_config, export_
                                   offset=offset, length=length, **version)
             assert status == 200 and body == data[offset:offset + length]
         # Refusals, one of each kind the agent answers with but "internal".
-        assert get(agent.url + "/v1/stat", token="token-bob", export="train", path=VIDEO)[0] == 403
+        assert get(agent.url + "/v1/stat", token=IDENTITIES["bob"], export="train", path=VIDEO)[0] == 403
         assert get(agent.url + "/v1/stat", token=None, export="train", path=VIDEO)[0] == 401
         assert get(agent.url + "/v1/stat", export="train", path="bucket/none.mp4")[0] == 404
         assert get(agent.url + "/v1/read", export="train", path=VIDEO, offset="x", length=1,
@@ -214,7 +201,7 @@ def test_an_unexpected_error_is_an_internal_refusal_logged_with_export_and_path(
     async def run() -> tuple[int, dict]:
         async with TestClient(TestServer(app)) as client:
             response = await client.get("/v1/stat", params={"export": "train", "path": VIDEO},
-                                        headers={"Authorization": "Bearer token-alice"})
+                                        headers={"Authorization": f"Bearer {IDENTITIES['alice']}"})
             return response.status, await response.json()
 
     with caplog.at_level("ERROR", logger="fluxon_video.agent"):

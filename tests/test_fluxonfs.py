@@ -230,7 +230,7 @@ def test_paths_escaping_the_root_are_refused(agent, export_root, relpath):
     # And by the agent itself, whatever a client sends.
     query = urlencode({"export": "train", "path": relpath})
     request = urllib.request.Request(f"{agent.url}/v1/stat?{query}",
-                                     headers={"Authorization": "Bearer token-alice"})
+                                     headers={"Authorization": f"Bearer {IDENTITIES['alice']}"})
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(request, timeout=5)
     assert info.value.code in (400, 403)
@@ -243,7 +243,7 @@ def test_symlink_inside_the_root_is_served(media, agent, export_root):
 
 
 def test_agent_status_codes(agent):
-    def status(path, token="token-alice"):
+    def status(path, token=IDENTITIES["alice"]):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         request = urllib.request.Request(agent.url + path, headers=headers)
         try:
@@ -254,7 +254,7 @@ def test_agent_status_codes(agent):
     q = urlencode({"export": "train", "path": VIDEO})
     assert status(f"/v1/stat?{q}") == 200
     assert status(f"/v1/stat?{q}", token=None) == 401
-    assert status(f"/v1/stat?{q}", token="token-bob") == 403
+    assert status(f"/v1/stat?{q}", token=IDENTITIES["bob"]) == 403
     assert status("/v1/stat?" + urlencode({"export": "train", "path": "nope.mp4"})) == 404
     assert status("/v1/stat?" + urlencode({"export": "zzz", "path": VIDEO})) == 404
     assert status(f"/v1/read?{q}&offset=0&length=10&size=1&mtime_ns=1&ctime_ns=1&inode=1") == 409
@@ -350,7 +350,17 @@ def test_corrupt_and_truncated_pieces_are_detected_and_repaired(media, agent, ex
     # Every piece the second read found was damaged: each was detected, dropped,
     # read from the agent and stored again intact.
     assert stats.kv_hits == 0 and stats.kv_corrupt == stats.kv_misses >= 2
-    assert sum(r.hget(key, "bytes") == data for key, data in good.items()) == stats.kv_corrupt
+    file = (export_root / VIDEO).read_bytes()
+    with make_patcher(agent.url, export_root, redis_url, piece_size=piece) as checker:
+        seal = checker.client.seal  # opens entries with the trainers' key
+
+        def intact(key: str) -> bool:
+            index = int(key.rsplit(":", 1)[1])
+            entry = {k.decode(): v for k, v in r.hgetall(key).items()}
+            return (seal.open("train", key, entry, "bytes").data
+                    == file[index * piece:(index + 1) * piece])
+
+        assert sum(map(intact, good)) == stats.kv_corrupt
 
 
 def test_agent_stopped_gives_a_clear_error_within_the_timeout(agent_config, export_root):

@@ -20,10 +20,11 @@ from fluxon_video.fs.config import (
     RequestIdentity,
     load_config,
 )
-from fluxon_video.fs.kv import EmbeddedPieceStore, decode_piece, encode_piece, piece_key
+from fluxon_video.fs.kv import EmbeddedPieceStore, piece_key
+from fluxon_video.fs.kv_seal import EntrySealer, Protection, Verdict
 from fluxon_video.fs.routes import InProcessRoute
 from fluxon_video.fs.origin import FileStat
-from tests.helpers import agent_config_text, run_in_threads
+from tests.helpers import IDENTITIES, KV_KEY, agent_config_text, run_in_threads
 
 V = FileStat(100, 7)
 
@@ -41,7 +42,7 @@ def test_toml_config_round_trip(tmp_path, export_root):
     assert config.export("train").allow == ("alice",)
     shared = config.export("shared")
     assert shared.kv_miss_policy is MissPolicy.StageToKvThenRead and shared.piece_size == 65536
-    assert config.identity("bob") == RequestIdentity("bob", "token-bob")
+    assert config.identity("bob") == RequestIdentity("bob", IDENTITIES["bob"])
     with pytest.raises(errors.FluxonFsConfigError, match=r"'carol' .*\[identities\]: alice, bob"):
         config.identity("carol")
 
@@ -119,25 +120,45 @@ def test_an_object_version_keys_by_its_etag_and_a_file_version_as_documented():
     assert "etag" in a.describe_change(b)
 
 
-def test_piece_entries_are_verified():
-    fields = encode_piece("k", b"hello world", "bytes")
-    assert decode_piece("k", fields, "bytes", 11) == b"hello world"
-    assert decode_piece("k", fields, "bytes", 12) is None  # not the length the file implies
-    assert decode_piece("k", {**fields, "bytes": b"hello worle"}, "bytes", 11) is None  # CRC
-    assert decode_piece("k", {**fields, "crc32": b"zz"}, "bytes", 11) is None
-    assert decode_piece("k", {"bytes": b"x"}, "bytes", 1) is None
-    assert decode_piece("k", None, "bytes", 1) is None
-    # A valid entry under another key (moved or copied there) is caught like corruption.
-    assert decode_piece("k2", fields, "bytes", 11) is None
+SECRET_A, SECRET_B = b"kv-secret-a-0123456789abcdefXYZ", b"kv-secret-b-0123456789abcdefXYZ"
+
+
+@pytest.mark.parametrize("protection", list(Protection))
+def test_piece_entries_are_sealed(protection):
+    seal = EntrySealer([SECRET_A], protection)
+    fields = seal.seal("e", "k", b"hello world", "bytes")
+    assert (fields["bytes"] == b"hello world") is (protection is Protection.mac)
+
+    def opened(fields, key="k", export="e", expected_len=11, sealer=seal):
+        return sealer.open(export, key, fields, "bytes", expected_len=expected_len)
+
+    assert opened(fields).data == b"hello world"
+    assert opened(fields, expected_len=12).verdict is Verdict.CORRUPT  # not the file's length
+    flipped = bytes([fields["bytes"][0] ^ 1]) + fields["bytes"][1:]
+    assert opened({**fields, "bytes": flipped}).verdict is Verdict.CORRUPT
+    # A valid entry under another key, or of another export, is caught like corruption.
+    assert opened(fields, key="k2").verdict is Verdict.CORRUPT
+    assert opened(fields, export="f").verdict is Verdict.CORRUPT
+    assert opened(None).verdict is Verdict.ABSENT
+    # The old unsealed format (a CRC anyone can recompute) is a miss, not an error.
+    old = {"bytes": b"hello world", "len": b"11", "crc32": b"1"}
+    assert opened(old).verdict is Verdict.FOREIGN
+    # Sealed with a secret this process does not hold: a miss, and never served.
+    assert opened(fields, sealer=EntrySealer([SECRET_B], protection)).verdict is Verdict.FOREIGN
+    # Rotation: a keyring with the new secret first still opens the old one's entries,
+    # and seals with the new one, which the old keyring cannot open.
+    rotated = EntrySealer([SECRET_B, SECRET_A], protection)
+    assert opened(fields, sealer=rotated).data == b"hello world"
+    assert opened(rotated.seal("e", "k", b"hello world", "bytes")).verdict is Verdict.FOREIGN
 
 
 def test_embedded_store_is_bounded():
     store = EmbeddedPieceStore(max_bytes=10_000)
     for i in range(10):
-        store.put(f"k{i}", encode_piece(f"k{i}", bytes(3000), "bytes"))
+        store.put(f"k{i}", {"bytes": bytes(3000)})
     kept = [i for i in range(10) if store.get_many([f"k{i}"])[0]]
     assert kept == [7, 8, 9]
-    store.put("huge", encode_piece("huge", bytes(20_000), "bytes"))  # larger than the store: skipped
+    store.put("huge", {"bytes": bytes(20_000)})  # larger than the store: skipped
     assert store.get_many(["huge"])[0] is None
 
 
@@ -234,7 +255,7 @@ def test_a_node_keeps_waiting_for_pieces_whose_holders_are_still_fetching(tmp_pa
     export = FluxonFsExport("train", str(tmp_path), allow=["alice"], piece_size=ps,
                             single_flight_across_nodes=True)
     config = FluxonFsConfig.build([export], {"alice": "token-alice"},
-                                  client=ClientSettings(redis_url=redis_url))
+                                  client=ClientSettings(redis_url=redis_url, kv_keys=[KV_KEY]))
     node, other = FluxonFsClient(config), FluxonFsClient(config)
     file = node.files.stat(FileRef("train", "v/f.bin", config.identity("alice")))
     keys = [key_of(export, file, index) for index in (3, 4)]

@@ -7,10 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
 from urllib.parse import urlencode
 
 import numpy as np
@@ -20,7 +17,7 @@ import fluxon_video as fv
 from fluxon_video import errors
 from fluxon_video.fs.config import load_config
 from fluxon_video.testing import AgentProcess
-from tests.helpers import IDENTITIES, agent_config_text, make_patcher, run_in_threads
+from tests.helpers import IDENTITIES, agent_config_text, http_get, make_patcher, run_in_threads
 
 VIDEO = "videos/h264_faststart.mp4"
 OTHER = "videos/hevc.mp4"  # the same size is not needed: rewrites copy bytes over
@@ -51,15 +48,6 @@ def config_path(tmp_path_factory, root):
 def agent(config_path):
     with AgentProcess(config_path) as process:
         yield process
-
-
-def http_get(url: str, token: str = IDENTITIES["alice"], timeout: float = 10) -> tuple[int, bytes]:
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
 
 
 # ---- 1. symlink loops and over-long names ----
@@ -265,7 +253,7 @@ def test_bad_configs_are_refused_where_exports_are_served(tmp_path, root):
             fv.FluxonFsPatcher(load_config(path), identity="alice")
     # A client of a remote export need not know every identity the agent knows.
     remote = load_config(stranger)
-    remote_exports = [fv.FluxonFsExport(e.name, str(tmp_path / "nope"), agent_url="http://x:1",
+    remote_exports = [fv.FluxonFsExport(e.name, str(tmp_path / "nope"), agent_url="https://x:1",
                                         allow=e.allow) for e in remote.exports.values()]
     fv.FluxonFsPatcher(exports=remote_exports, identities=IDENTITIES, identity="alice").close()
 

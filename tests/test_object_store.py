@@ -22,7 +22,7 @@ import fluxon_video as fv
 from fluxon_video import errors
 from fluxon_video.fs.config import FluxonFsExport
 from fluxon_video.testing import AgentProcess
-from tests.helpers import IDENTITIES, make_patcher
+from tests.helpers import IDENTITIES, KV_KEY, make_patcher
 from tests.store_faults import FaultyRelay
 
 H, W = 36, 64
@@ -177,7 +177,8 @@ def test_a_store_that_stops_answering_fails_reads_promptly(media, tmp_path):
 def test_the_cli_lists_stats_warms_and_reads_a_bucket(media, bucket, redis_url, tmp_path):
     config = tmp_path / "fluxon.toml"
     store = ", ".join(f"{k} = {json.dumps(v)}" for k, v in bucket.store_options().items())
-    config.write_text(f'[client]\nredis_url = "{redis_url}"\n\n[identities]\nalice = "t"\n\n'
+    config.write_text(f'[client]\nredis_url = "{redis_url}"\nkv_keys = ["{KV_KEY}"]\n\n'
+                      f'[identities]\nalice = "t"\n\n'
                       f'[[exports]]\nname = "s3"\nroot = "{ROOT}"\nallow = ["alice"]\n'
                       f'store = {{ {store} }}\n')
 

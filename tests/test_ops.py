@@ -18,7 +18,7 @@ import pytest
 import fluxon_video as fv
 from fluxon_video import errors
 from fluxon_video.testing import AgentProcess, RedisServer
-from tests.helpers import IDENTITIES, make_patcher
+from tests.helpers import IDENTITIES, KV_KEY, make_patcher
 
 H, W = 48, 64
 
@@ -49,13 +49,15 @@ def config(tmp_path_factory, tree):
     """A config file for both the agent and CLI clients (alice reads, bob is refused)."""
     def write(redis_url: str | None = None, agent_url: str | None = None,
               ttl_s: int | None = None) -> Path:
-        client = f'[client]\nredis_url = "{redis_url}"\n\n' if redis_url else ""
+        client = (f'[client]\nredis_url = "{redis_url}"\nkv_keys = ["{KV_KEY}"]\n\n'
+                  if redis_url else "")
         agent = f'agent_url = "{agent_url}"\n' if agent_url else ""
         agent += f"cache_ttl_s = {ttl_s}\n" if ttl_s else ""
         path = tmp_path_factory.mktemp("ops-config") / "fluxon.toml"
         identities = "\n".join(f'{n} = "{t}"' for n, t in IDENTITIES.items())
         path.write_text(f'{client}[identities]\n{identities}\n\n[[exports]]\nname = "data"\n'
                         f'root = "{tree}"\n{agent}allow = ["alice"]\npiece_size = 16384\n')
+        path.chmod(0o600)  # it holds tokens: readable by others, every command would warn
         return path
     return write
 

@@ -11,6 +11,7 @@ import pytest
 
 import fluxon_video as fv
 from fluxon_video import errors
+from fluxon_video.fs.kv import EmbeddedPieceStore
 from tests.helpers import make_patcher
 
 torch = pytest.importorskip("torch")
@@ -78,7 +79,7 @@ def test_configuration_objects_pickle(local, export_root):
     clone = pickle.loads(pickle.dumps(dataset))  # ...that does not travel
     assert clone._local is None and clone.clip(3) == dataset.clip(3)
     with pytest.raises(TypeError, match="kv_store"):
-        pickle.dumps(fv.FluxonFsPatcher(local.config, kv_store=object()))
+        pickle.dumps(fv.FluxonFsPatcher(local.config, kv_store=EmbeddedPieceStore(1 << 20)))
 
 
 # ---- the dataset in real worker processes ----

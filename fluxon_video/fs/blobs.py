@@ -1,8 +1,8 @@
 """Per-version blobs in the KV: opaque bytes (the video layer keeps a frame index there).
 
-One entry per (export, relpath, kind), holding the version it belongs to:
-a blob of another version reads as absent, and a new version's blob
-replaces the old one's.
+One entry per (export, relpath, kind), holding the version it belongs to
+in the clear and sealed with the bytes (fs/kv_seal.py): a blob of another
+version reads as absent, and a new version's blob replaces the old one's.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from fluxon_video.fs.client_state import ClientService
 from fluxon_video.fs.config import FluxonFsExport
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.file_ref import FileRef, VersionedFile
-from fluxon_video.fs.kv import UNREACHABLE, Fields, blob_key, decode_blob, encode_blob
+from fluxon_video.fs.kv import UNREACHABLE, Fields, blob_key
 from fluxon_video.fs.origin import FileStat
 
 
@@ -37,13 +37,13 @@ class VersionBlobs(ClientService):
     def from_entry(self, export: FluxonFsExport, key: str, version: FileStat,
                    entry: Fields | None) -> bytes | None:
         """The blob in a KV entry read for key, if it is this version's and intact."""
-        if entry is UNREACHABLE:
+        if entry is UNREACHABLE or not entry:
             return None
+        if entry.get("version") != version.key().encode():
+            return None  # another version's: the next scan replaces it
         state = self._state()
-        data, damaged = decode_blob(key, version, entry, export.cache_bytes_field_key)
-        if damaged:
-            state.kv.delete(key)
-        elif data is not None:
+        data = state.open_entry(export, key, entry, None, bound=f"@{version.key()}")
+        if data is not None:
             state.refresh_ttl(export, key)  # as for pieces: an index in use does not expire
         return data
 
@@ -56,6 +56,8 @@ class VersionBlobs(ClientService):
             return
         key = self.key(file.file, kind)
         state = self._state()
-        state.alongside.submit(state.kv.put, key,
-                               encode_blob(key, file.version, data, export.cache_bytes_field_key),
-                               export.cache_ttl_s)
+        version = file.version.key()
+        entry = {**state.seal.seal(export.name, key, data, export.cache_bytes_field_key,
+                                   bound=f"@{version}"),
+                 "version": version.encode()}
+        state.alongside.submit(state.kv.put, key, entry, export.cache_ttl_s)

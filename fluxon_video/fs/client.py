@@ -12,15 +12,14 @@ identity"; "this version of it"), and all share one per-process state
 
 from __future__ import annotations
 
-import os
-
 from fluxon_video import errors
 from fluxon_video.fs.blobs import VersionBlobs
-from fluxon_video.fs.client_state import ClientState
-from fluxon_video.fs.concurrency import Backfiller
+from fluxon_video.fs.client_state import ClientState, make_sealer
+from fluxon_video.fs.concurrency import Backfiller, PerProcess
 from fluxon_video.fs.config import FluxonFsConfig
 from fluxon_video.fs.file_metadata import FileMetadata
 from fluxon_video.fs.kv import GuardedPieceStore, PieceStore
+from fluxon_video.fs.kv_seal import EntrySealer
 from fluxon_video.fs.pieces import PieceReads
 from fluxon_video.fs.warming import Warming
 
@@ -36,7 +35,9 @@ class FluxonFsClient:
     def __init__(self, config: FluxonFsConfig, store: PieceStore | None = None) -> None:
         self.config = config
         self.piece_store = store  # None: make one per process from the config
-        self._state: ClientState | None = None
+        # The KV keys load (and a shared KV without one is refused) here, not at first read.
+        make_sealer(config, store.shared if store is not None else bool(config.client.redis_urls))
+        self._state = PerProcess(self._build_state)
         self._closed = False
         grant = object()  # what versions authorised by this client's stats carry
         self.blobs = VersionBlobs(config, self._checkpid, grant)
@@ -44,18 +45,23 @@ class FluxonFsClient:
         self.pieces = PieceReads(config, self._checkpid, grant)
         self.warming = Warming(config, self._checkpid, grant)
 
+    def _build_state(self) -> ClientState:
+        if self._closed:
+            raise errors.FluxonFsClosedError("the FluxonFS client is closed")
+        return ClientState.build(self.config, self.piece_store)
+
     def _checkpid(self) -> ClientState:
         """This process's state, built on first use here (after fork too)."""
-        state = self._state
-        if state is None or state.pid != os.getpid():
-            if self._closed:
-                raise errors.FluxonFsClosedError("the FluxonFS client is closed")
-            state = self._state = ClientState.build(self.config, self.piece_store)
-        return state
+        return self._state.get()
 
     @property
     def kv(self) -> GuardedPieceStore:
         return self._checkpid().kv
+
+    @property
+    def seal(self) -> EntrySealer:
+        """What seals this process's KV entries (fs/kv_seal.py)."""
+        return self._checkpid().seal
 
     @property
     def backfill(self) -> Backfiller:
@@ -64,6 +70,6 @@ class FluxonFsClient:
     def close(self) -> None:
         """Stop this process's threads and connections; later calls raise. Safe to call twice."""
         self._closed = True
-        state, self._state = self._state, None
-        if state is not None and state.pid == os.getpid():
+        state = self._state.take()
+        if state is not None:
             state.close()

@@ -24,12 +24,14 @@ from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.file_ref import VersionedFile
 from fluxon_video.fs.kv import (
     EmbeddedPieceStore,
+    DAMAGED,
+    Fields,
     GuardedPieceStore,
     PieceStore,
     RedisClusterPieceStore,
     RedisPieceStore,
-    encode_piece,
 )
+from fluxon_video.fs.kv_seal import CORRUPT, EntrySealer, Protection, Verdict, load_secrets
 from fluxon_video.fs.origin import FileStat
 from fluxon_video.fs.routes import AgentRoute, InProcessRoute, ReplicatedRoute, Route
 from fluxon_video.fs.storage import ExportStorage
@@ -43,10 +45,30 @@ def make_piece_store(config: FluxonFsConfig) -> PieceStore:
     settings = config.client
     if settings.redis_cluster:
         return RedisClusterPieceStore(settings.redis_urls, settings.redis_timeout_s,
-                                      settings.redis_retry_after_s)
+                                      settings.redis_retry_after_s, settings.redis_ca_bundle)
     if settings.redis_url:
-        return RedisPieceStore(settings.redis_urls[0], settings.redis_timeout_s)
+        return RedisPieceStore(settings.redis_urls[0], settings.redis_timeout_s,
+                               settings.redis_ca_bundle)
     return EmbeddedPieceStore(settings.embedded_kv_max_bytes)
+
+
+def make_sealer(config: FluxonFsConfig, shared: bool) -> EntrySealer:
+    """What seals this process's KV entries: the configured keys for a shared KV
+    (refusing to run without them), a key of its own for the in-process store."""
+    if not shared:
+        return EntrySealer.ephemeral()
+    settings = config.client
+    where = f"{config.source}: client" if config.source else "client"
+    default = load_secrets(settings.kv_keys, settings.kv_key_file, where)
+    per_export = {export.name: load_secrets((), export.kv_key_file, f"exports ({export.name})")
+                  for export in config.exports.values() if export.kv_key_file}
+    if not default and len(per_export) < len(config.exports):
+        raise errors.FluxonFsConfigError(
+            f"{where}: a shared KV (redis_url) needs a key that every trainer holds and Redis "
+            "never sees, or anyone who reaches Redis could forge or read its entries: make one "
+            "with `fluxon-video token new`, then set client.kv_key_file (a file holding it), "
+            "client.kv_keys or $FLUXON_KV_KEYS (docs/security.md)")
+    return EntrySealer(default, Protection(settings.kv_protection), per_export)
 
 
 def make_routes(config: FluxonFsConfig) -> dict[str, Route]:
@@ -82,14 +104,17 @@ class ClientState:
     alongside: concurrent.futures.ThreadPoolExecutor
     # Who this process is in the claims on fetching a piece (fs/shared_fetch.py).
     owner: str
+    # Seals and opens every KV entry (fs/kv_seal.py).
+    seal: EntrySealer
 
     @classmethod
     def build(cls, config: FluxonFsConfig, store: PieceStore | None) -> ClientState:
         settings = config.client
+        store = store if store is not None else make_piece_store(config)
         return cls(
             pid=os.getpid(),
-            kv=GuardedPieceStore(store if store is not None else make_piece_store(config),
-                                 settings.redis_retry_after_s),
+            kv=GuardedPieceStore(store, settings.redis_retry_after_s,
+                                 settings.redis_slow_ms / 1000),
             routes=make_routes(config),
             stats=cachetools.TLRUCache(maxsize=65536, ttu=lambda _key, value, now: value[0],
                                        timer=time.monotonic),
@@ -100,7 +125,8 @@ class ClientState:
             backfill=Backfiller(settings.backfill_workers, settings.backfill_queue_size),
             alongside=concurrent.futures.ThreadPoolExecutor(
                 max_workers=2, thread_name_prefix="fluxon-alongside"),
-            owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}")
+            owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}",
+            seal=make_sealer(config, store.shared))
 
     def refresh_ttl(self, export: FluxonFsExport, key: str) -> None:
         """Push a hit entry's expiry back, at most once per half TTL per key and process."""
@@ -115,16 +141,38 @@ class ClientState:
         self.kv.touch(key, export.cache_ttl_s)
 
     def put_verified(self, export: FluxonFsExport, key: str, data: bytes) -> bool:
-        """Store data under key as a verified entry, with the export's TTL; False if refused."""
-        return self.kv.put(key, encode_piece(key, data, export.cache_bytes_field_key),
+        """Store data under key as a sealed entry, with the export's TTL; False if refused."""
+        return self.kv.put(key, self.seal.seal(export.name, key, data,
+                                               export.cache_bytes_field_key),
                            export.cache_ttl_s)
+
+    def open_entry(self, export: FluxonFsExport, key: str, entry: Fields | None,
+                   counters: ReadCounters | None, *, bound: str = "",
+                   expected_len: int | None = None, what: str = "") -> bytes | None:
+        """An entry's verified bytes, None for a miss. A corrupt one (sealed with
+        a key we hold, failing its check) is deleted and counted."""
+        opened = (CORRUPT if entry is DAMAGED else
+                  self.seal.open(export.name, key, entry, export.cache_bytes_field_key, bound,
+                                 expected_len))
+        if opened.verdict is Verdict.CORRUPT:
+            self.kv.delete(key)
+            if counters is not None:
+                counters.add(kv_corrupt=1)
+            warn.warning("corrupt", "%sKV entry %s failed verification (damaged or forged); "
+                         "deleted and read again", f"{what}: " if what else "", key)
+        elif opened.verdict is Verdict.FOREIGN:
+            warn.warning("foreign", "KV entry %s is in the old format or sealed with a key "
+                         "this process does not hold: read again and rewritten", key)
+        return opened.data
 
     def remote_read(self, file: VersionedFile, offset: int, length: int,
                     counters: ReadCounters) -> bytes:
         """Bytes of this version from the export's route (which checks identity and version)."""
+        start = time.perf_counter()
         try:
             data = self.routes[file.export].read_chunk(file.export, file.relpath, offset, length,
                                                       file.version, file.identity.token)
+            self.kv.observe_origin(time.perf_counter() - start)
         except errors.FluxonFsIOError as exc:
             warn.warning("agent", "%s: reading %d bytes at %d failed: %s", file.name, length,
                          offset, exc)

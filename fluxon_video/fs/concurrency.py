@@ -1,15 +1,59 @@
-"""Two small concurrency tools of the client: one fetch per key, and bounded background work."""
+"""Small concurrency tools of the client: one fetch per key, bounded background work,
+and state built once per process."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+
+# Serialises building per-process state (PerProcess); a fresh one in a forked
+# child, where a thread of the parent may have held it at the fork.
+_build_lock = threading.RLock()
+
+
+def _new_build_lock() -> None:
+    global _build_lock
+    _build_lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_new_build_lock)
+
+
+class PerProcess(Generic[T]):
+    """A value built on first use in each process (after a fork too), by one thread.
+
+    Double-checked: the common call reads one attribute; only the first calls
+    of a process take the lock, so threads racing to a fresh client (a
+    DataLoader worker's first batch) share one state instead of each building
+    one whose threads would then leak.
+    """
+
+    def __init__(self, build: Callable[[], T]) -> None:
+        self._build = build
+        self._value: tuple[int, T] | None = None
+
+    def get(self) -> T:
+        value = self._value
+        if value is not None and value[0] == os.getpid():
+            return value[1]
+        with _build_lock:
+            value = self._value
+            if value is None or value[0] != os.getpid():
+                value = self._value = (os.getpid(), self._build())
+            return value[1]
+
+    def take(self) -> T | None:
+        """This process's value, forgotten (to close it); None if none was built here."""
+        with _build_lock:
+            value, self._value = self._value, None
+        return value[1] if value is not None and value[0] == os.getpid() else None
 
 
 class SingleFlight:

@@ -6,16 +6,18 @@ A config file looks like::
     redis_url = "redis://127.0.0.1:6379/0"   # omit for the in-process piece store
     agent_timeout_s = 10.0
 
-    [identities]                               # identity name -> bearer token
-    trainer = "s3cret-trainer-token"
+    [identities]                               # identity name -> bearer token(s)
+    trainer = "<43 characters from `fluxon-video token new`>"
+    # agent only: its sha256: form; a list while rotating (fs/tokens.py)
+    # trainer = ["<new token>", "sha256:<hex of the old one>"]
 
     [[exports]]
     name = "train-videos"
     root = "/data/videos"                      # on the agent host
-    agent_url = "http://storage-01:8765"       # omit to serve in-process
+    agent_url = "https://storage-01:8765"      # omit to serve in-process
     allow = ["trainer"]
     piece_size = 262080                       # one KV piece = one reader page (default)
-    # agent_url = ["http://storage-01:8765", "http://storage-02:8765"]  # replicas
+    # agent_url = ["https://storage-01:8765", "https://storage-02:8765"]  # replicas
     kv_miss_policy = "RemoteRead"              # or "StageToKvThenRead"
 
 Unknown keys and bad values raise FluxonFsConfigError naming the file and key.
@@ -25,8 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import ipaddress
+import logging
 import os
 import tomllib
+import urllib.parse
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -34,6 +40,9 @@ from typing import Any
 
 from fluxon_video import defaults
 from fluxon_video.errors import FluxonFsConfigError
+from fluxon_video.fs import tokens
+
+log = logging.getLogger("fluxon_video.config")
 
 MiB = 1 << 20
 
@@ -71,6 +80,10 @@ class RequestIdentity:
             raise FluxonFsConfigError("an identity needs a non-empty name")
         if not self.token or not isinstance(self.token, str):
             raise FluxonFsConfigError(f"identity {self.name!r} needs a non-empty token")
+        if tokens.is_hashed(self.token):
+            raise FluxonFsConfigError(
+                f"identity {self.name!r}: its token is a sha256: hash, which an agent checks but "
+                "a trainer cannot send; a trainer's [identities] needs the plain token")
 
 
 @dataclass(frozen=True)
@@ -116,6 +129,9 @@ class FluxonFsExport:
     # 20-100 ms), off for directories.
     single_flight_across_nodes: bool | None = None
     fetch_claim_ms: int = 5_000
+    # A file of KV keys (one per line) for this export's entries instead of the
+    # client's: an export with an audience of its own (docs/security.md).
+    kv_key_file: str | None = None
 
     def __post_init__(self) -> None:
         where = f"export {self.name!r}"
@@ -138,6 +154,9 @@ class FluxonFsExport:
                  f"{where}: single_flight_across_nodes must be true or false")
         _require(_is_int(self.fetch_claim_ms) and self.fetch_claim_ms > 0,
                  f"{where}: fetch_claim_ms must be a positive int")
+        _require(self.kv_key_file is None or (isinstance(self.kv_key_file, str)
+                                              and self.kv_key_file),
+                 f"{where}: kv_key_file must be the path of a file")
         if isinstance(self.agent_url, (list, tuple)):
             _require(len(self.agent_url) > 0, f"{where}: agent_url is an empty list")
             object.__setattr__(self, "agent_url", tuple(self.agent_url))
@@ -207,6 +226,9 @@ class ClientSettings:
     redis_cluster: bool = False
     redis_timeout_s: float = 0.25
     redis_retry_after_s: float = 2.0
+    # A KV whose reads average more than this and more than the origin's (agent or
+    # store) is bypassed like one that fails, then measured again (redis_retry_after_s).
+    redis_slow_ms: float = 50.0
     embedded_kv_max_bytes: int = 512 * MiB
     agent_timeout_s: float = 10.0
     agent_connect_timeout_s: float = 2.0
@@ -218,6 +240,16 @@ class ClientSettings:
     readahead_pages: int = 2
     reader_cache_bytes: int = 64 * MiB
     agent_ca_bundle: str | None = None  # PEM CA certificates verifying https:// agents
+    # Off: an http:// agent_url off loopback is refused, as the bearer token would
+    # cross the network in clear (FluxonFsConfig checks it; docs/security.md).
+    allow_insecure_http: bool = False
+    # The secrets sealing KV entries (fs/kv_seal.py), first seals, all open: inline
+    # (keep the file private), or a file of one per line; unset, $FLUXON_KV_KEYS.
+    # A shared Redis needs them; the in-process store makes its own.
+    kv_keys: tuple[str, ...] = ()
+    kv_key_file: str | None = None
+    kv_protection: str = "encrypt"  # or "mac": bytes readable in Redis, never forgeable
+    redis_ca_bundle: str | None = None  # PEM CA certificates verifying rediss:// servers
 
     def __post_init__(self) -> None:
         if isinstance(self.redis_url, (list, tuple)):
@@ -229,9 +261,14 @@ class ClientSettings:
                      f"client.redis_url must be a redis://, rediss:// or unix:// URL (or, with "
                      f"redis_cluster, a list of them), got {url!r}")
         _require(isinstance(self.redis_cluster, bool), "client.redis_cluster must be true or false")
+        _require(isinstance(self.allow_insecure_http, bool),
+                 "client.allow_insecure_http must be true or false")
         _require(not self.redis_cluster or self.redis_urls,
                  "client.redis_cluster = true needs redis_url (one or more seed nodes)")
-        for name in ("redis_timeout_s", "redis_retry_after_s", "agent_timeout_s",
+        _require(len({url.split("://")[0] for url in self.redis_urls}) <= 1,
+                 "client.redis_url: the seed nodes mix redis:// and rediss:// (a cluster speaks "
+                 "TLS on every node or on none)")
+        for name in ("redis_timeout_s", "redis_retry_after_s", "redis_slow_ms", "agent_timeout_s",
                      "agent_connect_timeout_s", "agent_failover_skip_s"):
             value = getattr(self, name)
             _require(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
@@ -242,10 +279,16 @@ class ClientSettings:
             _require(_is_int(value) and value > 0, f"client.{name} must be a positive int, got {value!r}")
         _require(_is_int(self.readahead_pages) and self.readahead_pages >= 0,
                  f"client.readahead_pages must be an int >= 0, got {self.readahead_pages!r}")
-        _require(self.agent_ca_bundle is None
-                 or (isinstance(self.agent_ca_bundle, str) and self.agent_ca_bundle),
-                 f"client.agent_ca_bundle must be the path of a PEM file, got "
-                 f"{self.agent_ca_bundle!r}")
+        for name in ("agent_ca_bundle", "redis_ca_bundle", "kv_key_file"):
+            value = getattr(self, name)
+            _require(value is None or (isinstance(value, str) and value),
+                     f"client.{name} must be the path of a file, got {value!r}")
+        _require(isinstance(self.kv_keys, (list, tuple))
+                 and all(isinstance(k, str) for k in self.kv_keys),
+                 "client.kv_keys must be a list of key strings")
+        object.__setattr__(self, "kv_keys", tuple(self.kv_keys))
+        _require(self.kv_protection in ("encrypt", "mac"),
+                 f'client.kv_protection must be "encrypt" or "mac", got {self.kv_protection!r}')
 
 
     @property
@@ -258,13 +301,39 @@ class ClientSettings:
 @dataclass(frozen=True)
 class FluxonFsConfig:
     exports: Mapping[str, FluxonFsExport]
-    identities: Mapping[str, str] = field(default_factory=dict)  # name -> token
+    # name -> its token, its "sha256:<hex>" form, or a list of them while a token is
+    # rotated (fs/tokens.py). A str stays a str, a list becomes a tuple.
+    identities: Mapping[str, str | tuple[str, ...]] = field(default_factory=dict)
     client: ClientSettings = field(default_factory=ClientSettings)
     source: str = field(default="", compare=False)  # the file it was read from, for messages
 
-    def check_served(self, exports: Iterable[FluxonFsExport]) -> None:
+    def __post_init__(self) -> None:
+        self._check_agent_urls()
+
+    def _check_agent_urls(self) -> None:
+        """Refuse an http:// agent off loopback: every request would carry its
+        bearer token across the network in clear text."""
+        if self.client.allow_insecure_http:
+            return
+        where = f"{self.source}: " if self.source else ""
+        for i, export in enumerate(self.exports.values()):
+            for url in export.agent_urls:
+                if url.startswith("http://") and not is_loopback_url(url):
+                    raise FluxonFsConfigError(
+                        f"{where}exports[{i}] ({export.name}): agent_url {url!r} would send "
+                        "bearer tokens in clear text over the network; use https:// (the agent's "
+                        "--tls-cert/--tls-key), or set allow_insecure_http = true in [client] "
+                        "for a network you trust")
+
+    def check_served(self, exports: Iterable[FluxonFsExport], *,
+                     over_network: bool = True) -> None:
         """Refuse to serve an export whose root is not a directory here, or whose
-        access list names an identity this config does not define."""
+        access list names an identity this config does not define; over the
+        network (the agent), also refuse a token too weak to guard it.
+
+        Exports served in-process pass over_network=False: the process checking
+        the token holds the config with every token, so no boundary depends on it.
+        """
         where = f"{self.source}: " if self.source else ""
         names = list(self.exports)
         for export in exports:
@@ -277,9 +346,23 @@ class FluxonFsConfig:
                 raise FluxonFsConfigError(
                     f"{where}{key}: allow names {', '.join(map(repr, unknown))}, which "
                     f"[identities] does not define")
+        if over_network:
+            self.check_token_strength()
+
+    def check_token_strength(self) -> None:
+        """Refuse plain tokens estimated under 128 bits (tokens.entropy_bits). A
+        sha256: entry cannot be judged: it is taken to hash a token made so."""
+        where = f"{self.source}: " if self.source else ""
+        for name, value in self.identities.items():
+            found = tokens.entries(value)
+            for i, entry in enumerate(found):
+                if not tokens.is_hashed(entry):
+                    key = f"[identities] {name}" + (f"[{i}]" if len(found) > 1 else "")
+                    tokens.check_strength(entry, f"{where}{key}")
 
     @classmethod
-    def build(cls, exports: Iterable[FluxonFsExport], identities: Mapping[str, str] | None = None,
+    def build(cls, exports: Iterable[FluxonFsExport],
+              identities: Mapping[str, str | Iterable[str]] | None = None,
               client: ClientSettings | None = None) -> FluxonFsConfig:
         by_name: dict[str, FluxonFsExport] = {}
         for export in exports:
@@ -288,13 +371,13 @@ class FluxonFsConfig:
             if export.name in by_name:
                 raise FluxonFsConfigError(f"export {export.name!r} is defined twice")
             by_name[export.name] = export
-        identities = dict(identities or {})
-        tokens = list(identities.values())
-        if len(set(tokens)) != len(tokens):
-            raise FluxonFsConfigError("two identities share one token")
-        for name, token in identities.items():
-            RequestIdentity(name, token)  # validates both
-        return cls(by_name, identities, client or ClientSettings())
+        given = dict(identities or {})
+        checked = {name: tokens.check_entries(name, value) for name, value in given.items()}
+        # A str stays the str it was (config.identities["x"] is the token, as before).
+        shaped = {name: found[0] if isinstance(given[name], str) else found
+                  for name, found in checked.items()}
+        tokens.TokenTable(shaped)  # refuses two identities sharing one token
+        return cls(by_name, shaped, client or ClientSettings())
 
     def export(self, name: str) -> FluxonFsExport:
         from fluxon_video.errors import FluxonFsNotFoundError
@@ -307,13 +390,37 @@ class FluxonFsConfig:
             ) from None
 
     def identity(self, name: str) -> RequestIdentity:
+        """Who a trainer makes requests as: the name and the first plain token it has."""
+        where = f"{self.source}'s " if self.source else "the config's "
         try:
-            return RequestIdentity(name, self.identities[name])
+            value = self.identities[name]
         except KeyError:
-            where = f"{self.source}'s " if self.source else "the config's "
             known = ", ".join(sorted(self.identities)) or "none"
             raise FluxonFsConfigError(f"unknown identity {name!r} ({where}[identities]: "
                                       f"{known})") from None
+        plain = tokens.plain_tokens(value)
+        if not plain:
+            raise FluxonFsConfigError(
+                f"identity {name!r} has only sha256: tokens in {where}[identities]: an agent "
+                "checks those, but a trainer sends its token, so a trainer's config needs the "
+                "plain token (`fluxon-video token new` prints both forms)")
+        return RequestIdentity(name, plain[0])
+
+
+def is_loopback_url(url: str) -> bool:
+    """Whether url's host is this machine: localhost, 127.0.0.0/8 or ::1 (no DNS lookup)."""
+    host = urllib.parse.urlsplit(url).hostname  # lowercased, without IPv6 brackets
+    if host is None:
+        return False
+    if host in ("localhost", "localhost."):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # any other name: it may resolve anywhere
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # ::ffff:127.0.0.1
+    return address.is_loopback
 
 
 def load_config(path: str | os.PathLike[str]) -> FluxonFsConfig:
@@ -335,15 +442,48 @@ def load_config(path: str | os.PathLike[str]) -> FluxonFsConfig:
         config = config_from_dict(data)
     except FluxonFsConfigError as exc:
         raise FluxonFsConfigError(f"{path}: {exc}") from None
+    _warn_if_exposed(path, config)
     return dataclasses.replace(config, source=str(path))
+
+
+def _warn_if_exposed(path: Path, config: FluxonFsConfig) -> None:
+    """Log a warning when a file holding secrets is open to its group or others.
+
+    A warning, not a refusal: a Kubernetes secret volume is 0644 by default and
+    a container may be its only reader; whoever deploys knows. The agent logs
+    it at start; sha256: tokens are not secrets in this sense (fs/tokens.py).
+    """
+    held = [f"[identities] {name}" for name, value in config.identities.items()
+            if tokens.plain_tokens(value)]
+    if getattr(config.client, "kv_keys", ()):
+        held.append("client.kv_keys")
+    held += [f"exports[{i}].store {key}" for i, export in enumerate(config.exports.values())
+             for key in export.store if any(w in key for w in ("secret", "token", "password"))]
+    if not held:
+        return
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return
+    if mode & 0o077:
+        message = (f"{path} holds secrets ({', '.join(held)}) and its mode {mode:04o} lets users "
+                   "other than its owner read or change it: chmod 600 it; an agent's "
+                   "[identities] can hold sha256: hashes instead of tokens (`fluxon-video token "
+                   "new`)")
+        log.warning("%s", message)
+        # Logging is silent until the application sets it up (logs.py), and a trainer
+        # rarely does: a Python warning shows it anyway, once per file and caller.
+        warnings.warn(f"fluxon_video: {message}", UserWarning, stacklevel=3)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> FluxonFsConfig:
     _check_keys("top level", data, {"client", "identities", "exports"})
     client = _build(ClientSettings, "client", data.get("client", {}))
     identities = data.get("identities", {})
-    if not isinstance(identities, Mapping) or not all(isinstance(v, str) for v in identities.values()):
-        raise FluxonFsConfigError("[identities] must map identity names to token strings")
+    if not isinstance(identities, Mapping) or not all(isinstance(v, (str, list))
+                                                      for v in identities.values()):
+        raise FluxonFsConfigError("[identities] must map identity names to a token string, or "
+                                  "a list of them while one is rotated")
     raw_exports = data.get("exports", [])
     if not isinstance(raw_exports, list):
         raise FluxonFsConfigError("exports must be an array of tables ([[exports]])")

@@ -25,7 +25,7 @@ from fluxon_video.fs.client_state import ClientService, ClientState, warn
 from fluxon_video.fs.config import FluxonFsConfig, FluxonFsExport, RequestIdentity
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.file_ref import FileRef, VersionedFile
-from fluxon_video.fs.kv import UNREACHABLE, Fields, decode_stat, encode_stat, stat_key
+from fluxon_video.fs.kv import UNREACHABLE, Fields, read_stat_body, stat_body, stat_key
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.origin import FileStat
 from fluxon_video.fs.routes import is_unreachable
@@ -132,7 +132,8 @@ class FileMetadata(ClientService):
         return None if cached is None else cached[1]
 
     def _stat_key(self, export: FluxonFsExport, ref: FileRef) -> str:
-        return stat_key(export.cache_kv_key_prefix, export.name, ref.relpath, ref.identity.token)
+        who = self._state().seal.identity_tag(export.name, ref.identity.token)
+        return stat_key(export.cache_kv_key_prefix, export.name, ref.relpath, who)
 
     def _shared(self, ref: FileRef, export: FluxonFsExport, skey: str,
                 entry: Fields | None) -> FileStat | None:
@@ -140,11 +141,12 @@ class FileMetadata(ClientService):
         is younger than metadata_cache_ttl_ms; cached here for what is left."""
         if entry is UNREACHABLE:
             return None
-        shared = decode_stat(skey, entry, export.cache_bytes_field_key, time.time())
+        state = self._state()
+        shared = read_stat_body(state.open_entry(export, skey, entry, None), time.time(),
+                                export.metadata_cache_ttl_ms / 1000)
         if shared is None:
             return None
         version, left = shared
-        state = self._state()
         with state.lock:
             state.stats[(ref.identity, ref.export, ref.relpath)] = (time.monotonic() + left,
                                                                      version)
@@ -178,8 +180,10 @@ class FileMetadata(ClientService):
         if ttl > 0 and export.metadata_cache_shared:
             # Shared for other processes; nobody here waits for the write.
             skey = self._stat_key(export, ref)
-            state.alongside.submit(state.kv.put, skey, encode_stat(
-                skey, st, time.time() + ttl, export.cache_bytes_field_key), math.ceil(ttl))
+            now_wall = time.time()
+            body = stat_body(st, now_wall + ttl, now_wall)
+            state.alongside.submit(state.kv.put, skey, state.seal.seal(
+                export.name, skey, body, export.cache_bytes_field_key), math.ceil(ttl))
         return st
 
     @staticmethod

@@ -1,9 +1,8 @@
 """KV piece stores: Redis (shared by every node) or an in-process LRU.
 
-A piece is one hash: the bytes under the export's ``cache_bytes_field_key``,
-plus ``len`` and ``crc32``, a CRC-32 over the entry's own key and then its
-bytes; every hit is verified against both before use, so damaged bytes and
-an entry moved or copied under another key read as corrupt.
+An entry is one hash, sealed by fs/kv_seal.py (encrypted or MAC'd with a
+key Redis never sees, bound to the entry's own key): this module holds the
+keys and the stores, not what is in the entries.
 Redis trouble never fails a read: GuardedPieceStore turns connection errors
 and timeouts into misses and opens a circuit for a while, then tries again.
 An entry of the wrong type or a refused write (Redis full under
@@ -12,15 +11,15 @@ An entry of the wrong type or a refused write (Redis full under
 
 from __future__ import annotations
 
-import hashlib
+import collections
 import json
+import statistics
 import threading
 import time
 import warnings
-import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 import cachetools
 import redis
@@ -53,83 +52,37 @@ def blob_key(prefix: str, kind: str, export: str, relpath: str) -> str:
     return f"{prefix}:{kind}:{len(export)}:{export}:{len(relpath.encode())}:{relpath}"
 
 
-def stat_key(prefix: str, export: str, relpath: str, token: str) -> str:
+def stat_key(prefix: str, export: str, relpath: str, who: str) -> str:
     """The KV key of a stat the agent authorised for one identity (metadata_cache_shared).
 
-    Keyed by a hash of the identity's token: only holders of the same token
-    share it.
+    ``who`` is a keyed hash of the identity's token (EntrySealer.identity_tag):
+    only holders of the same token share it, and Redis learns nothing of the
+    token, not even its plain hash (an agent's config may hold that).
     """
-    who = hashlib.sha256(token.encode()).hexdigest()[:32]
     return f"{prefix}:stat:{len(export)}:{export}:{len(relpath.encode())}:{relpath}:{who}"
 
 
-def encode_blob(key: str, version: FileStat, data: bytes, bytes_field: str) -> dict[str, bytes]:
-    """A blob entry: a piece entry whose checksum also covers the file version it
-    describes, plus that version in the clear (to tell "another version" from damage)."""
-    return {**encode_piece(f"{key}@{version.key()}", data, bytes_field),
-            "version": version.key().encode()}
+def stat_body(version: FileStat, expires_at: float, written_at: float) -> bytes:
+    """A shared stat entry's bytes: the version, when it was authorised and until when
+    its writer lets it be used (wall clock)."""
+    return json.dumps({**version.as_fields(), "expires_at": expires_at,
+                       "written_at": written_at}).encode()
 
 
-def decode_blob(key: str, version: FileStat, fields: Fields | None,
-                bytes_field: str) -> tuple[bytes | None, bool]:
-    """(the blob's bytes for this version or None, whether the entry is damaged:
-    present and claiming this version, yet failing verification)."""
-    if not fields:
-        return None, False
-    data = decode_piece(f"{key}@{version.key()}", fields, bytes_field, None)
-    if data is not None:
-        return data, False
-    return None, fields.get("version") in (None, version.key().encode())
-
-
-def encode_stat(key: str, version: FileStat, expires_at: float, bytes_field: str
-                ) -> dict[str, bytes]:
-    """A shared stat entry: the version and when it stops being usable (wall clock)."""
-    body = json.dumps({**version.as_fields(), "expires_at": expires_at}).encode()
-    return encode_piece(key, body, bytes_field)
-
-
-def decode_stat(key: str, fields: Fields | None, bytes_field: str,
-                now: float) -> tuple[FileStat, float] | None:
-    """(version, seconds it stays usable) of a shared stat entry, None if absent,
-    damaged or expired."""
-    body = decode_piece(key, fields, bytes_field, None)
+def read_stat_body(body: bytes | None, now: float, ttl_s: float) -> tuple[FileStat, float] | None:
+    """(version, seconds it stays usable) of a shared stat's bytes; None if unreadable
+    or expired. A reader trusts it no longer than its own TTL after it was written,
+    whatever the writer's expiry says."""
     if body is None:
         return None
     try:
         d = json.loads(body)
-        left = float(d["expires_at"]) - now
+        written = min(float(d["written_at"]), now)  # a clock ahead buys nothing
+        left = min(float(d["expires_at"]), written + ttl_s) - now
         version = FileStat.from_fields(d)
     except (ValueError, KeyError, TypeError):
         return None
     return (version, left) if left > 0 else None
-
-
-def _checksum(key: str, data: bytes) -> int:
-    return zlib.crc32(data, zlib.crc32(key.encode()))
-
-
-def encode_piece(key: str, data: bytes, bytes_field: str) -> dict[str, bytes]:
-    """The entry stored under key: bytes, length and a checksum bound to key."""
-    return {bytes_field: data, "len": str(len(data)).encode(),
-            "crc32": str(_checksum(key, data)).encode()}
-
-
-def decode_piece(key: str, fields: Fields | None, bytes_field: str,
-                 expected_len: int | None) -> bytes | None:
-    """The entry's bytes if it is whole, intact, written for key (and expected_len
-    long), else None."""
-    if not fields:
-        return None
-    try:
-        data = fields[bytes_field]
-        if int(fields["len"]) != len(data) or expected_len not in (None, len(data)):
-            return None
-        if int(fields["crc32"]) != _checksum(key, data):
-            return None
-    except (KeyError, ValueError, TypeError):
-        return None
-    return bytes(data)
 
 
 # What a store returns for a key holding something that is not a piece entry
@@ -241,9 +194,32 @@ def _entry(raw: object) -> Fields | None:
 
 
 def _write(pipe: Any, key: str, fields: Fields, ttl_s: int | None) -> None:
+    pipe.delete(key)  # no field of an older entry (another format) stays beside the new ones
     pipe.hset(key, mapping=dict(fields))
     if ttl_s:
         pipe.expire(key, ttl_s)
+
+
+def tls_options(url: str, ca_bundle: str | None) -> dict[str, Any]:
+    """redis-py's TLS options for a rediss:// URL: certificates verified (against
+    ca_bundle when given, else the system's trust store)."""
+    if urlparse(url).scheme != "rediss":
+        return {}
+    return {"ssl_cert_reqs": "required", **({"ssl_ca_certs": ca_bundle} if ca_bundle else {})}
+
+
+def connection_options(url: str, ca_bundle: str | None) -> dict[str, Any]:
+    """What a URL says about connecting beyond host and port: ACL user, password, TLS."""
+    parsed = urlparse(url)
+    options: dict[str, Any] = {}
+    if parsed.username:
+        options["username"] = unquote(parsed.username)
+    if parsed.password:
+        options["password"] = unquote(parsed.password)
+    if parsed.scheme == "rediss":
+        options["ssl"] = True
+        options.update(tls_options(url, ca_bundle))
+    return options
 
 
 class RedisPieceStore:
@@ -254,9 +230,10 @@ class RedisPieceStore:
 
     shared = True
 
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, ca_bundle: str | None = None) -> None:
         self._redis = redis.Redis.from_url(url, socket_timeout=timeout_s,
-                                           socket_connect_timeout=timeout_s, retry_on_timeout=False)
+                                           socket_connect_timeout=timeout_s, retry_on_timeout=False,
+                                           **tls_options(url, ca_bundle))
         self.url = url
         self._release = self._redis.register_script(_RELEASE)
 
@@ -317,7 +294,8 @@ class RedisClusterPieceStore:
                    redis.exceptions.ClusterDownError, redis.exceptions.RedisClusterException,
                    OSError)
 
-    def __init__(self, urls: Sequence[str], timeout_s: float, retry_after_s: float) -> None:
+    def __init__(self, urls: Sequence[str], timeout_s: float, retry_after_s: float,
+                 ca_bundle: str | None = None) -> None:
         from redis.cluster import ClusterNode
 
         self._startup_nodes = []
@@ -325,6 +303,9 @@ class RedisClusterPieceStore:
             parsed = urlparse(url)
             self._startup_nodes.append(ClusterNode(parsed.hostname or "127.0.0.1",
                                                    parsed.port or 6379))
+        # Every node is reached as the first seed's URL says (user, password, TLS):
+        # redis-py applies one set of connection options to the whole cluster.
+        self._options = connection_options(urls[0], ca_bundle)
         self._timeout_s = timeout_s
         self._client: redis.RedisCluster | None = None
         self._client_lock = threading.Lock()
@@ -343,7 +324,7 @@ class RedisClusterPieceStore:
                         self._client = redis.RedisCluster(
                             startup_nodes=self._startup_nodes, socket_timeout=self._timeout_s,
                             socket_connect_timeout=self._timeout_s,
-                            retry=Retry(NoBackoff(), 1))
+                            retry=Retry(NoBackoff(), 1), **self._options)
                     except redis.exceptions.RedisClusterException as exc:
                         raise redis.exceptions.ConnectionError(str(exc)) from exc
                 client = self._client
@@ -484,19 +465,60 @@ class GuardedPieceStore:
 
     After a failure the store is bypassed for ``retry_after_s``; the next call
     after that tries it again (one probe), closing the circuit on success.
+    A KV that answers but slower than the origin (the agent or store a miss
+    goes to) is no cache: when each of its last reads took longer than both
+    ``slow_floor_s`` and the origin's median read, the circuit opens the same
+    way, and the first read after ``retry_after_s`` measures it again. (Each
+    of several, not a mean: the first reads of a process also connect, a TLS
+    handshake per node, and must not make a healthy KV look slow.)
     """
+
+    SAMPLES = 5  # reads remembered, of the KV and of the origin
 
     KV_ERRORS = (redis.exceptions.RedisError, OSError)
     # Answers from a healthy server (WRONGTYPE, OOM under noeviction, ...): the
     # call failed, Redis is not down. Loading/busy replies are connection errors.
     SERVER_REFUSALS = (redis.exceptions.ResponseError,)
 
-    def __init__(self, store: PieceStore, retry_after_s: float) -> None:
+    def __init__(self, store: PieceStore, retry_after_s: float, slow_floor_s: float = 0.05) -> None:
         self.store = store
         self.retry_after_s = retry_after_s
+        self.slow_floor_s = slow_floor_s
         self._open_until = 0.0
         self._tripped = False  # the circuit opened and no call has succeeded since
         self._refusals = RateLimited(log)
+        # The last reads' durations (seconds), of the KV and of the origin.
+        self._kv_s: collections.deque[float] = collections.deque(maxlen=self.SAMPLES)
+        self._origin_s: collections.deque[float] = collections.deque(maxlen=self.SAMPLES)
+        self._lock = threading.Lock()
+
+    def observe_origin(self, seconds: float) -> None:
+        """How long a read from the origin took (what a KV miss costs instead)."""
+        with self._lock:
+            self._origin_s.append(seconds)
+
+    def _observe_kv(self, seconds: float, probe: bool) -> None:
+        """Note a KV read's duration; open the circuit if the KV is slower than the
+        origin. The first read after a bypass is judged alone (its connections
+        are up): one that is still slow bypasses the KV again at once."""
+        with self._lock:
+            if probe:  # what was measured before the bypass is stale
+                self._kv_s.clear()
+            self._kv_s.append(seconds)
+            if not probe and len(self._kv_s) < self.SAMPLES:
+                return
+            kv = min(self._kv_s)
+            origin = statistics.median(self._origin_s) if self._origin_s else None
+            slow = kv > self.slow_floor_s and (origin is None or kv > origin)
+            if slow:
+                self._open_until = time.monotonic() + self.retry_after_s
+                self._kv_s.clear()
+        if slow:
+            self._refusals.warning("slow", "the KV %s took %.0f ms or more per read, slower "
+                                   "than the origin (%s): reads bypass it; measuring it again "
+                                   "in %.1f s", self._name, kv * 1e3,
+                                   "no read yet" if origin is None
+                                   else f"{origin * 1e3:.0f} ms", self.retry_after_s)
 
     @property
     def circuit_open(self) -> bool:
@@ -532,10 +554,17 @@ class GuardedPieceStore:
         return redact(getattr(self.store, "url", "(in-process)"))
 
     def get_many(self, keys: Sequence[str]) -> tuple[bool, list[Fields | None]]:
-        """(reachable, entries): reachable False means the KV was skipped or failed;
-        an entry may be UNREACHABLE when only its node is down."""
+        """(reachable, entries): reachable False means the KV was skipped (failed or
+        slow); an entry may be UNREACHABLE when only its node is down."""
+        probe = self._open_until > 0
+        start = time.perf_counter()
         reachable, entries = self._call(self.store.get_many, keys)
-        return reachable, entries if reachable else [None] * len(keys)
+        if not reachable:
+            return False, [None] * len(keys)
+        self._observe_kv(time.perf_counter() - start, probe)
+        if probe and not self.circuit_open:
+            self._open_until = 0.0
+        return True, entries
 
     def get(self, key: str) -> tuple[bool, Fields | None]:
         reachable, entries = self.get_many([key])

@@ -21,7 +21,6 @@ FluxonFS error naming export:relpath.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -38,7 +37,7 @@ from fluxon_video.errors import (
     FluxonFsTimeoutError,
 )
 from fluxon_video.fs.config import FluxonFsExport
-from fluxon_video.fs.listing import MAX_PAGE, FluxonFsFileEntry
+from fluxon_video.fs.listing import MAX_PAGE, FluxonFsFileEntry, pattern_matcher
 from fluxon_video.fs.origin import FileStat
 from fluxon_video.fs.paths import check_relpath
 
@@ -135,12 +134,13 @@ class ObjectStoreOrigin:
         prefix = "" if prefix.strip("/") in ("", ".") else check_relpath(prefix)
         cursor = check_relpath(cursor) if cursor else None
         where = f"{self.export_name}:{prefix}"
+        match = pattern_matcher(pattern, where) if pattern else None  # length-capped, cached
         try:
             entries = (self._walk(prefix, cursor) if recursive
                        else self._one_level(prefix, cursor))
             out: list[FluxonFsFileEntry] = []
             for entry in entries:
-                if pattern and not fnmatch.fnmatchcase(entry.relpath, pattern):
+                if match is not None and match(entry.relpath) is None:
                     continue
                 out.append(entry)
                 if len(out) == limit:

@@ -18,11 +18,11 @@ from functools import partial
 
 from fluxon_video import errors
 from fluxon_video.fs import shared_fetch
-from fluxon_video.fs.client_state import ClientService, warn
+from fluxon_video.fs.client_state import ClientService
 from fluxon_video.fs.config import FluxonFsExport, MissPolicy
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.file_ref import VersionedFile
-from fluxon_video.fs.kv import UNREACHABLE, decode_piece
+from fluxon_video.fs.kv import UNREACHABLE
 from fluxon_video.fs.piece_layout import key_of, piece_len
 
 
@@ -87,14 +87,9 @@ class PieceReads(ClientService):
                 counters.add(kv_errors=1)
                 out.append(None)
                 continue
-            data = decode_piece(key, entry, export.cache_bytes_field_key,
-                                piece_len(file, export.piece_size, index))
+            data = state.open_entry(export, key, entry, counters, what=file.name,
+                                    expected_len=piece_len(file, export.piece_size, index))
             if data is None:
-                if entry:  # present but damaged: drop it so it gets rewritten
-                    state.kv.delete(key)
-                    counters.add(kv_corrupt=1)
-                    warn.warning("corrupt", "%s: KV entry %s failed verification; deleted "
-                                 "and read again", file.name, key)
                 counters.add(kv_misses=1)
             else:
                 counters.add(kv_hits=1, kv_bytes=len(data))

@@ -1,10 +1,13 @@
 """The first origin: a directory on this host (an agent's, or the trainer's).
 
-Paths stay inside the root (a symlink leading out is refused), only regular
-files are read, and a read checks the version on the open descriptor: ctime
-cannot be set by a user, so a rewrite that restores size and mtime is still
-a new version. Every OS error becomes a clean refusal naming export:relpath,
-never a path on this host.
+Paths stay inside the root: every lookup walks down from a descriptor of the
+root, a component at a time, never following a symlink the kernel's way
+(fs/paths.py resolves them itself, beneath the root, and refuses one leading
+out), so there is no window between a check and an open for a swapped
+component to slip through. Only regular files are read, and a read checks the
+version on the open descriptor: ctime cannot be set by a user, so a rewrite
+that restores size and mtime is still a new version. Every OS error becomes a
+clean refusal naming export:relpath, never a path on this host.
 """
 
 from __future__ import annotations
@@ -12,26 +15,41 @@ from __future__ import annotations
 import errno
 import os
 import stat as stat_mod
+from typing import TypeVar
 
 from fluxon_video.errors import (
     FluxonFsBadRequestError,
     FluxonFsError,
     FluxonFsFileChangedError,
     FluxonFsNotFoundError,
-    FluxonFsPermissionError,
     FluxonFsShortReadError,
 )
 from fluxon_video.fs.listing import FluxonFsFileEntry, list_page
 from fluxon_video.fs.origin import FileStat
+from fluxon_video.fs.paths import (Leaf, open_root, raise_if_exhausted, resolve_beneath,
+                                   stat_leaf)
+
+T = TypeVar("T")
+
+# O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer; the type
+# is then checked on the descriptor. O_NOFOLLOW: a symlink is resolved by
+# resolve_beneath, never by the kernel.
+_READ_FLAGS = (os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW)
 
 
 def _refusal(exc: OSError, name: str) -> Exception:
     """The clean refusal for an OS error on name (export:relpath): no host path in it."""
+    raise_if_exhausted(exc, name)
     if exc.errno in (errno.ENAMETOOLONG, errno.EINVAL):
         return FluxonFsBadRequestError(f"{name}: the storage host cannot take this name "
                                        f"({os.strerror(exc.errno)})")
     reason = os.strerror(exc.errno) if exc.errno else type(exc).__name__
     return FluxonFsNotFoundError(f"{name}: cannot be read ({reason})")
+
+
+def _open_leaf(dir_fd: int, name: str) -> int:
+    """A leaf for resolve_beneath: name opened for reading, a symlink ELOOP (followed)."""
+    return os.open(name, _READ_FLAGS, dir_fd=dir_fd)
 
 
 class PosixOrigin:
@@ -41,21 +59,21 @@ class PosixOrigin:
         self.export_name = export_name
         self.root = root
 
-    def _path(self, relpath: str, name: str) -> str:
-        """The path on this host of a relpath inside the root."""
+    def _beneath(self, relpath: str, name: str, leaf: Leaf[T]) -> T:
+        """leaf at relpath, beneath the root (see fs/paths.py); OS errors propagate.
+        The root is opened for each lookup, so a root replaced meanwhile (a new
+        tree moved over it) is served at once, and no descriptor outlives a call."""
+        root_fd = open_root(self.root)
         try:
-            root = os.path.realpath(self.root)
-            path = os.path.realpath(os.path.join(root, relpath))
-        except OSError as exc:  # a symlink loop or an over-long name, on some Pythons
-            raise _refusal(exc, name) from None
-        if os.path.commonpath([root, path]) != root:
-            raise FluxonFsPermissionError(f"{name}: resolves outside the export root")
-        return path
+            return resolve_beneath(root_fd, self.root, relpath, name, leaf)
+        finally:
+            os.close(root_fd)
 
     def stat(self, relpath: str, name: str) -> FileStat:
-        path = self._path(relpath, name)
         try:
-            st = os.stat(path)
+            st = self._beneath(relpath, name, stat_leaf)
+        except FluxonFsError:  # resolves outside the root (a PermissionError too)
+            raise
         except (FileNotFoundError, NotADirectoryError):
             raise FluxonFsNotFoundError(f"{name}: no such file") from None
         except OSError as exc:
@@ -66,11 +84,10 @@ class PosixOrigin:
 
     def read_range(self, relpath: str, name: str, offset: int, length: int,
                    expected: FileStat) -> bytes:
-        path = self._path(relpath, name)
         try:
-            # O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer;
-            # the type is then checked on the descriptor, not on the path.
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+            fd = self._beneath(relpath, name, _open_leaf)
+        except FluxonFsError:
+            raise
         except (FileNotFoundError, NotADirectoryError):
             raise FluxonFsFileChangedError(f"{name}: the file is gone") from None
         except OSError as exc:

@@ -23,7 +23,7 @@ from fluxon_video.fs.client_state import ClientState
 from fluxon_video.fs.config import FluxonFsExport
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.file_ref import VersionedFile
-from fluxon_video.fs.kv import claim_key, decode_piece
+from fluxon_video.fs.kv import claim_key
 from fluxon_video.fs.piece_layout import key_of, piece_len
 
 FIRST_POLL_S, MAX_POLL_S = 0.005, 0.05
@@ -132,8 +132,8 @@ def _collect(state: ClientState, export: FluxonFsExport, file: VersionedFile,
     if not reachable:
         return False
     for index, entry in zip(waiting, entries):
-        data = decode_piece(keys[index], entry, export.cache_bytes_field_key,
-                            piece_len(file, export.piece_size, index))
+        data = state.open_entry(export, keys[index], entry, counters, what=file.name,
+                                expected_len=piece_len(file, export.piece_size, index))
         if data is not None:
             out[index] = data
             counters.add(kv_hits=1, kv_bytes=len(data))

@@ -6,16 +6,22 @@ the bearer token must name an identity on the export's access list, the
 relpath must be a plain path inside the root (no '..', no absolute paths, no
 NUL bytes), and a range must be one the protocol allows. What is behind an
 export (fs/origin.py) never sees a request that failed them.
+
+The token is checked before the export is looked up: a caller without a
+valid token learns nothing of which exports exist (401 whatever it asks), and
+an unknown export's 404 names only the exports the caller may read.
 """
 
 from __future__ import annotations
 
-from fluxon_video.errors import FluxonFsBadRequestError, FluxonFsPermissionError
+from fluxon_video.errors import (FluxonFsAuthenticationError, FluxonFsBadRequestError,
+                                  FluxonFsNotFoundError, FluxonFsPermissionError)
 from fluxon_video.fs.config import FluxonFsConfig, FluxonFsExport
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.origin import FileStat, Origin
 from fluxon_video.fs.paths import check_relpath
 from fluxon_video.fs.posix_origin import PosixOrigin
+from fluxon_video.fs.tokens import TokenTable
 
 MAX_CHUNK_BYTES = 64 << 20
 
@@ -34,15 +40,21 @@ class ExportStorage:
 
     def __init__(self, config: FluxonFsConfig) -> None:
         self.config = config
-        self._identity_by_token = {token: name for name, token in config.identities.items()}
+        self._tokens = TokenTable(config.identities)
         self._origins: dict[str, Origin] = {}
 
     def authorize(self, export_name: str, token: str | None) -> tuple[FluxonFsExport, str]:
         """The export and the caller's identity name, or a permission/not-found error."""
-        export = self.config.export(export_name)
-        identity = self._identity_by_token.get(token or "")
+        identity = self._tokens.identify(token)
         if identity is None:
-            raise FluxonFsPermissionError(f"{export_name}: unknown or missing bearer token")
+            raise FluxonFsAuthenticationError(f"{export_name}: unknown or missing bearer token")
+        export = self.config.exports.get(export_name)
+        if export is None:
+            # Not config.export(), whose message lists every export: name only those
+            # this identity may read, which it could learn by trying them anyway.
+            readable = sorted(e.name for e in self.config.exports.values() if identity in e.allow)
+            raise FluxonFsNotFoundError(f"unknown export {export_name!r} (identity {identity!r} "
+                                        f"may read: {', '.join(readable) or 'none'})")
         if identity not in export.allow:
             raise FluxonFsPermissionError(
                 f"{export_name}: identity {identity!r} is not allowed to read this export")

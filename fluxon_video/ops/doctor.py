@@ -45,11 +45,13 @@ def check_kv(patcher: FluxonFsPatcher) -> Check:
     def probe() -> str:
         kv = patcher.client.kv
         key = f"fluxonfs:doctor:{time.time_ns()}"
-        if not kv.put(key, {"bytes": b"ok", "len": b"2", "crc32": b"0"}, 10):
+        if not kv.put(key, {"probe": b"ok"}, 10):
             raise OSError(f"Redis {redact(','.join(settings.redis_urls))} refused a write or "
                           "does not answer: check client.redis_url")
         kv.delete(key)
-        return f"Redis {redact(','.join(settings.redis_urls))} answers a write and a delete"
+        seal = patcher.client.seal
+        return (f"Redis {redact(','.join(settings.redis_urls))} answers a write and a delete; "
+                f"entries sealed ({seal.protection.value}) with key id {seal.current_key_id()}")
     return _timed("kv", probe)
 
 
