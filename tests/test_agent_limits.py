@@ -24,7 +24,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fluxon_video import errors
-from fluxon_video.fs.agent import HEADER_TIMEOUT_S, STORAGE_KEY, AuthThrottle, client_key, make_app
+from fluxon_video.fs.agent import STORAGE_KEY, make_app
+from fluxon_video.fs.agent_limits import HEADER_TIMEOUT_S, AuthThrottle, client_key
 from fluxon_video.fs.config import load_config
 from fluxon_video.fs.routes import AgentRoute, ReplicatedRoute, is_unreachable
 from fluxon_video.testing import LOOPBACK, AgentProcess, ServerStartError, wait_until

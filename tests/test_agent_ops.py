@@ -19,7 +19,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fluxon_video import errors
-from fluxon_video.fs.agent import REFUSAL_REASONS, make_app, make_ssl_context
+from fluxon_video.fs.agent import make_app, make_ssl_context
+from fluxon_video.fs.agent_metrics import REFUSAL_REASONS
 from fluxon_video.fs.config import load_config
 from fluxon_video.fs.routes import AgentRoute
 from fluxon_video.testing import LOOPBACK, AgentProcess, ServerStartError, wait_until

@@ -41,8 +41,8 @@ def test_the_fs_layer_knows_nothing_of_video():
 
 # The two sides of fs/: what serves an export (storage) and what reads it
 # (the client's services), which meet only over a route.
-STORAGE_SIDE = {"agent", "listing", "object_origin", "origin", "paths", "posix_origin",
-                "storage"}
+STORAGE_SIDE = {"agent", "agent_limits", "agent_metrics", "listing", "object_origin", "origin",
+                "paths", "posix_origin", "storage"}
 CLIENT_SERVICES = {"blobs", "file_metadata", "pieces", "warming"}
 # Reached only from inside fs/ (the CLI's agent command serves the storage side).
 BACKENDS = {f"fluxon_video.fs.{name}" for name in

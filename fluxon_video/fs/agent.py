@@ -29,14 +29,15 @@ certificate and key the agent serves HTTPS (TLS 1.2 with AEAD suites, or
 1.3); SIGTERM and SIGINT stop it gracefully (no new connections, requests in
 flight finish); SIGHUP reloads the config file (identities and exports)
 without dropping a connection.
+
+What bounds clients (the connection table, the failed-authentication
+throttle) is fs/agent_limits.py; the Prometheus metrics, fs/agent_metrics.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import errno
-import hashlib
 import hmac
 import ipaddress
 import logging
@@ -46,24 +47,23 @@ import resource
 import signal
 import socket
 import ssl
-import time
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-import cachetools
 from aiohttp import web
-from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram,
-                               PlatformCollector, ProcessCollector, generate_latest)
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from fluxon_video import errors
+from fluxon_video.fs.agent_limits import (FDS_PER_IO_THREAD, HEADER_TIMEOUT_S, RESERVED_FDS,
+                                          AuthThrottle, ConnectionTable, client_key,
+                                          default_max_connections)
+from fluxon_video.fs.agent_metrics import REFUSAL_KIND_KEY, AgentMetrics, metrics_middleware
 from fluxon_video.fs.config import FluxonFsConfig, load_config
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.origin import FileStat
 from fluxon_video.fs.paths import EXHAUSTED_ERRNOS
 from fluxon_video.fs.storage import ExportStorage
-from fluxon_video.fs.tokens import check_strength
+from fluxon_video.fs.tokens import check_strength, token_sha256
 from fluxon_video.logs import RateLimited
 
 log = logging.getLogger("fluxon_video.agent")
@@ -80,102 +80,18 @@ ERROR_STATUS: list[tuple[type[BaseException], int, str]] = [
     (errors.FluxonFsShortReadError, 409, "changed"),
 ]
 
-# The error kinds the agent answers with: the reasons of fluxon_agent_refusals_total.
-REFUSAL_REASONS = ("bad_request", "permission", "not_found", "changed", "internal")
-# The kinds of the agent's own limits, reasons of the same counter: a 429 for an
-# address that failed to authenticate too often, a 503 when it cannot take a request.
-LIMIT_REASONS = ("throttled", "unavailable")
-# OS errors that say the host is out of something, not that the request is wrong: a 503.
 # What a 429 or 503 asks a client to wait at least (seconds): connections and
 # descriptors free up as fast as requests end.
 RETRY_AFTER_S = 1
-# Request latency buckets (seconds): a page read from local disk takes well under a
-# millisecond, one from a network file system or with injected latency much longer.
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-                   5.0, 10.0)
 # On SIGTERM/SIGINT, how long requests in flight get to finish before they are cancelled.
 SHUTDOWN_TIMEOUT_S = 60.0
-# Connections (see ConnectionTable). From accept to a first request's headers, a
-# TLS handshake included: a client that connects sends at once, so this only
-# bounds connections that send nothing (or a byte at a time).
-HEADER_TIMEOUT_S = 10.0
 # An idle keep-alive connection is closed after this (aiohttp's run_app default).
 KEEPALIVE_TIMEOUT_S = 75.0
-# Descriptors the default connection limit leaves for other things: stdio, the
-# event loop's, the listener, logs, imports; and per I/O thread, one file
-# operation's (the root, a directory on the way down, the file, a listing's scandir).
-RESERVED_FDS = 16
-FDS_PER_IO_THREAD = 4
-MIN_CONNECTIONS = 16
-MAX_DEFAULT_CONNECTIONS = 65536  # beyond this, memory rather than descriptors is the limit
-# A new connection closes an idle one to make room only if it was idle this long
-# (a real client sends its request as soon as it is connected).
-EVICT_AFTER_S = 0.5
-# After a failed accept() (EMFILE and the like): the connection waits in the backlog.
-ACCEPT_RETRY_S = 0.5
-# Failed authentications per client address (see AuthThrottle): a burst, then a rate.
-AUTH_FAILURE_BURST = 20
-AUTH_FAILURE_RATE = 5.0
 # The bearer token /metrics asks for, when run_agent is not given one.
 METRICS_TOKEN_ENV = "FLUXON_METRICS_TOKEN"
 # TLS 1.2 suites: forward secrecy and AEAD only (no CBC, no RSA key exchange).
 # TLS 1.3's suites are all AEAD and not affected by set_ciphers.
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL"
-# Set on an error response: its kind (aiohttp >= 3.13 has typed response keys).
-_REFUSAL: Any = (web.ResponseKey("fluxon_refusal", str) if hasattr(web, "ResponseKey")
-                 else "fluxon_refusal")
-
-
-class AgentMetrics:
-    """The agent's Prometheus metrics, in a registry of their own.
-
-    One per app (not prometheus_client's global registry), so several agents
-    can run in one process (tests) without their series colliding.
-    """
-
-    def __init__(self, io_threads: int) -> None:
-        self.registry = r = CollectorRegistry()
-        self.requests = Counter("fluxon_agent_requests", "HTTP requests answered, by route and status",
-                                ["route", "status"], registry=r)
-        self.served_bytes = Counter("fluxon_agent_served_bytes",
-                                    "File bytes returned by /v1/read, by export", ["export"],
-                                    registry=r)
-        self.latency = Histogram("fluxon_agent_request_duration_seconds",
-                                 "Time from routing a request to its answer, by route "
-                                 "(/metrics not included)", ["route"], buckets=LATENCY_BUCKETS,
-                                 registry=r)
-        self.in_flight = Gauge("fluxon_agent_requests_in_flight",
-                               "Requests being handled (/metrics not included)", registry=r)
-        self.refusals = Counter("fluxon_agent_refusals", "Requests refused, by reason (the error kind)",
-                                ["reason"], registry=r)
-        for reason in REFUSAL_REASONS + LIMIT_REASONS:
-            self.refusals.labels(reason)  # every reason is exported from the start, at 0
-        self.connections = Gauge("fluxon_agent_connections",
-                                 "Client connections open (TLS handshakes included)", registry=r)
-        self.connections_limit = Gauge("fluxon_agent_connections_limit",
-                                       "Connections served at once (--max-connections)",
-                                       registry=r)
-        self.connections_closed = Counter(
-            "fluxon_agent_connections_closed",
-            "Connections the agent closed to stay within its limits, by reason: evicted "
-            "(idle, to make room for a new one), header_timeout (no request in time)",
-            ["reason"], registry=r)
-        for reason in ("evicted", "header_timeout"):
-            self.connections_closed.labels(reason)
-        self.io_threads = Gauge("fluxon_agent_io_threads",
-                                "Threads for file work: stat, read, listing (--io-threads)",
-                                registry=r)
-        self.io_threads.set(io_threads)
-        self.io_busy = Gauge("fluxon_agent_io_threads_busy", "I/O threads doing file work now",
-                             registry=r)
-        self.io_queued = Gauge("fluxon_agent_io_queued",
-                               "File operations waiting for a free I/O thread", registry=r)
-        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
-        PlatformCollector(registry=r)  # python_info
-        self.active = 0  # == in_flight, readable for the shutdown log
-
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
 
 
 class ReloadableStorage:
@@ -208,13 +124,15 @@ STORAGE_KEY = web.AppKey("storage", ReloadableStorage)
 POOL_KEY = web.AppKey("pool", concurrent.futures.ThreadPoolExecutor)
 METRICS_KEY = web.AppKey("metrics", AgentMetrics)
 METRICS_TOKEN_KEY = web.AppKey("metrics_token", bytes)  # its SHA-256; empty: /metrics is open
+CONNECTIONS_KEY = web.AppKey("connections", ConnectionTable)
+THROTTLE_KEY = web.AppKey("throttle", AuthThrottle)
 
 
 def _refusal(status: int, kind: str, message: str,
              retry_after_s: int = RETRY_AFTER_S) -> web.Response:
     """An error answer: JSON with its kind (which the metrics count)."""
     response = web.json_response({"error": kind, "message": message}, status=status)
-    response[_REFUSAL] = kind
+    response[REFUSAL_KIND_KEY] = kind
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="fluxon-agent"'
     if status in (429, 503):
@@ -336,62 +254,9 @@ async def handle_metrics(request: web.Request) -> web.Response:
                         headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-def _sha256(token: str) -> bytes:
-    # surrogatepass: whatever a header decoded to hashes, rather than raising.
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
-
-
 def _token_matches(token: str | None, expected_sha256: bytes) -> bool:
     """Constant time: digests of equal length, whatever the token's length."""
-    return token is not None and hmac.compare_digest(_sha256(token), expected_sha256)
-
-
-def _route_label(request: web.Request) -> str:
-    # The route's pattern, never the raw path: label values stay a small fixed set.
-    resource = request.match_info.route.resource
-    return resource.canonical if resource is not None else "unmatched"
-
-
-def _metrics_middleware(metrics: AgentMetrics) -> Any:
-    """Count every request: by route and status, its latency, refusals, bytes served."""
-
-    @web.middleware
-    async def count(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
-        route = _route_label(request)
-        if route == "/metrics":  # a scrape is counted, but not timed nor in flight
-            response = await handler(request)
-            metrics.requests.labels(route, str(response.status)).inc()
-            return response
-        metrics.in_flight.inc()
-        metrics.active += 1
-        start = time.perf_counter()
-        status: int | None = 500
-        reason: str | None = "internal"
-        response: web.StreamResponse | None = None
-        try:
-            response = await handler(request)
-            status, reason = response.status, response.get(_REFUSAL)
-            return response
-        except web.HTTPException as exc:  # aiohttp's own answers: unknown route, bad method
-            status, reason = exc.status, None
-            raise
-        except asyncio.CancelledError:  # cancelled at the end of the shutdown timeout
-            status = None
-            raise
-        finally:
-            metrics.in_flight.dec()
-            metrics.active -= 1
-            if status is not None:
-                metrics.latency.labels(route).observe(time.perf_counter() - start)
-                metrics.requests.labels(route, str(status)).inc()
-                if reason is not None:
-                    metrics.refusals.labels(reason).inc()
-                if (route == "/v1/read" and status == 200 and request.method == "GET"
-                        and response is not None):
-                    metrics.served_bytes.labels(request.query.get("export", "")).inc(
-                        response.content_length or 0)
-
-    return count
+    return token is not None and hmac.compare_digest(token_sha256(token), expected_sha256)
 
 
 def _latency_middleware(seconds: float) -> Any:
@@ -404,363 +269,6 @@ def _latency_middleware(seconds: float) -> Any:
         return await handler(request)
 
     return delay
-
-
-# ---- failed authentications ----
-
-@dataclass
-class _Budget:
-    """A client address's failed-authentication budget: a token bucket."""
-
-    left: float  # failures it may still have before it is throttled
-    at: float  # when ``left`` was last brought up to date
-
-
-def client_key(remote: str | None) -> str:
-    """What the throttle counts a client by: its IP address, an IPv6 one by its /64
-    (which one host usually holds whole: counting each address would give it 2**64
-    budgets)."""
-    try:
-        ip = ipaddress.ip_address(remote or "")
-    except ValueError:
-        return remote or "unknown"
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
-    return str(ip)
-
-
-class AuthThrottle:
-    """Failed authentications per client address: ``burst`` at once, then ``per_s``
-    per second; past that, the address's requests are answered 429 + Retry-After.
-
-    Only failures (401 answers) spend the budget: an address that never failed
-    is never throttled. Once one has failed, each of its requests is charged
-    in advance and refunded unless it fails, so requests sent at once cannot
-    overdraw the budget. A throttled address's requests are refused without
-    their token being checked (a 429 that still told a right guess from a
-    wrong one would not slow guessing down), except those carrying a token
-    that authenticated recently from anywhere, which are neither charged nor
-    refused: a good client sharing the address of a guessing one (NAT, the
-    same host) keeps being served. Checking a token costs one SHA-256
-    (fs/tokens.py).
-
-    Addresses and good tokens (their SHA-256) are kept in LRU maps of bounded
-    size: an attacker with more addresses than ``clients`` can make the agent
-    forget one, which only resets that address's budget.
-    """
-
-    def __init__(self, burst: int = AUTH_FAILURE_BURST, per_s: float = AUTH_FAILURE_RATE,
-                 clients: int = 65536, good_tokens: int = 4096, good_ttl_s: float = 3600.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.burst, self.per_s, self.clock = burst, per_s, clock
-        self._budgets: cachetools.LRUCache[str, _Budget] = cachetools.LRUCache(maxsize=clients)
-        self._good: cachetools.TTLCache[bytes, bool] = cachetools.TTLCache(
-            maxsize=good_tokens, ttl=good_ttl_s, timer=clock)
-
-    def _budget(self, client: str) -> _Budget | None:
-        budget = self._budgets.get(client)
-        if budget is not None:
-            now = self.clock()
-            budget.left = min(self.burst, budget.left + (now - budget.at) * self.per_s)
-            budget.at = now
-        return budget
-
-    def admit(self, client: str, token: str | None) -> tuple[bool, float | None]:
-        """(charged, wait): wait is None to go ahead, else the seconds the address
-        must wait (429); charged says a failure was charged in advance (settle())."""
-        budget = self._budget(client)
-        if budget is None or (token and _sha256(token) in self._good):
-            return False, None
-        if budget.left >= 1:
-            budget.left -= 1
-            return True, None
-        return False, (1 - budget.left) / self.per_s
-
-    def settle(self, client: str, token: str | None, status: int, charged: bool) -> None:
-        """The answer to a request admit() let through: a 401 is a failure."""
-        if status == 401:
-            if not charged:
-                self._failed(client)
-            return
-        if charged:  # not a failure: give the advance back
-            budget = self._budget(client)
-            if budget is not None:
-                budget.left = min(self.burst, budget.left + 1)
-        if status == 200 and token:
-            self._good[_sha256(token)] = True
-
-    def _failed(self, client: str) -> None:
-        budget = self._budget(client)
-        if budget is None:
-            budget = self._budgets[client] = _Budget(float(self.burst), self.clock())
-        budget.left = max(0.0, budget.left - 1)
-
-    def forget_tokens(self) -> None:
-        """After a reload: a token the new config dropped earns no exemption."""
-        self._good.clear()
-
-
-# ---- connections ----
-
-@dataclass(eq=False)
-class _Connection:
-    """One accepted connection, as the ConnectionTable sees it."""
-
-    deadline: float  # loop time by which its first request must have arrived
-    admitted: bool = False  # counted against the limit: its requests are served
-    handler: Any = None  # aiohttp's RequestHandler, once made (after a TLS handshake)
-    making: asyncio.Task[None] | None = None  # until then, what makes it
-    busy: int = 0  # requests being handled
-    requests: int = 0  # requests seen
-    proven: bool = False  # it had a request served: its client holds a good token
-    closed: bool = False
-
-
-class ConnectionTable:
-    """Bounds the agent's connections, so that they can never take the
-    descriptors file work needs (EMFILE, answered 404 before this existed).
-
-    The agent accepts connections itself rather than through asyncio's server
-    (``serve``), so every accepted socket is counted, TLS handshakes included:
-
-    - ``limit`` connections are admitted (served) at once. Past it, an idle
-      admitted connection is closed to make room, as nginx reuses keep-alive
-      connections, so idle connections cannot keep out a client with a
-      request to make. Idle: no request in progress and no bytes of one
-      received (a TLS handshake in progress too); the one idle the longest
-      goes first, among connections that
-      never had a request served, then among those that had (so a client
-      without a good token can only ever push out its own kind). A new
-      connection makes room only from connections idle EVICT_AFTER_S or more
-      (a real client sends as soon as it is connected); a request arriving on
-      a connection not admitted yet, from any idle one. With none idle, that
-      request is answered 503 + Retry-After and its connection closed;
-    - ``cap`` (``limit`` plus a margin for those 503s) bounds the sockets
-      open: there the agent accepts only once one closes (an idle one is
-      closed to that end), later clients waiting in the listen backlog, and
-      the descriptors left are the file work's;
-    - a connection must send its first request's headers within
-      ``header_timeout_s`` of its accept (TLS handshake included), or it is
-      closed. Later idle time is aiohttp's keep-alive timeout.
-    """
-
-    def __init__(self, limit: int, header_timeout_s: float = HEADER_TIMEOUT_S,
-                 cap: int | None = None,
-                 on_close: Callable[[str], None] = lambda reason: None) -> None:
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise errors.FluxonFsConfigError(f"max connections must be an int >= 1, got {limit!r}")
-        if not header_timeout_s > 0:
-            raise errors.FluxonFsConfigError(
-                f"the header timeout must be > 0 s, got {header_timeout_s!r}")
-        self.limit = limit
-        self.cap = cap if cap is not None else limit + _margin(limit)
-        self.header_timeout_s = header_timeout_s
-        self.open = 0  # accepted and not closed yet
-        self.admitted = 0
-        self._on_close = on_close
-        # Idle made connections -> the loop time they became idle, the longest idle
-        # first: those never served (closed first to make room), and those served.
-        self._idle_unproven: OrderedDict[_Connection, float] = OrderedDict()
-        self._idle_proven: OrderedDict[_Connection, float] = OrderedDict()
-        self._by_handler: dict[Any, _Connection] = {}
-        self._room = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    async def serve(self, listener: socket.socket, protocol_factory: Callable[[], Any],
-                    ssl_context: ssl.SSLContext | None) -> None:
-        """Accept connections on listener until cancelled; protocol_factory makes
-        aiohttp's protocol for each (the runner's server)."""
-        loop = asyncio.get_running_loop()
-        listener.setblocking(False)
-        while True:
-            await self._below_cap()
-            try:
-                sock, _ = await loop.sock_accept(listener)
-            except OSError as exc:
-                await self._accept_failed(exc)
-                continue
-            self.open += 1
-            entry = _Connection(deadline=loop.time() + self.header_timeout_s)
-            self._admit(entry, EVICT_AFTER_S)  # else, when its first request comes
-            entry.making = loop.create_task(
-                self._connect(sock, entry, protocol_factory, ssl_context))
-            self._idle_unproven[entry] = loop.time()
-            self._tasks.add(entry.making)
-            entry.making.add_done_callback(self._tasks.discard)
-            # Let the connections made so far read their requests before the next accept.
-            await asyncio.sleep(0)
-
-    async def _below_cap(self) -> None:
-        while self.open >= self.cap:
-            self._room.clear()
-            self._evict(EVICT_AFTER_S, admitted_only=False)
-            try:  # a close, or time for a connection to become idle long enough
-                await asyncio.wait_for(self._room.wait(), EVICT_AFTER_S)
-            except asyncio.TimeoutError:
-                pass
-
-    async def _accept_failed(self, exc: OSError) -> None:
-        if exc.errno == errno.ECONNABORTED:  # the client went away before the accept
-            return
-        # Out of descriptors (something other than connections holds them) or
-        # memory: the client waits in the backlog until a retry.
-        limited_log.warning("accept", "cannot accept a connection (%s); retrying in %.1f s",
-                            exc.strerror or exc, ACCEPT_RETRY_S)
-        await asyncio.sleep(ACCEPT_RETRY_S)
-
-    async def _connect(self, sock: socket.socket, entry: _Connection,
-                       protocol_factory: Callable[[], Any],
-                       ssl_context: ssl.SSLContext | None) -> None:
-        loop = asyncio.get_running_loop()
-        handshake_s = max(entry.deadline - loop.time(), 0.001) if ssl_context else None
-        try:
-            await loop.connect_accepted_socket(
-                lambda: _CountedProtocol(self, entry, protocol_factory()), sock,
-                ssl=ssl_context, ssl_handshake_timeout=handshake_s)
-        except Exception as exc:  # noqa: BLE001 - a failed or slow TLS handshake, a reset
-            log.debug("connection dropped before it was made: %r", exc)
-        finally:  # (cancelled: closed to make room, or the agent stopping)
-            if entry.handler is None:
-                sock.close()  # (asyncio closed it already, unless it failed before)
-                self.closed(entry)
-
-    def _admit(self, entry: _Connection, idle_s: float) -> bool:
-        """Count entry against the limit, closing a connection idle for idle_s or
-        more to make room if need be; False if it must wait."""
-        if self.admitted >= self.limit and not self._evict(idle_s, admitted_only=True):
-            return False
-        entry.admitted = True
-        self.admitted += 1
-        return True
-
-    def _evict(self, idle_s: float, admitted_only: bool) -> bool:
-        """Close the connection idle the longest, if idle for idle_s or more; False if
-        there is none. One that had a request served goes only when no idle one
-        never had (if those are too recent, none goes: they will not be for long)."""
-        now = asyncio.get_running_loop().time()
-        for idle in (self._idle_unproven, self._idle_proven):
-            entry, since = next(((e, t) for e, t in idle.items()  # the longest idle first
-                                 if e.admitted or not admitted_only), (None, 0.0))
-            if entry is None:
-                continue
-            if now - since < idle_s:
-                return False
-            del idle[entry]
-            if entry.admitted:  # its place is the new one's from now
-                entry.admitted = False
-                self.admitted -= 1
-            if entry.handler is not None:
-                entry.handler.force_close()
-            elif entry.making is not None:  # still in its TLS handshake
-                entry.making.cancel()
-            self._on_close("evicted")
-            return True
-        return False
-
-    def _idle(self, entry: _Connection) -> OrderedDict[_Connection, float]:
-        return self._idle_proven if entry.proven else self._idle_unproven
-
-    def made(self, entry: _Connection, handler: Any) -> None:
-        entry.handler = handler
-        self._by_handler[handler] = entry
-        loop = asyncio.get_running_loop()
-        self._idle(entry).pop(entry, None)  # idle from now: its request comes next
-        self._idle(entry)[entry] = loop.time()
-        loop.call_at(entry.deadline, self._first_request_due, entry)
-
-    def _first_request_due(self, entry: _Connection) -> None:
-        if not entry.closed and entry.requests == 0:
-            entry.handler.force_close()
-            self._on_close("header_timeout")
-
-    def received(self, entry: _Connection) -> None:
-        """Bytes of a request arrived: not idle until it is answered."""
-        self._idle(entry).pop(entry, None)
-
-    def started(self, handler: Any) -> _Connection | None:
-        """A request began on handler's connection (None: not one of the table's);
-        if the connection is not admitted after this, the request gets a 503."""
-        entry = self._by_handler.get(handler)
-        if entry is not None:
-            entry.busy += 1
-            entry.requests += 1
-            self._idle(entry).pop(entry, None)
-            if not entry.admitted:
-                self._admit(entry, 0.0)
-        return entry
-
-    def finished(self, entry: _Connection, served: bool) -> None:
-        """The request begun with started() was answered; served: with a 200 that
-        needed a good token."""
-        entry.busy -= 1
-        entry.proven = entry.proven or served
-        if entry.busy == 0 and not entry.closed:
-            self._idle(entry)[entry] = asyncio.get_running_loop().time()
-
-    def closed(self, entry: _Connection) -> None:
-        if entry.closed:
-            return
-        entry.closed = True
-        self.open -= 1
-        if entry.admitted:
-            self.admitted -= 1
-        self._idle(entry).pop(entry, None)
-        self._by_handler.pop(entry.handler, None)
-        self._room.set()
-
-
-class _CountedProtocol(asyncio.Protocol):
-    """aiohttp's protocol for one connection, telling the table when it is made,
-    receives and is lost: aiohttp has no hook for a connection's end."""
-
-    def __init__(self, table: ConnectionTable, entry: _Connection, inner: Any) -> None:
-        self._table, self._entry, self._inner = table, entry, inner
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._inner.connection_made(transport)
-        self._table.made(self._entry, self._inner)
-
-    def data_received(self, data: bytes) -> None:
-        self._table.received(self._entry)
-        self._inner.data_received(data)
-
-    def eof_received(self) -> bool | None:
-        return self._inner.eof_received()  # type: ignore[no-any-return]
-
-    def pause_writing(self) -> None:
-        self._inner.pause_writing()
-
-    def resume_writing(self) -> None:
-        self._inner.resume_writing()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        try:
-            self._inner.connection_lost(exc)
-        finally:
-            self._table.closed(self._entry)
-
-
-def _margin(limit: int) -> int:
-    """Sockets a ConnectionTable holds past its limit, to answer them 503."""
-    return max(8, limit // 16)
-
-
-def default_max_connections(io_threads: int) -> int:
-    """The connections RLIMIT_NOFILE leaves room for: the soft limit less
-    RESERVED_FDS and FDS_PER_IO_THREAD per I/O thread, less the table's 503
-    margin, between MIN_CONNECTIONS and MAX_DEFAULT_CONNECTIONS."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        soft = 1 << 30
-    budget = soft - RESERVED_FDS - FDS_PER_IO_THREAD * io_threads
-    limit = min(budget - 8, budget * 16 // 17)  # the largest with limit + _margin(limit) <= budget
-    return max(MIN_CONNECTIONS, min(MAX_DEFAULT_CONNECTIONS, limit))
-
-
-CONNECTIONS_KEY = web.AppKey("connections", ConnectionTable)
-THROTTLE_KEY = web.AppKey("throttle", AuthThrottle)
 
 
 def _needs_token(request: web.Request) -> bool:
@@ -830,14 +338,14 @@ def make_app(config: FluxonFsConfig, threads: int = 32, inject_latency_ms: float
     metrics = AgentMetrics(threads)
     # The metrics middleware is outermost: latency includes any injected delay, and
     # the limits' 429 and 503 are counted.
-    middlewares = [_metrics_middleware(metrics), _limits_middleware()]
+    middlewares = [metrics_middleware(metrics), _limits_middleware()]
     if inject_latency_ms:
         middlewares.append(_latency_middleware(inject_latency_ms / 1e3))
     app = web.Application(middlewares=middlewares)
     app[STORAGE_KEY] = ReloadableStorage(ExportStorage(config))
     app[POOL_KEY] = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="agent-io")
     app[METRICS_KEY] = metrics
-    app[METRICS_TOKEN_KEY] = _sha256(metrics_token) if metrics_token is not None else b""
+    app[METRICS_TOKEN_KEY] = token_sha256(metrics_token) if metrics_token is not None else b""
     app[THROTTLE_KEY] = AuthThrottle()
     app.router.add_get("/v1/stat", handle_stat)
     app.router.add_get("/v1/read", handle_read)

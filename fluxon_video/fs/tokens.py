@@ -194,8 +194,7 @@ class TokenTable:
         """The name of the identity holding ``token``, or None."""
         if not token:
             return None
-        # surrogatepass: whatever a header decoded to hashes, rather than raising.
-        digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+        digest = token_sha256(token)
         found = self._by_digest.get(digest)
         if found is None:
             return None
@@ -203,6 +202,12 @@ class TokenTable:
         # The dict matched digests already (a timing there tells of digests, not
         # tokens); the final word is a constant-time comparison all the same.
         return name if hmac.compare_digest(stored, digest) else None
+
+
+def token_sha256(token: str) -> bytes:
+    """The SHA-256 of a token a request presented, what the agent's checks compare."""
+    # surrogatepass: whatever a header decoded to hashes, rather than raising.
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
 def _digest(entry: str) -> bytes:
