@@ -73,7 +73,9 @@ def make_byte_source(range_source: VideoSource, page_size: int,
     return avio.ByteSource(
         range_source, range_source.size, page_size=page_size,
         cache_bytes=settings.reader_cache_bytes, readahead_pages=settings.readahead_pages,
-        fetch_workers=settings.fetch_workers, fetch_timeout_s=3 * settings.agent_timeout_s + 1,
+        fetch_workers=settings.fetch_workers,
+        # A page may wait out an agent restart (agent_retry_window_s) before its answer.
+        fetch_timeout_s=3 * settings.agent_timeout_s + 1 + settings.agent_retry_window_s,
         name=range_source.name)
 
 

@@ -366,8 +366,11 @@ def test_corrupt_and_truncated_pieces_are_detected_and_repaired(media, agent, ex
 def test_agent_stopped_gives_a_clear_error_within_the_timeout(agent_config, export_root):
     process = AgentProcess(agent_config).start()
     try:
+        # The error is the point: a short retry window (the default, 30 s, would
+        # wait out a restart; tests/test_agent_outage.py).
         with make_patcher(process.url, export_root, piece_size=4096,
-                          client={"agent_timeout_s": 1.0, "agent_connect_timeout_s": 0.5}) as patcher:
+                          client={"agent_timeout_s": 1.0, "agent_connect_timeout_s": 0.5,
+                                  "agent_retry_window_s": 1.0}) as patcher:
             reader = patcher.open_video_reader("train", VIDEO, 16, 16, 1)
             process.stop()
             t0 = time.monotonic()

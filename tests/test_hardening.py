@@ -266,7 +266,9 @@ def test_reads_fail_over_to_a_replica_and_skip_the_dead_one(media, config_path, 
         with make_patcher([first.url, second.url], root, piece_size=16 << 10,
                           metadata_cache_ttl_ms=0,
                           client={"agent_timeout_s": 2.0, "agent_connect_timeout_s": 1.0,
-                                  "agent_failover_skip_s": 30.0}) as patcher:
+                                  "agent_failover_skip_s": 30.0,
+                                  # the error at the end is the point: no 30 s wait for it
+                                  "agent_retry_window_s": 0.5}) as patcher:
             reader = patcher.open_video_reader("train", OTHER, H, W)
             reader.read_frames_numpy([0])
             first.stop()
@@ -288,8 +290,9 @@ def test_stale_if_error_serves_kv_bytes_while_no_agent_answers(media, config_pat
     with AgentProcess(config_path) as agent:
         with make_patcher(agent.url, root, redis_url, metadata_cache_ttl_ms=0,
                           stale_if_error_s=stale_s,
-                          client={"agent_timeout_s": 1.0, "agent_connect_timeout_s": 0.5}
-                          ) as patcher:
+                          # with stale_s = 0 the error is the point: no 30 s wait for it
+                          client={"agent_timeout_s": 1.0, "agent_connect_timeout_s": 0.5,
+                                  "agent_retry_window_s": 0.5}) as patcher:
             reader = patcher.open_video_reader("train", OTHER, H, W)
             reader.read_frames_numpy(list(range(0, 72, 3)))  # every piece now in Redis
             patcher.client.backfill.wait_idle()

@@ -80,7 +80,8 @@ def make_routes(config: FluxonFsConfig) -> dict[str, Route]:
         ReplicatedRoute([AgentRoute(url, settings.agent_timeout_s,
                                     settings.agent_connect_timeout_s, settings.agent_pool_size,
                                     settings.agent_ca_bundle)
-                         for url in export.agent_urls], settings.agent_failover_skip_s))
+                         for url in export.agent_urls], settings.agent_failover_skip_s,
+                        settings.agent_retry_window_s))
         for export in config.exports.values()}
 
 

@@ -108,10 +108,12 @@ class FluxonFsExport:
     async_backfill_enabled: bool = True
     piece_size: int = defaults.PAGE_SIZE
     kv_miss_policy: MissPolicy = MissPolicy.RemoteRead
-    # Off by default. While no agent answers, keep serving KV bytes of a file
-    # whose stat was authorised within this many seconds (see the README's
-    # security note: a revoked identity or a changed file goes unnoticed that long).
-    stale_if_error_s: float = 0.0
+    # While no agent answers (and only then), keep serving KV bytes of a file
+    # whose stat an agent authorised for this identity within this many seconds:
+    # this process's own, or one shared through the KV by another process or node.
+    # 0: off. A revoked identity or a changed file goes unnoticed that long while
+    # the agents are away (docs/security.md); a KV miss still waits for an agent.
+    stale_if_error_s: float = 300.0
     # Seconds a KV entry lives (EXPIRE on write, pushed back on hits at most once
     # per half TTL); None: until Redis evicts it (see maxmemory-policy).
     cache_ttl_s: int | None = None
@@ -234,6 +236,10 @@ class ClientSettings:
     agent_connect_timeout_s: float = 2.0
     agent_pool_size: int = 16
     agent_failover_skip_s: float = 10.0  # a replica that did not answer is tried last this long
+    # While no agent_url replica answers (refused, reset, timed out, 503), a call
+    # tries them again with backoff for this long before it fails: an agent
+    # restart costs a wait, not the run. 0: fail at once.
+    agent_retry_window_s: float = 30.0
     backfill_workers: int = 2
     backfill_queue_size: int = 256
     fetch_workers: int = 4
@@ -273,6 +279,11 @@ class ClientSettings:
             value = getattr(self, name)
             _require(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
                      f"client.{name} must be a positive number, got {value!r}")
+        _require(isinstance(self.agent_retry_window_s, (int, float))
+                 and not isinstance(self.agent_retry_window_s, bool)
+                 and 0 <= self.agent_retry_window_s < float("inf"),
+                 f"client.agent_retry_window_s must be a number >= 0 (0: no retry), got "
+                 f"{self.agent_retry_window_s!r}")
         for name in ("embedded_kv_max_bytes", "agent_pool_size", "backfill_workers",
                      "backfill_queue_size", "fetch_workers", "reader_cache_bytes"):
             value = getattr(self, name)

@@ -14,6 +14,7 @@ hide.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -62,15 +63,17 @@ class FileMetadata(ClientService):
         cached = self._cached(ref)
         if cached is not None:
             return self._granted(ref, cached)
+        shared_body: bytes | None = None
         if export.metadata_cache_shared:
             skey = self._stat_key(export, ref)
             reachable, entry = self._state().kv.get(skey)
             if reachable and counters is not None:
                 counters.add(kv_round_trips=1)
-            shared = self._shared(ref, export, skey, entry)
+            shared_body = self._open_shared(export, skey, entry)
+            shared = self._shared(ref, export, shared_body)
             if shared is not None:
                 return self._granted(ref, shared)
-        return self._granted(ref, self._agent_stat(ref, export, counters))
+        return self._granted(ref, self._agent_stat(ref, export, counters, shared_body))
 
     def check_current(self, file: VersionedFile) -> None:
         """Raise FluxonFsFileChangedError if the file is no longer at file.version
@@ -94,6 +97,7 @@ class FileMetadata(ClientService):
         bkey = self._blobs.key(ref, kind)
         version = self._cached(ref)
         entry: Fields | None = None
+        shared_body: bytes | None = None
         fetched = False
         trips = kv_reads = 0  # one after another; KV reads that were answered
         if version is None and export.metadata_cache_shared:
@@ -101,11 +105,12 @@ class FileMetadata(ClientService):
             reachable, (stat_entry, entry) = state.kv.get_many([skey, bkey])
             fetched = reachable and entry is not UNREACHABLE
             trips, kv_reads = 1, int(reachable)
-            version = self._shared(ref, export, skey, stat_entry)
+            shared_body = self._open_shared(export, skey, stat_entry)
+            version = self._shared(ref, export, shared_body)
         if version is None:
             pending = None if fetched else state.alongside.submit(state.kv.get, bkey)
             try:
-                version = self._agent_stat(ref, export, counters)
+                version = self._agent_stat(ref, export, counters, shared_body)
             finally:
                 if pending is not None:
                     reachable, entry = pending.result()
@@ -135,15 +140,19 @@ class FileMetadata(ClientService):
         who = self._state().seal.identity_tag(export.name, ref.identity.token)
         return stat_key(export.cache_kv_key_prefix, export.name, ref.relpath, who)
 
-    def _shared(self, ref: FileRef, export: FluxonFsExport, skey: str,
-                entry: Fields | None) -> FileStat | None:
-        """A stat the agent authorised for this identity in some process, while it
-        is younger than metadata_cache_ttl_ms; cached here for what is left."""
+    def _open_shared(self, export: FluxonFsExport, skey: str,
+                     entry: Fields | None) -> bytes | None:
+        """The verified bytes of a shared stat entry (None: absent, unreachable, forged)."""
         if entry is UNREACHABLE:
             return None
+        return self._state().open_entry(export, skey, entry, None)
+
+    def _shared(self, ref: FileRef, export: FluxonFsExport,
+                body: bytes | None) -> FileStat | None:
+        """A stat the agent authorised for this identity in some process, while it
+        is younger than metadata_cache_ttl_ms; cached here for what is left."""
         state = self._state()
-        shared = read_stat_body(state.open_entry(export, skey, entry, None), time.time(),
-                                export.metadata_cache_ttl_ms / 1000)
+        shared = read_stat_body(body, time.time(), export.metadata_cache_ttl_ms / 1000)
         if shared is None:
             return None
         version, left = shared
@@ -153,23 +162,37 @@ class FileMetadata(ClientService):
         return version
 
     def _agent_stat(self, ref: FileRef, export: FluxonFsExport,
-                    counters: ReadCounters | None) -> FileStat:
+                    counters: ReadCounters | None, shared_body: bytes | None = None) -> FileStat:
+        """The agent's stat. While no agent answers, a stat authorised within
+        stale_if_error_s (this process's, else the shared entry's bytes) is served
+        at once; without one, the route retries for agent_retry_window_s."""
         state = self._state()
         key = (ref.identity, ref.export, ref.relpath)
+        stale = self._stale(state, export, key, shared_body)
         if counters is not None:
             counters.add(stat_requests=1)
         try:
-            st = state.routes[ref.export].stat(ref.export, ref.relpath, ref.identity.token)
+            # With a stale stat to fall back on, one round of the replicas: warm
+            # reads go on at once rather than after the retry window.
+            st = state.routes[ref.export].stat(ref.export, ref.relpath, ref.identity.token,
+                                               wait=stale is None)
         except errors.FluxonFsIOError as exc:
-            stale = self._stale(state, export, key, exc)
-            if stale is None:
+            if stale is None or not is_unreachable(exc):
                 if is_unreachable(exc):
                     warn.warning("agent", "%s: stat failed: %s", ref.name, exc)
                 raise
-            warn.warning("stale", "%s: no agent answers (%s); serving the stat authorised "
-                         "%.1f s ago (stale_if_error_s)", ref.name, exc,
-                         time.monotonic() - state.last_good[key][0])
-            return stale
+            version, age, source = stale
+            # (exc names the file: "export:relpath: agent URL unreachable (...)")
+            warn.warning("stale", "%s; no agent answers: serving the stat an agent authorised "
+                         "%.1f s ago (%s; stale_if_error_s = %g)", exc, age, source,
+                         export.stale_if_error_s)
+            # Reused like an answer for the TTL (never past the stale bound), so reads
+            # do not ask an absent agent each time.
+            left = min(export.metadata_cache_ttl_ms / 1000, export.stale_if_error_s - age)
+            if left > 0:
+                with state.lock:
+                    state.stats[key] = (time.monotonic() + left, version)
+            return version
         now = time.monotonic()
         ttl = export.metadata_cache_ttl_ms / 1000
         with state.lock:
@@ -178,25 +201,34 @@ class FileMetadata(ClientService):
             if export.stale_if_error_s > 0:
                 state.last_good[key] = (now, st)
         if ttl > 0 and export.metadata_cache_shared:
-            # Shared for other processes; nobody here waits for the write.
+            # Shared for other processes; nobody here waits for the write. Used as
+            # an answer for the TTL (expires_at); Redis keeps it for stale_if_error_s
+            # if longer, for processes that start while no agent answers.
             skey = self._stat_key(export, ref)
             now_wall = time.time()
             body = stat_body(st, now_wall + ttl, now_wall)
             state.alongside.submit(state.kv.put, skey, state.seal.seal(
-                export.name, skey, body, export.cache_bytes_field_key), math.ceil(ttl))
+                export.name, skey, body, export.cache_bytes_field_key),
+                math.ceil(max(ttl, export.stale_if_error_s)))
         return st
 
     @staticmethod
     def _stale(state: ClientState, export: FluxonFsExport, key: tuple,
-               exc: errors.FluxonFsIOError) -> FileStat | None:
-        """With stale_if_error_s, the last authorised stat while no agent answers."""
-        if export.stale_if_error_s <= 0 or not is_unreachable(exc):
+               shared_body: bytes | None) -> tuple[FileStat, float, str] | None:
+        """With stale_if_error_s, the youngest stat an agent authorised for this
+        identity within it: (version, its age in seconds, where it came from)."""
+        bound = export.stale_if_error_s
+        if bound <= 0:
             return None
+        found: list[tuple[FileStat, float, str]] = []
         with state.lock:
             good = state.last_good.get(key)
-        if good is None or time.monotonic() - good[0] > export.stale_if_error_s:
-            return None
-        return good[1]
+        if good is not None and time.monotonic() - good[0] <= bound:
+            found.append((good[1], time.monotonic() - good[0], "in this process"))
+        shared = _stale_shared_stat(shared_body, time.time(), bound)
+        if shared is not None:
+            found.append((*shared, "shared through the KV"))
+        return min(found, key=lambda f: f[1]) if found else None
 
     # ---- listing ----
 
@@ -212,3 +244,19 @@ class FileMetadata(ClientService):
             yield from entries
             if cursor is None:
                 return
+
+
+def _stale_shared_stat(body: bytes | None, now: float,
+                       bound_s: float) -> tuple[FileStat, float] | None:
+    """(version, age) of a shared stat entry's verified bytes, whatever its expiry,
+    if the agent authorised it within bound_s (a written_at in the future counts
+    as now); for use only while no agent answers."""
+    if body is None:
+        return None
+    try:
+        d = json.loads(body)
+        age = now - min(float(d["written_at"]), now)
+        version = FileStat.from_fields(d)
+    except (ValueError, KeyError, TypeError):
+        return None
+    return (version, age) if 0 <= age <= bound_s else None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import ssl
 import threading
 import time
 from typing import Protocol
@@ -48,10 +50,17 @@ _STATUS_ERRORS: dict[int, type[errors.FluxonFsError]] = {
 # a list page of 10,000 entries with long relpaths stays well under 16 MiB.
 SMALL_ANSWER_BYTES = 64 << 10
 LIST_ANSWER_BYTES = 16 << 20
+# While no replica answers, the waits between rounds: exponential from the first,
+# doubling up to the cap, each drawn between half and all of that (jitter, so the
+# processes of a cluster do not come back in step). A restarted agent is found
+# within BACKOFF_CAP_S of its coming back.
+BACKOFF_FIRST_S = 0.1
+BACKOFF_CAP_S = 2.0
 
 
 class Route(Protocol):
-    def stat(self, export: str, relpath: str, token: str) -> FileStat: ...
+    # wait=False: no retry window (a caller with a stale answer to fall back on).
+    def stat(self, export: str, relpath: str, token: str, *, wait: bool = True) -> FileStat: ...
 
     def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
              cursor: str | None, limit: int, token: str) -> tuple[list[FluxonFsFileEntry], str | None]: ...
@@ -68,7 +77,7 @@ class InProcessRoute:
     def __init__(self, storage: ExportStorage) -> None:
         self.storage = storage
 
-    def stat(self, export: str, relpath: str, token: str) -> FileStat:
+    def stat(self, export: str, relpath: str, token: str, *, wait: bool = True) -> FileStat:
         return self.storage.stat(export, relpath, token)
 
     def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
@@ -99,9 +108,12 @@ class AgentRoute:
             raise errors.FluxonFsConfigError(
                 f"client.agent_ca_bundle {ca_bundle!r} is not a file (needed for {self.url})")
         self._timeout = urllib3.Timeout(connect=connect_timeout_s, read=timeout_s)
-        # One retry covers a keep-alive connection the agent closed meanwhile.
-        self._retries = urllib3.Retry(total=1, connect=1, read=0, status=0, redirect=0,
-                                      backoff_factor=0.05, raise_on_status=False)
+        # No retries here: ReplicatedRoute retries a call that got no answer (on the
+        # next replica, then with backoff for client.agent_retry_window_s), in one
+        # place and without urllib3's warning per attempt. (A pooled keep-alive
+        # connection the agent closed is replaced before use by urllib3 itself.)
+        self._retries = urllib3.Retry(total=0, connect=0, read=0, status=0, redirect=0,
+                                      raise_on_status=False)
         self._pool_size = pool_size
         self._lock = threading.Lock()
         self._http: urllib3.PoolManager | None = None
@@ -146,15 +158,17 @@ class AgentRoute:
     def _read(self, response: urllib3.BaseHTTPResponse, limit: int, what: str) -> bytes:
         declared = response.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > limit:
-            raise errors.FluxonFsIOError(f"{what}: agent {self.url} sent a {declared}-byte "
-                                         f"answer where at most {limit} were expected")
+            raise _lasting(errors.FluxonFsIOError(
+                f"{what}: agent {self.url} sent a {declared}-byte answer where at most "
+                f"{limit} were expected"))
         try:
             data = response.read(limit + 1)  # one byte past the limit tells a longer body
         except urllib3.exceptions.HTTPError as exc:
             raise self._transport_error(exc, what) from None
         if len(data) > limit:
-            raise errors.FluxonFsIOError(f"{what}: agent {self.url} sent an answer longer than "
-                                         f"the {limit} bytes expected")
+            raise _lasting(errors.FluxonFsIOError(
+                f"{what}: agent {self.url} sent an answer longer than the {limit} bytes "
+                "expected"))
         return data
 
     def _transport_error(self, exc: urllib3.exceptions.HTTPError,
@@ -170,19 +184,23 @@ class AgentRoute:
         if isinstance(cause, urllib3.exceptions.SSLError):
             # A failed handshake: the certificate did not verify against the CA
             # bundle or name this host, or the agent does not speak TLS.
-            return errors.FluxonFsIOError(
+            failed = errors.FluxonFsIOError(
                 f"{what}: TLS connection to agent {self.url} failed ({cause}); "
                 + ("check that client.agent_ca_bundle is the CA that signed the agent's "
                    "certificate and that the certificate names this host"
                    if self.ca_bundle else "a self-signed agent certificate needs "
                    "client.agent_ca_bundle (the CA's PEM file)"))
+            # A certificate that does not verify will not verify a moment later.
+            return _lasting(failed) if _certificate_refused(cause) else failed
         if (self.url.startswith("http://")
                 and isinstance(cause, urllib3.exceptions.ProtocolError)):
             # What plain HTTP gets from a TLS listener: a closed connection.
             return errors.FluxonFsIOError(
                 f"{what}: agent {self.url} closed the connection without answering; if it "
                 "serves HTTPS (--tls-cert), use an https:// agent_url")
-        return errors.FluxonFsIOError(f"{what}: agent {self.url} unreachable ({exc})")
+        # (the cause's text: "...: Failed to establish a new connection: [Errno 111]
+        # Connection refused", without urllib3's "Max retries exceeded" around it)
+        return errors.FluxonFsIOError(f"{what}: agent {self.url} unreachable ({cause})")
 
     def _answer_error(self, response: urllib3.BaseHTTPResponse, what: str) -> errors.FluxonFsError:
         """The error an answer other than 200 stands for (its JSON kind, else its status)."""
@@ -208,16 +226,21 @@ class AgentRoute:
         exc = cls(f"{what}: {message} (the agent answered {response.status})")
         if isinstance(exc, errors.FluxonFsOverloadedError):
             exc.retry_after_s = retry_after
+        if response.status not in (502, 503, 504):
+            # An agent that answered (a 500: its storage failed) says the same a
+            # moment later; a gateway's 502/504 stands for an agent that did not.
+            _lasting(exc)
         return exc
 
-    def stat(self, export: str, relpath: str, token: str) -> FileStat:
+    def stat(self, export: str, relpath: str, token: str, *, wait: bool = True) -> FileStat:
         body = self._get("/v1/stat", {"export": export, "path": relpath}, token,
                          f"{export}:{relpath}")
         try:
             return FileStat.from_fields(json.loads(body))
         except (ValueError, KeyError, TypeError) as exc:
-            raise errors.FluxonFsIOError(f"{export}:{relpath}: agent {self.url} sent a stat "
-                                         f"this client cannot read ({exc})") from None
+            raise _lasting(errors.FluxonFsIOError(
+                f"{export}:{relpath}: agent {self.url} sent a stat this client cannot read "
+                f"({exc})")) from None
 
     def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
              cursor: str | None, limit: int, token: str) -> tuple[list[FluxonFsFileEntry], str | None]:
@@ -233,8 +256,9 @@ class AgentRoute:
             page = json.loads(body)
             return [FluxonFsFileEntry(**e) for e in page["entries"]], page["next"]
         except (ValueError, KeyError, TypeError) as exc:
-            raise errors.FluxonFsIOError(f"{what}: agent {self.url} sent a list page this "
-                                         f"client cannot read ({exc})") from None
+            raise _lasting(errors.FluxonFsIOError(
+                f"{what}: agent {self.url} sent a list page this client cannot read "
+                f"({exc})")) from None
 
     def read_chunk(self, export: str, relpath: str, offset: int, length: int,
                    expected: FileStat, token: str) -> bytes:
@@ -255,18 +279,36 @@ class AgentRoute:
 
 
 class ReplicatedRoute:
-    """Agents serving the same storage: fail over, and skip a dead one for a while.
+    """Agents serving the same storage: fail over, skip a dead one for a while, and
+    wait out an outage of them all.
 
-    stat and read_chunk are idempotent, so a call that finds a replica
+    stat, list and read_chunk are idempotent, so a call that finds a replica
     unreachable or timing out is retried on the next one. An answer (file not
     found, permission, changed) is authoritative and is not retried. A
     replica that failed is tried last until ``skip_s`` have passed.
+
+    When no replica answers (connection refused or reset, a timeout, a 503),
+    the call tries them all again after a backoff (BACKOFF_FIRST_S doubling up
+    to BACKOFF_CAP_S, with jitter, and at least a 503's Retry-After) until
+    ``retry_window_s`` have passed since it began, then raises the last error,
+    saying how long it waited: an agent restart costs a wait, not the run. A
+    stat with ``wait=False`` makes one round (its caller has a stale stat to
+    fall back on). The log gets one warning per outage (from the first call
+    that waits), one per replica failing over, and one info line when an agent
+    answers again.
     """
 
-    def __init__(self, replicas: list[AgentRoute], skip_s: float) -> None:
+    def __init__(self, replicas: list[AgentRoute], skip_s: float,
+                 retry_window_s: float = 0.0) -> None:
         self.replicas = replicas
         self.skip_s = skip_s
+        self.retry_window_s = retry_window_s
         self._dead_until = [0.0] * len(replicas)
+        # When each replica, and all of them at once, stopped answering (None: it
+        # answers); whether a call waiting for one has said so in this outage.
+        self._down_since: list[float | None] = [None] * len(replicas)
+        self._outage_since: float | None = None
+        self._outage_told = False
         self._lock = threading.Lock()
 
     def _order(self) -> list[int]:
@@ -277,32 +319,95 @@ class ReplicatedRoute:
                           key=lambda i: self._dead_until[i])
         return alive + dead
 
-    def _call(self, method: str, *args: object) -> object:
-        last: errors.FluxonFsIOError | None = None
-        for i in self._order():
-            try:
-                result = getattr(self.replicas[i], method)(*args)
-            except errors.FluxonFsIOError as exc:
-                if not is_unreachable(exc):
-                    raise  # the storage answered: not found, permission, changed, short read
-                skip_s = self.skip_s
-                if isinstance(exc, errors.FluxonFsOverloadedError) and exc.retry_after_s:
-                    skip_s = min(skip_s, exc.retry_after_s)  # it said when to come back
-                with self._lock:
-                    self._dead_until[i] = time.monotonic() + skip_s
-                if len(self.replicas) > 1:
-                    log.warning("agent %s cannot serve now (%s); skipping it for %.0f s",
-                                self.replicas[i].url, exc, skip_s)
-                last = exc
-                continue
-            with self._lock:
-                self._dead_until[i] = 0.0
-            return result
-        assert last is not None
-        raise last
+    def _call(self, method: str, *args: object, wait: bool = True) -> object:
+        window = self.retry_window_s if wait else 0.0
+        started = time.monotonic()
+        rounds = 0
+        while True:
+            last: errors.FluxonFsIOError | None = None
+            worth_waiting = False
+            for i in self._order():
+                try:
+                    result = getattr(self.replicas[i], method)(*args)
+                except errors.FluxonFsIOError as exc:
+                    if not is_unreachable(exc):
+                        raise  # the storage answered: not found, permission, changed, short read
+                    self._failed(i, exc)
+                    last = exc
+                    worth_waiting |= waiting_helps(exc)
+                    continue
+                self._answered(i)
+                return result
+            assert last is not None
+            rounds += 1
+            if worth_waiting:
+                self._outage()
+            waited = time.monotonic() - started
+            if not worth_waiting or waited >= window:
+                if rounds == 1:
+                    raise last  # its caller says what it does about it (a stale stat, or fails)
+                raise self._gave_up(last, waited)
+            if rounds == 1:
+                self._tell_outage(last)
+            delay = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** (rounds - 1))
+            delay = random.uniform(delay / 2, delay)
+            if isinstance(last, errors.FluxonFsOverloadedError) and last.retry_after_s:
+                delay = max(delay, last.retry_after_s)  # it said when to come back
+            time.sleep(min(delay, window - waited))
 
-    def stat(self, export: str, relpath: str, token: str) -> FileStat:
-        return self._call("stat", export, relpath, token)  # type: ignore[return-value]
+    def _failed(self, i: int, exc: errors.FluxonFsIOError) -> None:
+        skip_s = self.skip_s
+        if isinstance(exc, errors.FluxonFsOverloadedError) and exc.retry_after_s:
+            skip_s = min(skip_s, exc.retry_after_s)  # it said when to come back
+        now = time.monotonic()
+        with self._lock:
+            self._dead_until[i] = now + skip_s
+            first = self._down_since[i] is None
+            if first:
+                self._down_since[i] = now
+        if first and len(self.replicas) > 1:
+            log.warning("agent %s cannot serve now (%s); failing over, and trying it last for "
+                        "%.0f s", self.replicas[i].url, exc, skip_s)
+
+    def _answered(self, i: int) -> None:
+        with self._lock:
+            self._dead_until[i] = 0.0
+            down, self._down_since[i] = self._down_since[i], None
+            outage, self._outage_since = self._outage_since, None
+            self._outage_told = False
+        if outage is not None:
+            log.info("agent %s answers again (no agent answered for %.1f s)",
+                     self.replicas[i].url, time.monotonic() - outage)
+        elif down is not None and len(self.replicas) > 1:
+            log.info("agent %s answers again", self.replicas[i].url)
+
+    def _outage(self) -> None:
+        """Note that no replica answers (the info line when one does again says how long)."""
+        with self._lock:
+            if self._outage_since is None:
+                self._outage_since = time.monotonic()
+
+    def _tell_outage(self, exc: errors.FluxonFsIOError) -> None:
+        """The one warning of an outage, by the first call that waits for it."""
+        with self._lock:
+            if self._outage_told:
+                return
+            self._outage_told = True
+        which = ("" if len(self.replicas) == 1 else
+                 f"no agent of {', '.join(r.url for r in self.replicas)} answers; the last: ")
+        log.warning("%s%s; retrying for up to %g s (client.agent_retry_window_s)", which, exc,
+                    self.retry_window_s)
+
+    def _gave_up(self, last: errors.FluxonFsIOError, waited: float) -> errors.FluxonFsIOError:
+        """The last error, saying that no agent answered for the whole window."""
+        exc = type(last)(f"{last}; no agent answered for {waited:.1f} s "
+                         f"(client.agent_retry_window_s = {self.retry_window_s:g})")
+        if isinstance(last, errors.FluxonFsOverloadedError):
+            exc.retry_after_s = last.retry_after_s
+        return exc
+
+    def stat(self, export: str, relpath: str, token: str, *, wait: bool = True) -> FileStat:
+        return self._call("stat", export, relpath, token, wait=wait)  # type: ignore[return-value]
 
     def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
              cursor: str | None, limit: int, token: str) -> tuple[list[FluxonFsFileEntry], str | None]:
@@ -324,6 +429,28 @@ def is_unreachable(exc: errors.FluxonFsIOError) -> bool:
     the call now (503), as opposed to the agent's answer (not found, permission, ...)."""
     return type(exc) in (errors.FluxonFsIOError, errors.FluxonFsTimeoutError,
                          errors.FluxonFsOverloadedError)
+
+
+def waiting_helps(exc: errors.FluxonFsIOError) -> bool:
+    """Whether the same call may succeed a moment later: no agent answered (refused,
+    reset, timed out) or one asked to come back (503). Not an answer (4xx, a 500),
+    nor what waiting cannot change (a certificate that does not verify, an answer
+    this client cannot read)."""
+    return is_unreachable(exc) and not getattr(exc, "lasting", False)
+
+
+def _lasting(exc: errors.FluxonFsIOError) -> errors.FluxonFsIOError:
+    """Mark exc as no agent's absence: replicas fail over, nobody waits for it."""
+    exc.lasting = True  # type: ignore[attr-defined]
+    return exc
+
+
+def _certificate_refused(cause: BaseException) -> bool:
+    """Whether a TLS failure is the agent's certificate not verifying (or not naming
+    the host), rather than a handshake cut short."""
+    found = (cause.__context__, cause.__cause__, *getattr(cause, "args", ()))
+    return (any(isinstance(c, ssl.SSLCertVerificationError) for c in found)
+            or "CERTIFICATE_VERIFY_FAILED" in str(cause))
 
 
 def _answer_limit(path: str, params: dict[str, object]) -> int:
