@@ -20,17 +20,29 @@ imports torch; this module does.
   are one native decode, distinct videos decode on parallel threads.
   :class:`SameVideoBatchSampler` makes batches of ``clips_per_video`` clips of
   the same video, which is where that pays most.
+  With ``num_replicas``/``rank`` (or an initialised ``torch.distributed``)
+  it shards the videos across ranks like ``DistributedSampler``.
+- ``on_error`` (:mod:`fluxon_video.bad_items`): ``"raise"`` (default),
+  ``"skip"`` (a bad item is replaced by a deterministic other one, the bad
+  file is logged once and never read again in that process) or a callable
+  ``(index, exception) -> item``.
 - :class:`StatsCollate` and :class:`LoaderStats`: each batch carries its
-  worker's cumulative :class:`~fluxon_video.FluxonFsProcessStats`, and the
-  training loop adds them up per epoch, so nobody threads per-read stats
-  through batches by hand.
+  worker's cumulative :class:`~fluxon_video.FluxonFsProcessStats` and bad-item
+  counts, and the training loop adds them up per epoch, so nobody threads
+  per-read stats through batches by hand.
+- Batches made by :func:`collate_clips` (and :class:`StatsCollate`) keep their
+  non-tensor fields (``relpath``, ``fluxon_stats``) in a list and a dict
+  whose ``.to(device)`` returns them unchanged, so ``{k: v.to(device) for k,
+  v in batch.items()}`` works; :func:`move_to` moves the tensors of any
+  nested batch.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,16 +57,30 @@ except ImportError as exc:  # pragma: no cover - exercised in a process without 
         "the CPU wheel index)") from exc
 
 from fluxon_video.audio import AudioSamples, AudioSpec
+from fluxon_video.bad_items import (
+    MAX_REPLACEMENT_TRIES,
+    BadItems,
+    FluxonFsNoReadableItemError,
+    OnError,
+    bad_kind,
+    check_on_error,
+    log_clip,
+    replacement_videos,
+    unwrapped,
+)
 from fluxon_video.damage import check_policy
+from fluxon_video.errors import FluxonFsConfigError
 from fluxon_video.metadata import FluxonFsVideoMetadata, indices_at_times
 from fluxon_video.patcher import FluxonFsPatcher
-from fluxon_video.pool import FluxonFsVideoReaderPool, FluxonFsVideoReadRequest
+from fluxon_video.pool import (FluxonFsVideoReaderPool, FluxonFsVideoReadRequest,
+                               FluxonFsVideoReadResult)
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsProcessStats
 from fluxon_video.validation import (Threads, output_fits, positive_int, stream_choice,
                                      thread_count)
 
-__all__ = ["LoaderStats", "SameVideoBatchSampler", "StatsCollate", "VideoClipDataset"]
+__all__ = ["FluxonFsNoReadableItemError", "HostDict", "HostList", "LoaderStats",
+           "SameVideoBatchSampler", "StatsCollate", "VideoClipDataset", "collate_clips", "move_to"]
 
 LAYOUTS = ("THWC", "TCHW")
 
@@ -78,6 +104,21 @@ class VideoClipDataset(Dataset):
     (time-based clips only) adds each clip's audio, ``round(clip_duration_s *
     rate)`` samples from the clip's start; give ``AudioSpec(sample_rate=...,
     channels=...)`` so clips of videos with different audio batch together.
+
+    ``export_name`` must be one of the source's configured exports (checked
+    here, not in a worker). ``on_error`` says what a bad item does (one whose
+    file is missing, is not a video, is damaged or lacks the stream asked for;
+    see :mod:`fluxon_video.bad_items` for the exact list, and what is always
+    raised: argument and config errors, refused access, I/O that may recover):
+    ``"raise"`` (default) raises it; ``"skip"`` replaces the item by another
+    one chosen from ``(seed, epoch, index)`` alone, so every worker and rank
+    makes the same replacement, logs one warning per bad file on the
+    ``fluxon_video.torch`` logger and never reads that file again in the
+    process (:attr:`bad_files`, :attr:`bad_items`, the batch stats of
+    :class:`StatsCollate`); a callable ``on_error(index, exception)`` returns
+    the item to use instead (a dict like the others, so they collate) or
+    raises. A callable given to spawned workers must pickle (a module-level
+    function, not a lambda).
     """
 
     def __init__(self, source: FluxonFsPatcher | FluxonFsVideoReaderPool, export_name: str,
@@ -88,7 +129,7 @@ class VideoClipDataset(Dataset):
                  max_readers: int = 16, autorotate: bool = False,
                  on_damage: str = "error", stream_index: int | None = None,
                  resize: str = "stretch", interpolation: str = "bilinear",
-                 audio: AudioSpec | None = None) -> None:
+                 audio: AudioSpec | None = None, on_error: OnError = "raise") -> None:
         if isinstance(source, FluxonFsVideoReaderPool):
             self._patcher, self._given_pool = None, source
         elif isinstance(source, FluxonFsPatcher):
@@ -96,6 +137,8 @@ class VideoClipDataset(Dataset):
         else:
             raise TypeError(f"source must be a FluxonFsPatcher or FluxonFsVideoReaderPool, "
                             f"got {type(source).__name__}")
+        # An unknown export fails here, naming the configured ones, not in every worker.
+        (source.config if self._patcher is not None else source.opener.config).export(export_name)
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         if (clip_duration_s is None) != (fps is None):
@@ -136,7 +179,8 @@ class VideoClipDataset(Dataset):
             raise ValueError("audio needs an AudioSpec and time-based clips (clip_duration_s "
                              "and fps): a clip's audio is the span of its duration")
         self.audio = audio
-        self._local: tuple[int, FluxonFsVideoReaderPool, dict[str, Any]] | None = None
+        self.on_error = check_on_error(on_error)
+        self._local: _Local | None = None
 
     # ---- per process: the pool and what is known of each video ----
 
@@ -148,21 +192,34 @@ class VideoClipDataset(Dataset):
     @property
     def pool(self) -> FluxonFsVideoReaderPool:
         """This process's reader pool."""
-        return self._process()[1]
+        return self._process().pool
 
-    def _process(self) -> tuple[int, FluxonFsVideoReaderPool, dict[str, Any]]:
+    @property
+    def bad_files(self) -> dict[str, str]:
+        """The files this process found bad (``on_error`` not ``"raise"``):
+        relpath -> the error, as ``"Type: message"``."""
+        return {relpath: f"{type(exc).__name__}: {exc}"
+                for relpath, exc in self._process().bad.files.items()}
+
+    @property
+    def bad_items(self) -> int:
+        """How many items this process replaced (or handed to an ``on_error`` callable)."""
+        return self._process().bad.items
+
+    def _process(self) -> _Local:
         local = self._local
-        if local is None or local[0] != os.getpid():
+        if local is None or local.pid != os.getpid():
             pool = self._given_pool or self._patcher.open_video_reader_pool(
                 self.max_readers, autorotate=self.autorotate, on_damage=self.on_damage)
-            local = self._local = (os.getpid(), pool, {})
+            local = self._local = _Local(pool, self.export_name)
         return local
 
     def _video(self, relpath: str) -> tuple[FluxonFsVideoMetadata, np.ndarray]:
-        _, pool, known = self._process()
+        local = self._process()
+        known = local.known
         if relpath not in known:  # one index load per video and process
-            known[relpath] = pool.video_metadata_and_timestamps_s(self.export_name, relpath,
-                                                                  self.stream_index)
+            known[relpath] = local.pool.video_metadata_and_timestamps_s(
+                self.export_name, relpath, self.stream_index)
         return known[relpath]
 
     # ---- sampling ----
@@ -205,27 +262,156 @@ class VideoClipDataset(Dataset):
         return self.__getitems__([i])[0]
 
     def __getitems__(self, items: Sequence[int]) -> list[dict[str, Any]]:
-        """The items of one batch, read with one batched call (one decode per video)."""
-        clips = [self.clip_with_times(int(i)) for i in items]
-        requests = [FluxonFsVideoReadRequest(
+        """The items of one batch, read with one batched call (one decode per
+        video); a bad item as ``on_error`` says."""
+        wanted = [int(i) for i in items]
+        out: list[dict[str, Any] | None] = [None] * len(wanted)
+        if self.on_error == "raise":
+            self._read({p: (i, self.clip_with_times(i)) for p, i in enumerate(wanted)}, out)
+            return out  # type: ignore[return-value]
+        chains: dict[int, _Chain] = {}
+        todo = dict(enumerate(wanted))  # position in the batch -> item to read there
+        while todo:
+            clips = {}
+            for position, i in todo.items():
+                found = self._readable_clip(position, i, wanted[position], chains, out)
+                if found is not None:
+                    clips[position] = found
+            todo = {}
+            for position, exc in self._read(clips, out).items():
+                nxt = self._bad(position, clips[position][0], wanted[position], exc, chains, out)
+                if nxt is not None:
+                    todo[position] = nxt
+        return out  # type: ignore[return-value]
+
+    # ---- bad items (on_error "skip" or a callable) ----
+
+    def _readable_clip(self, position: int, i: int, original: int, chains: dict[int, _Chain],
+                       out: list[dict[str, Any] | None]) -> tuple[int, Clip] | None:
+        """(item, its clip) to read at position: i, or its replacement when i's
+        file is known bad or its index does not load; None when out[position]
+        was filled by the on_error callable."""
+        while True:
+            exc = self._process().bad.file_error(self.relpaths[i // self.clips_per_video])
+            if exc is None:
+                try:
+                    return i, self.clip_with_times(i)
+                except Exception as caught:
+                    if bad_kind(caught) is None:
+                        raise
+                    exc = caught
+            nxt = self._bad(position, i, original, exc, chains, out)
+            if nxt is None:
+                return None
+            i = nxt
+
+    def _bad(self, position: int, i: int, original: int, exc: BaseException,
+             chains: dict[int, _Chain], out: list[dict[str, Any] | None]) -> int | None:
+        """Record that item i (read at position for item ``original``) is bad;
+        the next item to read there, or None when the callable gave the item."""
+        exc = unwrapped(exc)
+        per_video = self.clips_per_video
+        relpath = self.relpaths[i // per_video]
+        bad = self._process().bad
+        if bad_kind(exc) == "file":
+            bad.add_file(relpath, exc)
+        else:
+            log_clip(self.export_name, relpath, i, exc)
+        chain = chains.get(position)
+        if chain is None:  # the item asked for is bad
+            bad.add_item()
+            if callable(self.on_error):
+                item = self.on_error(original, exc)
+                if not isinstance(item, Mapping):
+                    raise TypeError(f"on_error returned {type(item).__name__} for item "
+                                    f"{original}: return the item to use (a dict) or raise")
+                out[position] = dict(item)
+                return None
+            video = original // per_video
+            chain = chains[position] = _Chain(
+                replacement_videos(self.seed, self.epoch, video, len(self.relpaths)), {video})
+        else:
+            chain.tries += 1
+            if chain.tries >= MAX_REPLACEMENT_TRIES:
+                raise FluxonFsNoReadableItemError(
+                    f"{self.export_name}: item {original} and {chain.tries} replacements in a "
+                    f"row could not be read (the last, {relpath}: {exc}): this looks like the "
+                    f"store or the dataset, not one bad file") from exc
+        for video in chain.candidates:
+            if video not in chain.tried and bad.file_error(self.relpaths[video]) is None:
+                chain.tried.add(video)
+                return video * per_video + original % per_video
+        raise FluxonFsNoReadableItemError(
+            f"{self.export_name}: no readable replacement for item {original}: every other "
+            f"video is bad (the last, {relpath}: {exc})") from exc
+
+    # ---- reading ----
+
+    def _request(self, clip: Clip) -> FluxonFsVideoReadRequest:
+        relpath, indices, when = clip
+        return FluxonFsVideoReadRequest(
             self.export_name, relpath, self.height, self.width, self.num_threads, tuple(indices),
             self.stream_index, self.resize, self.interpolation, self.audio,
             None if self.audio is None else (when[0], when[0] + self.clip_duration_s))
-            for relpath, indices, when in clips]
-        results = self.pool.read_many_numpy_with_stats(requests)
-        out = []
-        for (relpath, indices, _), result in zip(clips, results):
-            frames = torch.from_numpy(result.frames)
-            if self.layout == "TCHW":
-                frames = frames.permute(0, 3, 1, 2)
-            _, times = self._video(relpath)
-            item = {"frames": frames, "relpath": relpath,
-                    "indices": torch.as_tensor(indices, dtype=torch.int64),
-                    "timestamps_s": torch.from_numpy(times[indices])}
-            if result.audio is not None:
-                item.update(self._audio_item(result.audio))
-            out.append(item)
-        return out
+
+    def _read(self, clips: dict[int, tuple[int, Clip]],
+              out: list[dict[str, Any] | None]) -> dict[int, BaseException]:
+        """Read clips (position -> (item, clip)) into out with one batched call;
+        the bad ones' errors by position (on_error "raise": raised)."""
+        if not clips:
+            return {}
+        positions = list(clips)
+        requests = [self._request(clips[p][1]) for p in positions]
+        try:
+            results = self.pool.read_many_numpy_with_stats(requests)
+        except Exception as exc:
+            if self.on_error == "raise" or bad_kind(unwrapped(exc)) is None:
+                raise
+            # Which of the batch's videos is bad: each is read alone (the
+            # batched call raises the first failing group's error only).
+            return self._read_apart(positions, requests, clips, out)
+        for position, result in zip(positions, results):
+            out[position] = self._item(clips[position][1], result)
+        return {}
+
+    def _read_apart(self, positions: list[int], requests: list[FluxonFsVideoReadRequest],
+                    clips: dict[int, tuple[int, Clip]],
+                    out: list[dict[str, Any] | None]) -> dict[int, BaseException]:
+        groups: dict[str, list[tuple[int, FluxonFsVideoReadRequest]]] = {}
+        for position, request in zip(positions, requests):
+            groups.setdefault(request.relpath, []).append((position, request))
+        failed: dict[int, BaseException] = {}
+        parts = list(groups.values())
+        while parts:
+            part = parts.pop()
+            try:
+                results = self.pool.read_many_numpy_with_stats([r for _, r in part])
+            except Exception as exc:
+                exc = unwrapped(exc)
+                kind = bad_kind(exc)
+                if kind is None:
+                    raise
+                if kind == "clip" and len(part) > 1:  # about one clip: find which
+                    parts.extend([member] for member in part)
+                else:
+                    failed.update((position, exc) for position, _ in part)
+                continue
+            for (position, _), result in zip(part, results):
+                out[position] = self._item(clips[position][1], result)
+        return failed
+
+    def _item(self, clip: Clip, result: FluxonFsVideoReadResult) -> dict[str, Any]:
+        relpath, indices, _ = clip
+        frames = torch.from_numpy(result.frames)
+        if self.layout == "TCHW":
+            frames = frames.permute(0, 3, 1, 2)
+        _, times = self._video(relpath)
+        item = {"frames": frames, "relpath": relpath,
+                "indices": torch.as_tensor(indices, dtype=torch.int64),
+                "timestamps_s": torch.from_numpy(times[indices])}
+        if result.audio is not None:
+            item.update(self._audio_item(result.audio))
+        return item
 
     def _audio_item(self, audio: AudioSamples) -> dict[str, Any]:
         """The clip's audio at a fixed length (a span's sample count varies by
@@ -238,12 +424,49 @@ class VideoClipDataset(Dataset):
                 "sample_rate": audio.sample_rate}
 
 
+# (relpath, frame indices, sample times or None): what clip_with_times returns.
+Clip = tuple[str, list[int], "np.ndarray | None"]
+
+
+class _Local:
+    """One process's share of a dataset: its pool, the videos it knows, its bad items."""
+
+    def __init__(self, pool: FluxonFsVideoReaderPool, export_name: str) -> None:
+        self.pid = os.getpid()
+        self.pool = pool
+        self.known: dict[str, tuple[FluxonFsVideoMetadata, np.ndarray]] = {}
+        self.bad = BadItems(export_name)
+
+
+class _Chain:
+    """The replacements tried for one position of a batch."""
+
+    def __init__(self, candidates: Iterator[int], tried: set[int]) -> None:
+        self.candidates = candidates
+        self.tried = tried  # videos
+        self.tries = 0
+
+
 class SameVideoBatchSampler(Sampler[list[int]]):
     """Batches of ``dataset.clips_per_video`` clips of the same video, videos in
-    (seeded, per-epoch) random order; ``batch_size`` must be a multiple of it."""
+    (seeded, per-epoch) random order; ``batch_size`` must be a multiple of it.
+
+    Across ranks like ``DistributedSampler``: every rank draws the same order
+    of videos (the same ``seed`` everywhere), and rank ``r`` of
+    ``num_replicas`` takes videos ``r, r + num_replicas, ...`` of it, so the
+    ranks' videos are disjoint and their batch counts equal. ``drop_last``
+    False pads the order by repeating its first videos until it divides
+    evenly, and yields a last batch shorter than ``batch_size``; True drops
+    the last videos instead, and that short batch. ``num_replicas`` and
+    ``rank`` default to torch.distributed's world size and rank when it is
+    initialised, else to one replica. Call ``set_epoch(epoch)`` before each
+    epoch (and ``dataset.set_epoch`` for other clips): a shuffling sampler
+    iterated again without it repeats the order, and warns once.
+    """
 
     def __init__(self, dataset: VideoClipDataset, batch_size: int, *, shuffle: bool = True,
-                 seed: int = 0, drop_last: bool = False) -> None:
+                 seed: int = 0, drop_last: bool = False, num_replicas: int | None = None,
+                 rank: int | None = None) -> None:
         self.dataset = dataset
         self.batch_size = positive_int("batch_size", batch_size)
         per_video = dataset.clips_per_video
@@ -253,18 +476,41 @@ class SameVideoBatchSampler(Sampler[list[int]]):
         self.shuffle = shuffle
         self.seed = int(seed)
         self.drop_last = drop_last
+        self.num_replicas, self.rank = _replicas(num_replicas, rank)
         self.epoch = 0
+        self._iterations = 0  # since the last set_epoch
+        self._warned = False
 
     def set_epoch(self, epoch: int) -> None:
+        """The epoch whose order the next iteration draws (as DistributedSampler's)."""
         self.epoch = int(epoch)
+        self._iterations = 0
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def videos(self) -> np.ndarray:
+        """This rank's videos (positions in ``dataset.relpaths``) for the current epoch, in order."""
         videos = len(self.dataset.relpaths)
-        per_video = self.dataset.clips_per_video
         order = (np.random.default_rng([self.seed, self.epoch]).permutation(videos)
                  if self.shuffle else np.arange(videos))
+        replicas = self.num_replicas
+        if self.drop_last:
+            order = order[:videos - videos % replicas]
+        elif videos % replicas:  # pad with the first videos again, as DistributedSampler does
+            order = np.concatenate([order, np.resize(order, replicas - videos % replicas)])
+        return order[self.rank::replicas]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        # Counted when the first batch is drawn: a multi-worker DataLoader
+        # makes an iterator it never uses before the one it reads.
+        self._iterations += 1
+        if self.shuffle and self._iterations > 1 and not self._warned:
+            self._warned = True
+            warnings.warn("SameVideoBatchSampler iterated again without set_epoch(): this "
+                          "epoch repeats the last one's order of videos; call "
+                          "sampler.set_epoch(epoch) (and dataset.set_epoch(epoch) for other "
+                          "clips) before each epoch", UserWarning, stacklevel=2)
+        per_video = self.dataset.clips_per_video
         batch: list[int] = []
-        for video in order:
+        for video in self.videos():
             batch.extend(int(video) * per_video + k for k in range(per_video))
             if len(batch) == self.batch_size:
                 yield batch
@@ -273,23 +519,99 @@ class SameVideoBatchSampler(Sampler[list[int]]):
             yield batch
 
     def __len__(self) -> int:
-        items = len(self.dataset.relpaths) * self.dataset.clips_per_video
+        videos, replicas = len(self.dataset.relpaths), self.num_replicas
+        per_rank = videos // replicas if self.drop_last else -(-videos // replicas)
+        items = per_rank * self.dataset.clips_per_video
         return items // self.batch_size if self.drop_last else -(-items // self.batch_size)
 
 
+def _replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
+    """(num_replicas, rank): as given, else torch.distributed's, else one replica."""
+    if num_replicas is None or rank is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            num_replicas = dist.get_world_size() if num_replicas is None else num_replicas
+            rank = dist.get_rank() if rank is None else rank
+        elif num_replicas is None and rank is None:
+            num_replicas, rank = 1, 0
+        else:
+            raise FluxonFsConfigError("give both num_replicas and rank, or neither (then "
+                                      "torch.distributed's, once initialised, or one replica)")
+    num_replicas = positive_int("num_replicas", num_replicas)
+    if (isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer))
+            or not 0 <= rank < num_replicas):
+        raise FluxonFsConfigError(f"rank must be an int in [0, {num_replicas}), got {rank!r}")
+    return num_replicas, int(rank)
+
+
+class _StaysOnHost:
+    def to(self, *args: Any, **kwargs: Any) -> Any:
+        """Itself: what a batch carries besides tensors stays where it is."""
+        return self
+
+
+class HostList(_StaysOnHost, list):
+    """A list (a batch's ``relpath``) whose ``.to(device)`` returns it unchanged."""
+
+
+class HostDict(_StaysOnHost, dict):
+    """A dict (a batch's ``fluxon_stats``) whose ``.to(device)`` returns it unchanged."""
+
+
+def collate_clips(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """``default_collate``, with the batch's lists (``relpath``: strings) and
+    dicts as :class:`HostList` / :class:`HostDict`, so a ``{k: v.to(device) for
+    k, v in batch.items()}`` loop moves the tensors and keeps the rest."""
+    batch = default_collate(items)
+    for key, value in batch.items():
+        if isinstance(value, list) and not isinstance(value, HostList):
+            batch[key] = HostList(value)
+        elif isinstance(value, dict) and not isinstance(value, HostDict):
+            batch[key] = HostDict(value)
+    return batch
+
+
+def move_to(data: Any, device: Any, non_blocking: bool = False) -> Any:
+    """``data`` with every tensor in it moved to ``device`` (``Tensor.to``):
+    through dicts, lists, tuples and named tuples, everything else as it is."""
+    if isinstance(data, torch.Tensor):
+        return data.to(device, non_blocking=non_blocking)
+    if isinstance(data, Mapping):
+        moved = {k: move_to(v, device, non_blocking) for k, v in data.items()}
+        try:
+            return type(data)(moved)
+        except TypeError:
+            return moved
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # a named tuple
+        return type(data)(*(move_to(v, device, non_blocking) for v in data))
+    if isinstance(data, (list, tuple)):
+        moved = [move_to(v, device, non_blocking) for v in data]
+        try:
+            return type(data)(moved)
+        except TypeError:
+            return moved
+    return data
+
+
 class StatsCollate:
-    """``default_collate``, plus ``batch["fluxon_stats"]``: the producing process's
-    cumulative FluxonFsProcessStats (as a dict) and its pid."""
+    """:func:`collate_clips`, plus ``batch["fluxon_stats"]`` (a :class:`HostDict`):
+    the producing process's pid, its cumulative FluxonFsProcessStats (as a
+    dict, ``stats``), the items it replaced so far (``bad_items``) and the
+    files it found bad since its previous batch (``new_bad_files``)."""
 
     def __init__(self, dataset: VideoClipDataset) -> None:
         self.dataset = dataset
 
     def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
-        batch = default_collate(items)
+        batch = collate_clips(items)
         info = get_worker_info()
         dataset = info.dataset if info is not None else self.dataset
-        batch["fluxon_stats"] = {"pid": os.getpid(),
-                                 "stats": dataset.pool.stats().as_dict()}  # type: ignore[union-attr]
+        if not isinstance(dataset, VideoClipDataset):  # wrapped (a Subset): ours is the same copy
+            dataset = self.dataset
+        local = dataset._process()
+        batch["fluxon_stats"] = HostDict(pid=os.getpid(), stats=local.pool.stats().as_dict(),
+                                         bad_items=local.bad.items,
+                                         new_bad_files=local.bad.take_new_files())
         return batch
 
 
@@ -299,15 +621,30 @@ class LoaderStats:
     def __init__(self) -> None:
         self._latest: dict[int, FluxonFsProcessStats] = {}
         self._base: dict[int, FluxonFsProcessStats] = {}
+        self._bad_latest: dict[int, int] = {}
+        self._bad_base: dict[int, int] = {}
+        self._bad_files: set[str] = set()
 
     def update(self, batch: dict[str, Any]) -> None:
+        """Take a batch's stats (call it for every batch: bad files are reported once)."""
         info = batch.get("fluxon_stats")
         if info is not None:
             self._latest[info["pid"]] = FluxonFsProcessStats(**info["stats"])
+            self._bad_latest[info["pid"]] = info.get("bad_items", 0)
+            self._bad_files.update(info.get("new_bad_files", ()))
 
     def start_epoch(self) -> None:
         """Count from here (persistent workers keep their totals across epochs)."""
         self._base = dict(self._latest)
+        self._bad_base = dict(self._bad_latest)
+
+    def bad_items(self) -> int:
+        """Items the workers replaced (``on_error``) since start_epoch()."""
+        return sum(n - self._bad_base.get(pid, 0) for pid, n in self._bad_latest.items())
+
+    def bad_files(self) -> set[str]:
+        """Relpaths any worker found bad so far (each worker finds a file once)."""
+        return set(self._bad_files)
 
     def total(self) -> FluxonFsProcessStats:
         """What every worker did since start_epoch()."""
