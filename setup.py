@@ -51,7 +51,7 @@ def ffmpeg_extensions():
         extra_link_args=["-pthread"],
     )
     # Each .pyx is one extension; the C helpers are linked into the one that uses them.
-    c_helpers = {"_avio": ["fluxon_video/_pagecache.c"], "_pipeline": ["fluxon_video/_avlog.c"]}
+    c_helpers = {"_avio": ["fluxon_video/_pagecache.c"], "_pipeline": ["fluxon_video/_avlog.c", "fluxon_video/_framecheck.c"]}
     extensions = [
         Extension(f"fluxon_video.{name}", [f"fluxon_video/{name}.pyx", *c_helpers.get(name, [])],
                   **common)

@@ -24,7 +24,7 @@ as a read with no decode to continue would. Elsewhere (audio-only files,
 other containers) the decoder opens a demuxer of its own on the byte source.
 """
 from libc.errno cimport EAGAIN
-from libc.stdint cimport int64_t, uint8_t, uint64_t
+from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy, strncmp
 
 import numpy as np
@@ -157,6 +157,12 @@ cdef class AudioDecoder:
     cdef int64_t tb_num, tb_den
     cdef object first_pts      # pts of the stream's first decoded sample (None: not known yet)
     cdef int64_t next_position  # where the decoder's next frame starts (-1: unknown)
+    # The first position from which the current decode gives what a decode
+    # from the stream's start gives: 0 for a decode from the start, the
+    # pre-roll's end after a seek where the decoder forgets, never (INT64_MAX)
+    # after a seek where it does not. An exact read continues the decode only
+    # from there on, whatever read began it.
+    cdef int64_t exact_from
     cdef object carry           # (position, planes) of the last frame a read did not use up
     cdef object header_fields   # describe_audio's, read once at open
     # Where the last turn left the host's pipeline (its count of opens).
@@ -186,6 +192,7 @@ cdef class AudioDecoder:
         self.stream_index = stream_index
         self.first_pts = None
         self.next_position = -1
+        self.exact_from = 0  # the open decodes from the start
         self.carry = None
         self.host = host
         self._forget_fed()
@@ -555,8 +562,10 @@ cdef class AudioDecoder:
                 self._reopen_own()
             self._open_codec()
             self.next_position = 0
+            self.exact_from = 0
             return 0
         self.sought += 1
+        self.exact_from = position + self._preroll() if self.forgets else INT64_MAX
         if self.fmt == NULL:  # our own demuxer, dropped after a failed read
             self._reopen_own()
         target = self.first_pts + (position * self.tb_den) // (self.tb_num * self.sample_rate)
@@ -567,14 +576,21 @@ cdef class AudioDecoder:
             self._raise(ret, "av_seek_frame")
         return 0
 
+    cdef int64_t _preroll(self):
+        """Samples decoded before the first one a seeking read wants."""
+        return max(MIN_PREROLL_SAMPLES, 2 * self.codec_seek_preroll)
+
     def plan(self, int64_t start, bint exact=True, bint can_continue=True):
         """How a read from position ``start`` begins: ("continue", where the
-        decoder stands), ("seek", the pre-roll's first position) or ("start", 0)."""
+        decoder stands), ("seek", the pre-roll's first position) or ("start", 0).
+        An exact read continues only a decode whose samples from ``start`` on
+        are a decode from the start's (not one an inexact read began by seeking)."""
         self._require_open()
-        preroll = max(MIN_PREROLL_SAMPLES, 2 * self.codec_seek_preroll)
+        preroll = self._preroll()
         carry = self.carry
         ahead = (can_continue and 0 <= self.next_position
-                 and (carry[0] if carry else self.next_position) <= start)
+                 and (carry[0] if carry else self.next_position) <= start
+                 and (not exact or self.exact_from <= start))
         can_seek = self.seeks_exactly and (self.forgets or not exact) and start - preroll > 0
         if ahead and (start - self.next_position < CONTINUE_WITHIN_SAMPLES or not can_seek):
             return "continue", self.next_position

@@ -31,6 +31,9 @@ cdef struct IndexedPlan:
     const int64_t *key_pos
     const int64_t *seek_ts
     const int64_t *reach_dec
+    # Per cluster, the last frame (presentation index) decoded at or before its
+    # last target: the cluster is done once it came out (FrameIndex.plan).
+    const int64_t *settle_idx
     const int64_t *end_byte
     int64_t *left                # targets still to convert, per cluster
     int64_t n_clusters

@@ -11,7 +11,7 @@
 """
 import numpy as np
 
-from libc.stdint cimport INT64_MAX, int64_t, uint8_t
+from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint8_t
 
 from fluxon_video._avio cimport fx_source_cancel_prefetch, fx_source_fetch_waits, fx_source_prefetch
 from fluxon_video._convert cimport fx_sink_put
@@ -21,7 +21,7 @@ from fluxon_video.libav.avcodec cimport (
     av_packet_unref,
 )
 from fluxon_video.libav.avformat cimport AVSEEK_FLAG_BACKWARD, av_read_frame, av_seek_frame
-from fluxon_video.libav.avutil cimport AVERROR_EOF, av_frame_unref
+from fluxon_video.libav.avutil cimport AV_NOPTS_VALUE, AVERROR_EOF, av_frame_unref
 
 # _check_packet's word for a packet known to be damaged: do not feed it, drain.
 cdef int FX_DRAIN = 3
@@ -75,16 +75,30 @@ cdef inline void _note_converted(Pipeline pipe, DecodeProgress *p) noexcept nogi
 
 # ---- sequential ----
 
+# Packets whose pts the sequential path remembers (a frame comes out within
+# the decoder's reorder delay and thread count of its packet).
+cdef enum:
+    SENT_RING = 64
+
+
 cdef int decode_sequential(Pipeline pipe, const int64_t *targets, const int64_t *slots,
                            int64_t ntargets, FrameSink *sink, DecodeProgress *p) noexcept nogil:
-    """Decode from the start until every target is converted or the stream ends."""
+    """Decode from the start until every target is converted or the stream
+    ends, then until every frame decoded before the last target came out."""
     cdef int ret
     cdef bint draining = False
     cdef int consecutive_errors = 0
     cdef int64_t frame_no = 0, next_target = 0
+    # Each packet's pts and the largest pts up to it, for the last SENT_RING
+    # packets read: a frame decoded before a target may be shown after it
+    # (a B-frame's anchor); the decode is done when the last of those is out.
+    cdef int64_t sent_pts[SENT_RING]
+    cdef int64_t sent_max[SENT_RING]
+    cdef int64_t n_sent = 0, run_max = INT64_MIN, settle_pts = INT64_MIN
+    cdef bint pts_known = True, settling = False
     pipe.fresh = False
     pipe.positioned = False  # frames are counted, not matched to the index
-    while next_target < ntargets:
+    while next_target < ntargets or settling:
         if not draining and not pipe.packet_pending:
             ret = pipe.next_packet(&draining, p)
             if ret < 0:
@@ -94,12 +108,20 @@ cdef int decode_sequential(Pipeline pipe, const int64_t *targets, const int64_t 
                 av_packet_unref(pipe.pkt)
                 pipe.packet_pending = False
                 draining = True
+            if pipe.packet_pending:
+                if pipe.pkt.pts == AV_NOPTS_VALUE:
+                    pts_known = False
+                elif pipe.pkt.pts > run_max:
+                    run_max = pipe.pkt.pts
+                sent_pts[n_sent % SENT_RING] = pipe.pkt.pts
+                sent_max[n_sent % SENT_RING] = run_max
+                n_sent += 1
         ret = pipe.send(draining, &consecutive_errors, p)
         if ret < 0:
             return ret
         if _damaged(p):
             return FX_DAMAGED
-        while next_target < ntargets:
+        while next_target < ntargets or settling:
             ret = pipe.receive(&consecutive_errors, p)
             if ret == 0:
                 if draining:
@@ -110,11 +132,14 @@ cdef int decode_sequential(Pipeline pipe, const int64_t *targets, const int64_t 
             if ret < 0:
                 return ret
             if _damaged(p):
-                # Frames before this one came from packets decoded before the
-                # damage (frame threads hand results back in packet order).
+                # A frame decoded before the targets (or one of them) is
+                # damaged: the targets may reference it.
                 av_frame_unref(pipe.frame)
                 return FX_DAMAGED
-            if frame_no == targets[next_target]:
+            if settling:
+                if pipe.frame.pts == AV_NOPTS_VALUE or pipe.frame.pts >= settle_pts:
+                    settling = False
+            elif frame_no == targets[next_target]:
                 ret = fx_sink_put(sink, pipe.frame, slots[next_target], p)
                 if ret < 0:
                     av_frame_unref(pipe.frame)
@@ -122,10 +147,26 @@ cdef int decode_sequential(Pipeline pipe, const int64_t *targets, const int64_t 
                 _note_converted(pipe, p)
                 next_target += 1
                 p.targets_left -= 1
+                if next_target == ntargets and p.strict and pts_known:
+                    settle_pts = _settle_pts(sent_pts, sent_max, n_sent, pipe.frame.pts, run_max)
+                    settling = settle_pts > pipe.frame.pts
             frame_no += 1
             av_frame_unref(pipe.frame)
     p.failed_call = NULL
     return 0
+
+
+cdef inline int64_t _settle_pts(const int64_t *sent_pts, const int64_t *sent_max, int64_t n_sent,
+                                int64_t pts, int64_t run_max) noexcept nogil:
+    """The largest pts of the packets up to the one whose pts is pts (the
+    frame just output); run_max (every packet read) if it is not remembered."""
+    cdef int64_t k
+    if pts == AV_NOPTS_VALUE:
+        return INT64_MIN
+    for k in range(n_sent - 1, max(n_sent - SENT_RING, 0) - 1, -1):
+        if sent_pts[k % SENT_RING] == pts:
+            return sent_max[k % SENT_RING]
+    return run_max
 
 
 # ---- indexed ----
@@ -170,6 +211,7 @@ cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_n
     plan.first_out = -1
     v = arrays["seek_ts"]; plan.seek_ts = &v[0]
     v = arrays["reach_dec"]; plan.reach_dec = &v[0]
+    v = arrays["settle_idx"]; plan.settle_idx = &v[0]
     v = arrays["end_byte"]; plan.end_byte = &v[0]
     cdef const uint8_t[::1] known = arrays["known_damage"]
     cdef const uint8_t[::1] v8
@@ -180,6 +222,7 @@ cdef object make_plan(IndexedPlan *plan, index, targets, first_slot, bint skip_n
     plan.seek_each = seek_each
     if plan.skip_nonref:
         arrays["witness"] = index.order_witnesses(targets)
+        arrays["witness"][arrays["settle_idx"]] = 1  # waited for: never skipped
         v8 = arrays["witness"]
         plan.witness = &v8[0]
     plan.confirm_order = bool(index.header.get("reorders", True))
@@ -384,12 +427,13 @@ cdef int _decode_cluster(Pipeline pipe, IndexedPlan *plan, int64_t c, FrameSink 
     cdef bint confirmed = not plan.confirm_order
     cdef int consecutive_errors = 0
     cdef int64_t stop_dec, left_before
+    cdef int64_t settle = plan.settle_idx[c]
     ret = _position(pipe, plan, c, &landing, p)
     if ret < 0:
         return ret
     pipe.limit_readahead(plan.end_byte[c])
     stop_dec = plan.reach_dec[c] + TARGET_SLACK_PACKETS + 2 * pipe.num_threads
-    while plan.left[c] > 0 or not confirmed:
+    while plan.left[c] > 0 or not confirmed or pipe.last_out_idx < settle:
         if not draining and not pipe.packet_pending:
             ret = pipe.next_packet(&draining, p)
             if ret < 0:
@@ -410,7 +454,7 @@ cdef int _decode_cluster(Pipeline pipe, IndexedPlan *plan, int64_t c, FrameSink 
             return ret
         if _damaged(p):
             return _stop_damaged(pipe, c, p)
-        while plan.left[c] > 0 or not confirmed:
+        while plan.left[c] > 0 or not confirmed or pipe.last_out_idx < settle:
             ret = pipe.receive(&consecutive_errors, p)
             if ret == 0 and not draining:
                 break

@@ -25,6 +25,9 @@ cdef class Pipeline:
     cdef AVPacket *pkt
     cdef AVFrame *frame
     cdef fx_avlog_buf *log     # the contexts' opaque; freed in release()
+    # The decoder's buffers carry stamps where decoding must write (_framecheck.h):
+    # a frame output with some left is a picture the decoder did not finish.
+    cdef bint framecheck
     cdef uint64_t concealments_seen  # the log's concealment count at the last frame out
     cdef readonly int stream_index
     cdef public int wanted_stream  # asked for at open (-1: _demux.choose_stream's rule)

@@ -19,7 +19,8 @@ from fluxon_video._demux cimport fx_open_input, raise_missing_stream
 from fluxon_video._errors cimport FX_ERROR_OUT_OF_MEMORY, err_check
 from fluxon_video._progress cimport now_ms
 from fluxon_video.libav.avcodec cimport (
-    AVCodec, AVDISCARD_DEFAULT, AVDISCARD_NONREF, AV_EF_EXPLODE, FF_THREAD_FRAME, FF_THREAD_SLICE,
+    AVCodec, AVCodecContext, AVDISCARD_DEFAULT, AVDISCARD_NONREF, AV_EF_EXPLODE, FF_THREAD_FRAME,
+    FF_THREAD_SLICE,
     av_packet_alloc, av_packet_free, av_packet_unref,
     avcodec_alloc_context3, avcodec_find_decoder, avcodec_flush_buffers, avcodec_free_context,
     avcodec_get_name, avcodec_open2, avcodec_parameters_to_context, avcodec_receive_frame,
@@ -30,7 +31,7 @@ from fluxon_video.libav.avformat cimport (
     avformat_close_input,
 )
 from fluxon_video.libav.avutil cimport (
-    AV_FRAME_FLAG_CORRUPT, AVERROR, AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, av_frame_alloc,
+    AV_FRAME_FLAG_CORRUPT, AVERROR, AVERROR_EOF, AVERROR_STREAM_NOT_FOUND, AVFrame, av_frame_alloc,
     av_frame_free,
 )
 
@@ -43,6 +44,12 @@ cdef extern from "_avlog.h" nogil:
     void fx_avlog_buf_clear(fx_avlog_buf *buf)
     void fx_avlog_last_error_for(fx_avlog_buf *buf, char *out, size_t size)
     uint64_t fx_avlog_concealments(fx_avlog_buf *buf)
+
+
+cdef extern from "_framecheck.h" nogil:
+    int fx_framecheck_applies(const AVCodec *codec)
+    void fx_framecheck_install(AVCodecContext *avctx)
+    int fx_framecheck_unwritten(void *log_ctx, const AVFrame *frame)
 
 
 fx_avlog_install()
@@ -182,6 +189,9 @@ cdef class Pipeline:
             return FX_ERROR_OUT_OF_MEMORY
         # Set before avcodec_open2: frame-threading copies of the context keep it.
         self.codec.opaque = self.log
+        self.framecheck = fx_framecheck_applies(dec)
+        if self.framecheck:
+            fx_framecheck_install(self.codec)
         p.failed_call = "avcodec_parameters_to_context"
         ret = avcodec_parameters_to_context(self.codec, st.codecpar)
         if ret >= 0:
@@ -277,7 +287,8 @@ cdef class Pipeline:
                 continue
             consecutive_errors[0] = 0
             p.frames_decoded += 1
-            corrupt = (self.frame.flags & AV_FRAME_FLAG_CORRUPT) or self.frame.decode_error_flags
+            corrupt = ((self.frame.flags & AV_FRAME_FLAG_CORRUPT) or self.frame.decode_error_flags
+                       or (self.framecheck and fx_framecheck_unwritten(self.codec, self.frame) > 0))
             if self.num_threads > 1:
                 # Frame threads can hand a frame out before its flags are set;
                 # the concealment was logged before any later frame came out.

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from fluxon_video.errors import FluxonFsAudioRangeError, FluxonFsConfigError
-from fluxon_video.frames import FrameBatch
+from fluxon_video.frames import FrameBatch, shape_of
 from fluxon_video.native import require_audio
 from fluxon_video.validation import output_fits, positive_int
 
@@ -88,6 +88,10 @@ class AudioSamples:
 
         return torch.from_numpy(self.data)
 
+    def __repr__(self) -> str:
+        return (f"AudioSamples(data={shape_of(self.data)}, start_s={self.start_s:.6g}, "
+                f"sample_rate={self.sample_rate})")
+
 
 @dataclass(frozen=True)
 class AVClip:
@@ -105,6 +109,9 @@ class AVClip:
     def sample_rate(self) -> int:
         return self.audio.sample_rate
 
+    def __repr__(self) -> str:
+        return f"AVClip(frames={self.frames!r}, audio={self.audio!r})"
+
 
 def merged_ranges(offsets: np.ndarray, sizes: np.ndarray, gap: int) -> list[tuple[int, int]]:
     """(offset, length) ranges covering sorted byte ranges, joining those less
@@ -116,6 +123,13 @@ def merged_ranges(offsets: np.ndarray, sizes: np.ndarray, gap: int) -> list[tupl
         else:
             out.append((off, length))
     return out
+
+
+def is_time(value: Any) -> bool:
+    """Whether value is a number of seconds (int, float or a numpy number; not
+    a bool, not a string)."""
+    return (isinstance(value, (int, float, np.integer, np.floating))
+            and not isinstance(value, (bool, np.bool_)))
 
 
 def first_at_or_after(seconds: float, first_time_s: float, rate: int) -> int:
@@ -160,6 +174,14 @@ class AudioTrack:
     def read(self, start_s: float, end_s: float, spec: AudioSpec = AudioSpec(),
              num_samples: int | None = None) -> AudioSamples:
         """The samples of ``[start_s, end_s)`` (``num_samples`` from the first, when given)."""
+        if not (is_time(start_s) and is_time(end_s)):
+            raise FluxonFsConfigError(f"{self.name}: audio span [{start_s!r}, {end_s!r}) s: times "
+                                      "must be finite numbers of seconds")
+        if num_samples is not None and (isinstance(num_samples, (bool, np.bool_))
+                                        or not isinstance(num_samples, (int, np.integer))
+                                        or num_samples < 0):
+            raise FluxonFsConfigError(f"{self.name}: num_samples must be an int >= 0 (or None), "
+                                      f"got {num_samples!r}")
         if not (math.isfinite(start_s) and math.isfinite(end_s)):
             raise FluxonFsConfigError(f"{self.name}: audio span [{start_s}, {end_s}) s: times "
                                       "must be finite numbers")

@@ -5,10 +5,14 @@
     fluxon-video index EXPORT [--glob G]       frame indexes into the KV
     fluxon-video warm EXPORT [--glob G]        every piece (and index) into the KV
     fluxon-video read EXPORT:RELPATH --frames 0,8,-1 --size 224x224 --out DIR
+                                     [--audio clip.wav]
     fluxon-video agent --config F --listen H:P serve exports (storage host)
     fluxon-video token new [NAME]              a bearer token and its sha256: form
-    fluxon-video demo | versions | --version
+    fluxon-video doctor | demo | versions | --version
 
+Where a command takes EXPORT:RELPATH (or EXPORT[:PREFIX]) it also takes a
+URI, s3://bucket/prefix/key or an absolute path under a directory root,
+mapped to the export whose root holds it (fluxon_video/fs/uris.py).
 Client commands read the config from --config or $FLUXON_VIDEO_CONFIG and
 act as --identity (or $FLUXON_VIDEO_IDENTITY, or the config's only
 identity). Output is text for people; --json prints JSON for machines.
@@ -29,6 +33,9 @@ from fluxon_video.resize import INTERPOLATIONS, RESIZE_MODES
 
 CONFIG_ENV = "FLUXON_VIDEO_CONFIG"
 IDENTITY_ENV = "FLUXON_VIDEO_IDENTITY"
+# What a command's target may be, for --help.
+URI_HELP = ("or a URI under an export's root: s3://bucket/prefix/key, /abs/path, file:///abs/path "
+            "(EXPORT:URI: under that export's root)")
 
 
 def _client_options(parser: argparse.ArgumentParser) -> None:
@@ -74,7 +81,7 @@ def _add_ls(sub: Any) -> None:
     ls = sub.add_parser("ls", help="list the files of an export",
                         description="List the files under EXPORT[:PREFIX] (one level; -r for "
                                     "everything below), as the agent serves them.")
-    ls.add_argument("target", metavar="EXPORT[:PREFIX]")
+    ls.add_argument("target", metavar="EXPORT[:PREFIX]", help=f"an export and a prefix, {URI_HELP}")
     ls.add_argument("-r", "--recursive", action="store_true", help="list every level")
     ls.add_argument("--glob", help="only relpaths matching this pattern (* crosses /)")
     _client_options(ls)
@@ -84,9 +91,11 @@ def _add_ls(sub: Any) -> None:
 def _add_stat(sub: Any) -> None:
     """stat: a file's version and metadata."""
     stat = sub.add_parser("stat", help="a file's version and video metadata",
-                          description="Print a file's version (size, mtime, ctime, inode) and "
-                                      "its video metadata (from the KV when indexed).")
-    stat.add_argument("target", metavar="EXPORT:RELPATH")
+                          description="Print a file's version (a file's size, mtime, ctime and "
+                                      "inode; an object's size, last-modified time, ETag and "
+                                      "version id) and its video metadata (from the KV when "
+                                      "indexed).")
+    stat.add_argument("target", metavar="EXPORT:RELPATH", help=f"a file of an export, {URI_HELP}")
     _stream_option(stat)
     _client_options(stat)
     stat.set_defaults(run=_run_stat)
@@ -97,10 +106,13 @@ def _add_bulk(sub: Any) -> None:
     for name, what in (("index", "build and store the frame index of every video"),
                        ("warm", "prefetch every piece (and index) of every file into the KV")):
         bulk = sub.add_parser(name, help=what, description=(
-            f"{what[0].upper()}{what[1:]} of EXPORT, in parallel with a progress bar, skipping "
-            "what the KV already holds at the file's current version (so a run can be "
-            "interrupted with Ctrl-C and resumed). A file that fails is reported and skipped."))
-        bulk.add_argument("export", metavar="EXPORT")
+            f"{what[0].upper()}{what[1:]} of EXPORT (under PREFIX), in parallel with a progress "
+            "bar, skipping what the KV already holds at the file's current version (so a run "
+            "can be interrupted with Ctrl-C and resumed). A file that fails is reported and "
+            "skipped; the run then exits 1. Each file is counted once: done, already in the "
+            "KV, not video, or an error."))
+        bulk.add_argument("target", metavar="EXPORT[:PREFIX]",
+                          help=f"an export and a prefix, {URI_HELP}")
         bulk.add_argument("--glob", help="only relpaths matching this pattern (* crosses /)")
         bulk.add_argument("--workers", type=int, default=4,
                           help="files handled at once (default: %(default)s)")
@@ -116,10 +128,12 @@ def _add_bulk(sub: Any) -> None:
 
 def _add_read(sub: Any) -> None:
     """read: frames to files."""
-    read = sub.add_parser("read", help="decode frames to PNG or .npy files",
+    read = sub.add_parser("read", help="decode frames to PNG or .npy files, audio to WAV",
                           description="Decode frames of EXPORT:RELPATH (by index, negative from "
-                                      "the end, and/or by time) into --out.")
-    read.add_argument("target", metavar="EXPORT:RELPATH")
+                                      "the end, and/or by time) into --out, and with --audio "
+                                      "the audio of the span they cover (or --audio-span) "
+                                      "into a WAV file.")
+    read.add_argument("target", metavar="EXPORT:RELPATH", help=f"a file of an export, {URI_HELP}")
     read.add_argument("--frames", help="frame indices, e.g. 0,8,-1")
     read.add_argument("--times", help="times in seconds, e.g. 1.5,3.0 (the frame shown then)")
     read.add_argument("--size", default="native",
@@ -137,7 +151,20 @@ def _add_read(sub: Any) -> None:
                       help="frames that depend on damaged data: fail (error, the default) or "
                            "number and return what a one-threaded decode shows (conceal)")
     _stream_option(read)
-    read.add_argument("--out", required=True, type=Path, help="directory for the files")
+    read.add_argument("--out", type=Path, help="directory for the frames' files (needed with "
+                                               "--frames or --times)")
+    read.add_argument("--audio", type=Path, metavar="OUT.wav",
+                      help="write the audio of the span the frames cover (from the earliest "
+                           "one's time to the end of the latest one's display) as a 16-bit "
+                           "PCM WAV file (at the stream's rate and channels: the ffmpeg CLI's "
+                           "-f s16le samples of that span)")
+    read.add_argument("--audio-span", metavar="START,END",
+                      help="with --audio: exactly this span, in seconds on the frames' clock "
+                           "(then --frames and --times are optional: an audio-only file works)")
+    read.add_argument("--sample-rate", type=int, metavar="HZ",
+                      help="with --audio: resample to HZ (default: the stream's rate)")
+    read.add_argument("--channels", type=int, metavar="N",
+                      help="with --audio: mix to N channels (default: the stream's)")
     _client_options(read)
     read.set_defaults(run=_run_read)
 
@@ -158,11 +185,15 @@ def _add_demo(sub: Any) -> None:
 def _add_doctor(sub: Any) -> None:
     """doctor: each link to the bytes, checked."""
     doctor = sub.add_parser(
-        "doctor", help="check the config, Redis, the agents and a read, with a verdict each",
-        description="Check, in order: the config, the identity, the KV (a write to Redis), "
-                    "and for each export (or --export): its agents' /healthz, a listing and "
-                    "a stat with the identity's token, and one byte range read. Exits 1 if "
-                    "any check fails.")
+        "doctor", help="check the install, the config, Redis, the agents and a read, with a "
+                       "verdict each",
+        description="Check, in order: the install (the compiled extension loads, the FFmpeg "
+                    "libraries it runs against, a video and an audio file decoded in this "
+                    "process without the ffmpeg CLI); then, given a config, the config, the "
+                    "identity, the KV (a write to Redis), and for each export (or --export): "
+                    "its agents' /healthz, a listing and a stat with the identity's token, "
+                    "and one byte range read. A failure gives its cause. Exits 1 if any "
+                    "check fails.")
     doctor.add_argument("--export", action="append", metavar="NAME",
                         help="check only this export (repeat for more)")
     _client_options(doctor)
@@ -263,10 +294,10 @@ def _patcher(args: argparse.Namespace) -> Any:
 
 def _run_ls(args: argparse.Namespace) -> int:
     from fluxon_video.ops.report import emit, human_bytes
-    from fluxon_video.ops.targets import split_target
+    from fluxon_video.ops.targets import resolve_target
 
-    export, prefix = split_target(args.target)
     with _patcher(args) as patcher:
+        export, prefix = resolve_target(patcher, args.target)
         entries = patcher.list_files(export, prefix, args.recursive, args.glob)
         rows = ({**e.as_dict(), "size_h": "-" if e.is_dir else human_bytes(e.size),
                  "name": e.relpath + ("/" if e.is_dir else "")} for e in entries)
@@ -275,7 +306,8 @@ def _run_ls(args: argparse.Namespace) -> int:
         count = emit(rows, [("size_h", "size"), ("name", "relpath")], args.json)
     if count == 0 and (prefix or args.glob):
         # As ls does for a path that is not there: say so, and fail.
-        what = f"{export}:{prefix}" + (f" matching {args.glob!r}" if args.glob else "")
+        what = (f"{export}:{prefix}" if prefix else export) + (
+            f" matching {args.glob!r}" if args.glob else "")
         print(f"fluxon-video: error: nothing under {what}", file=sys.stderr)
         return 1
     if not args.json:
@@ -283,17 +315,46 @@ def _run_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version_fields(version: Any, is_object: bool) -> dict[str, Any]:
+    """The fields of a file version that exist for its origin: a file's size,
+    mtime, ctime and inode; an object's size, last-modified time (mtime_ns),
+    ETag and version id (on a versioned bucket)."""
+    if not is_object:
+        return {name: value for name, value in version.as_fields().items() if name != "etag"}
+    etag, _, version_id = version.etag.partition("#")
+    fields: dict[str, Any] = {"size": version.size, "mtime_ns": version.mtime_ns, "etag": etag}
+    if version_id:
+        fields["version_id"] = version_id
+    return fields
+
+
+def _audio_line(audio: dict[str, Any] | None) -> str:
+    """metadata.audio in one line, for people."""
+    if not audio:
+        return "none"
+    line = (f"{audio['codec']}, {audio['sample_rate']} Hz, {audio['channels']} channel"
+            f"{'' if audio['channels'] == 1 else 's'} ({audio['layout']}), stream "
+            f"{audio['stream_index']}")
+    if audio.get("start_s") is not None:
+        line += f", starts at {audio['start_s']} s"
+    if audio.get("duration_s") is not None:
+        line += f", {audio['duration_s']} s"
+    return line
+
+
 def _run_stat(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from fluxon_video.errors import FluxonFsDecodeError
     from fluxon_video.ops.report import emit_record, human_bytes
-    from fluxon_video.ops.targets import split_target
+    from fluxon_video.ops.targets import resolve_target
 
-    export, relpath = split_target(args.target)
     with _patcher(args) as patcher:
+        export, relpath = resolve_target(patcher, args.target)
         version = patcher.file_version(export, relpath)
-        record: dict[str, Any] = {"file": f"{export}:{relpath}", **version.as_fields()}
+        is_object = patcher.config.export(export).is_object_store or bool(version.etag)
+        record: dict[str, Any] = {"file": f"{export}:{relpath}",
+                                  **_version_fields(version, is_object)}
         try:
             metadata, stats = patcher.video_metadata_with_stats(export, relpath,
                                                                 stream_index=args.stream)
@@ -306,6 +367,7 @@ def _run_stat(args: argparse.Namespace) -> int:
             if not args.json:
                 record["keyframe_indices"] = _abbreviate(metadata.keyframe_indices)
                 record["size"] = f"{version.size} ({human_bytes(version.size)})"
+                record["audio"] = _audio_line(record.get("audio"))
     emit_record(record, args.json)
     return 0
 
@@ -318,21 +380,27 @@ def _abbreviate(values: Sequence[int], keep: int = 8) -> str:
 def _run_bulk(args: argparse.Namespace) -> int:
     from fluxon_video.ops.bulk import BulkRun
     from fluxon_video.ops.report import emit_record, human_bytes
+    from fluxon_video.ops.targets import resolve_target
 
     with _patcher(args) as patcher:
+        export, prefix = resolve_target(patcher, args.target)
         if not patcher.config.client.redis_url:
             print("fluxon-video: warning: no redis_url in the config: the in-process KV "
                   "lasts only as long as this command", file=sys.stderr)
         # A bar on a terminal; plain lines every 10 s in a log; nothing if asked.
         mode = "off" if args.no_progress else "bar" if sys.stderr.isatty() else "lines"
-        run = BulkRun(patcher, args.export, args.glob, args.workers, progress=mode)
+        run = BulkRun(patcher, export, args.glob, args.workers, progress=mode, prefix=prefix)
         report = run.warm(args.index_only) if args.bulk == "warm" else run.index()
     if args.json:
         emit_record(report.as_dict(), True)
     else:
-        verb = "indexed" if args.bulk == "index" or getattr(args, "index_only", False) else "warmed"
+        indexing = args.bulk == "index" or getattr(args, "index_only", False)
+        verb = "indexed" if indexing else "warmed"
+        # Each file once: a non-video's bytes are warmed all the same, said here.
+        not_video = f"{len(report.not_video)} not video" + (
+            " (bytes warmed, no index)" if report.not_video and not indexing else "")
         print(f"{report.files} files: {report.done} {verb}, {report.skipped} already in the KV, "
-              f"{len(report.not_video)} not video, {len(report.errors)} errors; "
+              f"{not_video}, {len(report.errors)} errors; "
               f"{human_bytes(report.bytes)} from the agent"
               + (f" ({report.pieces} pieces stored)" if args.bulk == "warm" else "")
               + f" in {report.seconds:.1f} s" + (" (interrupted)" if report.interrupted else ""))
@@ -353,21 +421,43 @@ def _stream_option(parser: argparse.ArgumentParser) -> None:
 
 def _run_read(args: argparse.Namespace) -> int:
     from fluxon_video.errors import FluxonFsConfigError
-    from fluxon_video.ops.frames_out import read_frames
+    from fluxon_video.ops.frames_out import AudioOut, read_frames
     from fluxon_video.ops.report import emit
-    from fluxon_video.ops.targets import parse_numbers, parse_size, split_target
+    from fluxon_video.ops.targets import parse_numbers, parse_size, resolve_target
 
-    export, relpath = split_target(args.target)
     frames = parse_numbers(args.frames, int, "--frames")
     times = parse_numbers(args.times, float, "--times")
-    if not frames and not times:
-        raise FluxonFsConfigError("read needs --frames and/or --times")
+    span = parse_numbers(args.audio_span, float, "--audio-span")
+    if span and len(span) != 2:
+        raise FluxonFsConfigError(f"--audio-span must be START,END in seconds, got "
+                                  f"{args.audio_span!r}")
+    if args.audio is None and (span or args.sample_rate or args.channels):
+        raise FluxonFsConfigError("--audio-span, --sample-rate and --channels go with "
+                                  "--audio OUT.wav")
+    if not frames and not times and not (args.audio is not None and span):
+        raise FluxonFsConfigError("read needs --frames and/or --times (or --audio with "
+                                  "--audio-span)")
+    if (frames or times) and args.out is None:
+        raise FluxonFsConfigError("read --frames/--times needs --out DIR for the frames")
+    audio = None if args.audio is None else AudioOut(
+        args.audio, (span[0], span[1]) if span else None, args.sample_rate, args.channels)
     height, width = parse_size(args.size)
     with _patcher(args) as patcher:
+        export, relpath = resolve_target(patcher, args.target)
         rows = read_frames(patcher, export, relpath, frames, times, height, width, args.out,
                            args.format, args.autorotate, args.on_damage, args.stream,
-                           args.resize, args.interpolation)
-    emit(rows, [("frame", "frame"), ("time_s", "time"), ("file", "file")], args.json)
+                           args.resize, args.interpolation, audio=audio)
+    frame_rows = [row for row in rows if "frame" in row]
+    emit(frame_rows, [("frame", "frame"), ("time_s", "time"), ("file", "file")], args.json)
+    for row in rows:
+        if "audio_file" in row:
+            if args.json:
+                print(json.dumps(row))
+            else:
+                print(f"audio  {row['start_s']}-{row['end_s']}  {row['audio_file']}  "
+                      f"({row['num_samples']} samples, {row['sample_rate']} Hz, "
+                      f"{row['channels']} channel{'' if row['channels'] == 1 else 's'}, "
+                      "16-bit PCM)")
     return 0
 
 
@@ -431,25 +521,41 @@ def _run_token_hash(args: argparse.Namespace) -> int:
 
 
 def _run_doctor(args: argparse.Namespace) -> int:
-    from fluxon_video.ops.doctor import run_doctor
+    import warnings
 
-    with _patcher(args) as patcher:
-        checks = run_doctor(patcher, args.export)
+    from fluxon_video.errors import FluxonFsError
+    from fluxon_video.ops.doctor import Check, check_install, describe, run_doctor
+
+    checks = check_install()
+    if not args.config:
+        checks.append(Check("config", True, f"none given: pass --config or set ${CONFIG_ENV} "
+                                            "to check the exports too", skipped=True))
+    else:
+        with warnings.catch_warnings():  # the kv line says what the KV's warning would
+            warnings.simplefilter("ignore", RuntimeWarning)
+            try:
+                patcher = _patcher(args)
+            except FluxonFsError as exc:  # a config that does not load: its verdict
+                checks.append(Check("config", False, describe(exc)))
+            else:
+                with patcher:
+                    checks += run_doctor(patcher, args.export)
     if args.json:
         for check in checks:
-            print(json.dumps({"check": check.name, "ok": check.ok, "detail": check.detail}))
+            print(json.dumps({"check": check.name, "ok": check.ok, "detail": check.detail,
+                              **({"skipped": True} if check.skipped else {})}))
     else:
         width = max(len(check.name) for check in checks)
         for check in checks:
-            print(f"{'ok  ' if check.ok else 'FAIL'} {check.name:<{width}}  {check.detail}")
+            verdict = "skip" if check.skipped else "ok  " if check.ok else "FAIL"
+            print(f"{verdict} {check.name:<{width}}  {check.detail}")
     return 0 if all(check.ok for check in checks) else 1
 
 
 def _run_versions(args: argparse.Namespace) -> int:
-    from fluxon_video.native import require_native
+    from fluxon_video.ops.doctor import library_versions
 
-    _, decode = require_native("reporting library versions")
-    for lib, version in decode.library_versions().items():
+    for lib, version in library_versions().items():
         print(f"{lib} {version}")
     return 0
 

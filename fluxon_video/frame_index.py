@@ -299,6 +299,14 @@ class FrameIndex:
             return 0
         return int(np.abs(self._decode_rank - np.arange(self.frame_dec.size)).max())
 
+    @cached_property
+    def shown_last_by(self) -> np.ndarray:
+        """Per packet (decode position), the last frame in presentation order
+        whose packet is at or before it (-1: none yet)."""
+        last = np.full(self.pkt_pts.shape[0], -1, np.int64)
+        last[self.frame_dec] = np.arange(self.frame_count)
+        return np.maximum.accumulate(last) if last.size else last
+
     def order_witnesses(self, targets: np.ndarray) -> np.ndarray:
         """Per frame, whether a decode of targets must output it (never skip it
         as a non-reference frame), so that the decoder's own order checks each
@@ -372,6 +380,12 @@ class FrameIndex:
         c_end = np.asarray([end[k:r + 1 + more].max() for k, r in zip(c_key, c_reach)], np.int64)
         return {
             "bounds": bounds,
+            # The last frame shown of those decoded up to the cluster's last
+            # target: the decode goes on until it is out, so that a picture
+            # the decoder could not finish, decoded before a target but shown
+            # after it (the anchor a B-frame references), is seen before the
+            # target is returned (_decode_paths.pyx _decode_cluster).
+            "settle_idx": self.shown_last_by[c_reach].astype(np.int64),
             "key_dec": c_key.astype(np.int64),
             "key_pos": self.pkt_pos[c_key],
             "seek_ts": self.pkt_seek_ts[c_key],

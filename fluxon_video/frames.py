@@ -35,6 +35,31 @@ class FrameBatch:
         the latest one's display (the span of a clip's audio)."""
         return covered_span(self.pts_s, self.duration_s)
 
+    def __repr__(self) -> str:
+        # Shapes and dtypes, not the arrays (a clip's repr was kilobytes of pixels).
+        start, end = self.span_s()
+        return (f"FrameBatch(data={shape_of(self.data)}, indices={list_of(self.indices)}, "
+                f"span_s=({start:.6g}, {end:.6g}))")
+
+
+def shape_of(array: Any) -> str:
+    """An array as its dtype and shape, e.g. ``uint8(16, 224, 224, 3)``; anything else
+    by its type's name and shape when it has one (a torch tensor)."""
+    shape = getattr(array, "shape", None)
+    if shape is None:
+        return type(array).__name__
+    dims = ", ".join(str(int(d)) for d in shape)
+    dtype = str(getattr(array, "dtype", type(array).__name__)).removeprefix("torch.")
+    return f"{dtype}({dims}{',' if len(shape) == 1 else ''})"
+
+
+def list_of(values: Any, keep: int = 6) -> str:
+    """A 1-D array's values, the middle elided when there are more than ``keep``."""
+    items = [str(v) for v in np.asarray(values).ravel().tolist()]
+    if len(items) > keep:
+        items = [*items[:keep // 2], "...", *items[-(keep // 2):]]
+    return "[" + ", ".join(items) + "]"
+
 
 def covered_span(pts_s: np.ndarray, duration_s: np.ndarray) -> tuple[float, float]:
     """(earliest pts, latest pts + duration) of frames; (0, 0) for none."""

@@ -18,7 +18,8 @@ from typing import Any
 
 from fluxon_video import defaults
 from fluxon_video.damage import check_policy
-from fluxon_video.errors import FluxonFsBadRequestError, FluxonFsDecodeError
+from fluxon_video.errors import (FluxonFsBadRequestError, FluxonFsDecodeError,
+                                 FluxonFsNoVideoStreamError)
 from fluxon_video.frame_index import FrameIndex, blob_kind
 from fluxon_video.fs.client import FluxonFsClient
 from fluxon_video.fs.config import ClientSettings, RequestIdentity
@@ -27,6 +28,7 @@ from fluxon_video.fs.file_ref import FileRef
 from fluxon_video.fs.origin import FileStat
 from fluxon_video.fs.paths import check_relpath
 from fluxon_video.fs.range_source import FluxonFsRangeSource
+from fluxon_video.fs.uris import is_uri, resolve_uri
 from fluxon_video.identity import IdentityContext
 from fluxon_video.indexing import load_or_build_index, open_round_trips
 from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata
@@ -194,12 +196,29 @@ class VideoOpener:
         self.__init__(FluxonFsClient(state["config"]), identities,  # type: ignore[misc]
                       StatsAccumulator())
 
-    def ref(self, export_name: str, relpath: str,
+    def resolve(self, export_name: str | None, relpath: str,
+                identity: RequestIdentity | str | None = None) -> tuple[str, str]:
+        """(export, relpath) of what a call names: ``export_name`` and a relpath as
+        given, or a URI (or absolute path) as the relpath mapped by the configured
+        roots (fs/uris.py): under ``export_name``'s root when it is given, else
+        under the root that holds it (ties settled by the identity's access)."""
+        if is_uri(relpath):
+            who = identity if identity is not None else self.identities.current
+            name = who.name if isinstance(who, RequestIdentity) else who
+            return resolve_uri(self.config, relpath, export_name, name)
+        if export_name is None:
+            raise FluxonFsBadRequestError(
+                f"no export named for relpath {relpath!r}: with export_name=None the "
+                "relpath must be a URI (s3://bucket/key, /abs/path) under a configured root")
+        return export_name, relpath
+
+    def ref(self, export_name: str | None, relpath: str,
             identity: RequestIdentity | str | None) -> FileRef:
+        export_name, relpath = self.resolve(export_name, relpath, identity)
         self.config.export(export_name)
         return FileRef(export_name, check_relpath(relpath), self.identities.resolve(identity))
 
-    def open_reader(self, export_name: str, relpath: str, height: int | None,
+    def open_reader(self, export_name: str | None, relpath: str, height: int | None,
                     width: int | None, num_threads: Threads = 1, *,
                     identity: RequestIdentity | str | None = None, autorotate: bool = False,
                     on_damage: str = "error", stream_index: int | None = None,
@@ -214,7 +233,7 @@ class VideoOpener:
                                     for_reader=True)
         return options.make_reader(video, t0, self.stats.add_read)
 
-    def video_index(self, export_name: str, relpath: str,
+    def video_index(self, export_name: str | None, relpath: str,
                     identity: RequestIdentity | str | None, on_damage: str = "error",
                     stream_index: int | None = None,
                     ) -> tuple[FrameIndex, FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
@@ -225,6 +244,8 @@ class VideoOpener:
                                     for_reader=False)
         index = video.index
         if index is None:
+            if video.audio_only:
+                raise FluxonFsNoVideoStreamError(video.why_no_index)
             raise FluxonFsDecodeError(video.why_no_index or f"{ref.name}: not a video FFmpeg "
                                       "can index")
         if check_policy(on_damage) == "conceal" and index.decoded_pts is None:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from fluxon_video.errors import FluxonFsClosedError, FluxonFsConfigError
+from fluxon_video.errors import FluxonFsBadRequestError, FluxonFsClosedError, FluxonFsConfigError
 from fluxon_video.fs.client import FluxonFsClient
 from fluxon_video.fs.config import (
     ClientSettings,
@@ -22,6 +22,7 @@ from fluxon_video.fs.file_ref import VersionedFile
 from fluxon_video.fs.kv import PieceStore
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.origin import FileStat
+from fluxon_video.fs.uris import is_uri
 from fluxon_video.fs.warming import WarmResult
 from fluxon_video.identity import IdentityContext
 from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
@@ -43,6 +44,12 @@ class FluxonFsPatcher:
     The client is fork-safe: after ``fork`` the child builds its own
     connections and backfill threads on first use; the parent's are never
     touched.
+
+    Every call that takes ``(export_name, relpath)`` also takes a URI as the
+    relpath (``s3://bucket/prefix/a.mp4``, ``/data/videos/a.mp4``, what
+    manifests hold): with ``export_name=None`` it names the file of the
+    export whose root holds it, with an export name it must lie under that
+    export's root. ``resolve(uri)`` gives the pair (rules: fs/uris.py).
     """
 
     def __init__(self, config: FluxonFsConfig | None = None, *,
@@ -109,9 +116,25 @@ class FluxonFsPatcher:
             raise FluxonFsClosedError("the FluxonFsPatcher is closed")
         return self._client
 
+    # ---- URIs ----
+
+    def resolve(self, uri: str, export_name: str | None = None, *,
+                identity: RequestIdentity | str | None = None) -> tuple[str, str]:
+        """(export name, relpath) of ``uri`` (``s3://bucket/prefix/a.mp4``, an
+        absolute path, ``file:///...``): the export whose root is the longest
+        one it starts with (or ``export_name``'s, which it must start with),
+        and the rest of it. Several exports with that root: the one the
+        identity (default: the current one) is allowed, if only one is.
+        FluxonFsBadRequestError, naming the exports whose roots come closest,
+        when no root holds it. The rules: fs/uris.py."""
+        if not is_uri(uri):
+            raise FluxonFsBadRequestError(
+                f"{uri!r} is not a URI (scheme://...) or an absolute path")
+        return self._live().resolve(export_name, uri, identity)
+
     # ---- readers ----
 
-    def open_video_reader(self, export_name: str, relpath: str, height: int | None = None,
+    def open_video_reader(self, export_name: str | None, relpath: str, height: int | None = None,
                           width: int | None = None, num_threads: Threads = 1, *,
                           identity: RequestIdentity | str | None = None,
                           autorotate: bool = False, on_damage: str = "error",
@@ -131,7 +154,8 @@ class FluxonFsPatcher:
         stream FFmpeg's ``av_find_best_stream`` picks (what torchcodec and
         decord read), skipping cover art; ``metadata.stream_index`` says
         which. The reader reads as ``identity`` (default: the patcher's current one)
-        for its whole life.
+        for its whole life. ``relpath`` may be a URI (see ``resolve``), with
+        ``export_name=None`` or the name of the export whose root holds it.
         ``resize``: how a frame fills ``height`` x ``width``: ``"stretch"``
         scales it to exactly that; ``"shorter_side_crop"`` scales it keeping
         its aspect ratio to cover that size, then crops the centre;
@@ -145,17 +169,20 @@ class FluxonFsPatcher:
                                         on_damage=on_damage, stream_index=stream_index,
                                         resize=resize, interpolation=interpolation)
 
-    def list_files(self, export_name: str, prefix: str = "", recursive: bool = True,
+    def list_files(self, export_name: str | None, prefix: str = "", recursive: bool = True,
                    pattern: str | None = None, *,
                    identity: RequestIdentity | str | None = None) -> Iterator[FluxonFsFileEntry]:
         """The export's files (relpath, size, mtime_ns) under ``prefix``, in a fixed
         order, fetched a page at a time. ``pattern`` is an fnmatch pattern on the
         relpath (``*`` crosses ``/``); ``recursive=False`` lists one level,
-        directories included (``is_dir``)."""
+        directories included (``is_dir``). ``prefix`` may be a URI (see ``resolve``);
+        the entries' relpaths are the export's."""
+        export_name, prefix = self._live().resolve(export_name, prefix, identity) \
+            if prefix or export_name is None else (export_name, prefix)
         return self.client.files.list_files(self._identities.resolve(identity), export_name,
                                             prefix, recursive, pattern)
 
-    def video_metadata(self, export_name: str, relpath: str, *,
+    def video_metadata(self, export_name: str | None, relpath: str, *,
                        identity: RequestIdentity | str | None = None,
                        on_damage: str = "error",
                        stream_index: int | None = None) -> FluxonFsVideoMetadata:
@@ -172,7 +199,7 @@ class FluxonFsPatcher:
                                               on_damage=on_damage, stream_index=stream_index)[0]
 
     def video_metadata_with_stats(
-            self, export_name: str, relpath: str, *,
+            self, export_name: str | None, relpath: str, *,
             identity: RequestIdentity | str | None = None, on_damage: str = "error",
             stream_index: int | None = None,
     ) -> tuple[FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
@@ -181,44 +208,46 @@ class FluxonFsPatcher:
                                                stream_index)
         return metadata, stats
 
-    def video_timestamps_s(self, export_name: str, relpath: str, *,
+    def video_timestamps_s(self, export_name: str | None, relpath: str, *,
                            identity: RequestIdentity | str | None = None,
                            on_damage: str = "error",
                            stream_index: int | None = None) -> np.ndarray:
         """Presentation time of every frame (float64 seconds, frame order), like
         ``reader.timestamps_s()``, without opening a decoder."""
+        export_name, relpath = self._live().resolve(export_name, relpath, identity)
         index, _, _ = self._video_index(export_name, relpath, identity, on_damage, stream_index)
         return timestamps_s(index, on_damage, f"{export_name}:{relpath}")
 
     def video_metadata_and_timestamps_s(
-            self, export_name: str, relpath: str, *,
+            self, export_name: str | None, relpath: str, *,
             identity: RequestIdentity | str | None = None, on_damage: str = "error",
             stream_index: int | None = None,
     ) -> tuple[FluxonFsVideoMetadata, np.ndarray]:
         """Both, from one load of the frame index (one KV read when it is warm)."""
+        export_name, relpath = self._live().resolve(export_name, relpath, identity)
         index, metadata, _ = self._video_index(export_name, relpath, identity, on_damage,
                                                stream_index)
         return metadata, timestamps_s(index, on_damage, f"{export_name}:{relpath}")
 
-    def _video_index(self, export_name: str, relpath: str,
+    def _video_index(self, export_name: str | None, relpath: str,
                      identity: RequestIdentity | str | None, on_damage: str = "error",
                      stream_index: int | None = None) -> tuple:
         return self._live().video_index(export_name, relpath, identity, on_damage, stream_index)
 
-    def file_version(self, export_name: str, relpath: str, *,
+    def file_version(self, export_name: str | None, relpath: str, *,
                      identity: RequestIdentity | str | None = None) -> FileStat:
         """The file's current version (size, mtime_ns, ctime_ns, inode), by an
         authorised stat (cached for the export's metadata TTL)."""
         return self._current(export_name, relpath, identity).version
 
-    def read_range(self, export_name: str, relpath: str, offset: int, length: int, *,
+    def read_range(self, export_name: str | None, relpath: str, offset: int, length: int, *,
                    identity: RequestIdentity | str | None = None) -> bytes:
         """Bytes [offset, offset + length) of the file's current version, through
         the KV and the agent as a reader reads them."""
         return self.client.pieces.read_range(self._current(export_name, relpath, identity),
                                              offset, length, ReadCounters())
 
-    def warm_file(self, export_name: str, relpath: str, *,
+    def warm_file(self, export_name: str | None, relpath: str, *,
                   identity: RequestIdentity | str | None = None,
                   on_piece: Callable[[int, int], None] | None = None,
                   stop: Callable[[], bool] | None = None) -> WarmResult:
@@ -228,7 +257,7 @@ class FluxonFsPatcher:
         return self.client.warming.warm_file(self._current(export_name, relpath, identity),
                                              on_piece=on_piece, stop=stop)
 
-    def _current(self, export_name: str, relpath: str,
+    def _current(self, export_name: str | None, relpath: str,
                  identity: RequestIdentity | str | None) -> VersionedFile:
         """The file's current version, by an authorised stat."""
         return self.client.files.stat(self._live().ref(export_name, relpath, identity))

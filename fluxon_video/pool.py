@@ -33,10 +33,11 @@ from fluxon_video.errors import (
     FluxonFsError,
     FluxonFsFrameIndexError,
 )
-from fluxon_video.frames import as_torch, covered_span, frame_durations
+from fluxon_video.frames import as_torch, covered_span, frame_durations, shape_of
 from fluxon_video.fs.concurrency import PerProcess
 from fluxon_video.fs.config import RequestIdentity
 from fluxon_video.fs.paths import check_relpath
+from fluxon_video.fs.uris import is_uri
 from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.resize import check_interpolation, check_resize
@@ -82,9 +83,14 @@ class FluxonFsVideoReadRequest:
     audio_span_s: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.export_name, str) or not self.export_name:
+        # A URI as the relpath (export_name None, or the export whose root holds
+        # it) is mapped to (export, relpath) by the pool, which has the config.
+        uri = is_uri(self.relpath)
+        if not (isinstance(self.export_name, str) and self.export_name) and not (
+                uri and self.export_name is None):
             raise FluxonFsConfigError(f"export_name must be a non-empty string, got {self.export_name!r}")
-        object.__setattr__(self, "relpath", check_relpath(self.relpath))
+        if not uri:
+            object.__setattr__(self, "relpath", check_relpath(self.relpath))
         for name in ("height", "width"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, positive_int(name, getattr(self, name)))
@@ -120,6 +126,12 @@ class FluxonFsVideoReadResult:
     reader_reused: bool
     group_size: int = 1
     audio: AudioSamples | None = None  # when the request asked for audio
+
+    def __repr__(self) -> str:
+        # Shapes, not pixels; the stats by their totals (``stats`` has the rest).
+        return (f"FluxonFsVideoReadResult(frames={shape_of(self.frames)}, audio={self.audio!r}, "
+                f"reader_reused={self.reader_reused}, group_size={self.group_size}, "
+                f"total_ms={self.stats.total_ms:.1f})")
 
     @property
     def open_ms(self) -> float:
@@ -180,7 +192,11 @@ class FluxonFsVideoReaderPool:
         identity = self.opener.identities.current
         if identity is None:
             raise FluxonFsConfigError("no request identity is set on the patcher")
-        return (request.export_name, request.relpath, request.height, request.width,
+        export_name, relpath = request.export_name, request.relpath
+        if is_uri(relpath):  # one reader for a file, named by URI or by relpath
+            export_name, relpath = self.opener.resolve(export_name, relpath, identity)
+            relpath = check_relpath(relpath)
+        return (export_name, relpath, request.height, request.width,
                 request.num_threads, identity, request.resize, request.interpolation,
                 request.stream_index)
 
@@ -308,7 +324,8 @@ class FluxonFsVideoReaderPool:
                 raise TypeError(f"requests[{position}] is {type(request).__name__}, "
                                 "not a FluxonFsVideoReadRequest")
             try:
-                self.opener.config.export(request.export_name)
+                self.opener.config.export(self.opener.resolve(request.export_name,
+                                                              request.relpath)[0])
             except FluxonFsError as exc:
                 raise type(exc)(f"requests[{position}]: {exc}") from None
             groups.setdefault(self._key(request), []).append(position)

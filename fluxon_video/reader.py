@@ -199,6 +199,8 @@ class FluxonFsVideoReader:
     def metadata(self) -> FluxonFsVideoMetadata:
         """Frame count, fps, duration, native size, rotation, codec, keyframes, ..."""
         if self._metadata is None:
+            if self._video.audio_only:  # every frame call and time lookup comes here
+                raise FluxonFsNoVideoStreamError(self._video.why_no_index)
             raise FluxonFsDecodeError(self._video.why_no_index
                                       or f"{self.name}: FFmpeg could not index this file")
         return self._metadata

@@ -14,8 +14,14 @@ EXPORT_FILES = ["h264_faststart.mp4", "h264_moov_end.mp4", "hevc.mp4", "vp9.webm
 
 
 @pytest.fixture(scope="session")
-def media(tmp_path_factory) -> MediaLibrary:
-    return MediaLibrary(tmp_path_factory.mktemp("media"))
+def media(tmp_path_factory, worker_id) -> MediaLibrary:
+    """The session's test videos; under pytest-xdist one folder for every worker
+    (the base temp's parent is the run's), so each clip is encoded once."""
+    if worker_id == "master":
+        return MediaLibrary(tmp_path_factory.mktemp("media"))
+    shared = tmp_path_factory.getbasetemp().parent / "media"
+    shared.mkdir(exist_ok=True)
+    return MediaLibrary(shared)
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,17 @@
 """Test videos made at test time by the ffmpeg CLI, and reference frames from it.
 
 Each clip is small (a few seconds of a lavfi test source) and made once per
-test session. Reference frames come from the ffmpeg CLI with the same scaler
-(bilinear, rgb24, passthrough timing): it links the same libswscale as our
-extension, so the comparison is bit-exact.
+test session, and so is each reference: the library's folder is shared by the
+session's worker processes (pytest-xdist), which take a file lock to make a
+file, so no clip is encoded twice. Reference frames come from the ffmpeg CLI
+with the same scaler (bilinear, rgb24, passthrough timing): it links the same
+libswscale as our extension, so the comparison is bit-exact.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import struct
@@ -141,23 +145,41 @@ class MediaLibrary:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _refs: dict = field(default_factory=dict)
 
+    @contextlib.contextmanager
+    def _making(self, out: Path):
+        """Held while out is made: by one thread here, and one process of the session."""
+        with self._lock, open(out.with_name(f".{out.name}.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
     def path(self, name: str) -> Path:
         clip = CLIPS[name]
         source = self.path(clip.derive_from) if clip.derive_from else None
         out = self.root / name
-        with self._lock:
-            if not out.exists():
-                make_clip(clip, out, source)
+        if not out.exists():
+            with self._making(out):
+                if not out.exists():
+                    make_clip(clip, out, source)
         return out
 
     def reference(self, name: str, height: int, width: int) -> np.ndarray:
         """Every frame of the clip, scaled like ours, from the ffmpeg CLI."""
         key = (name, height, width)
+        cached = self._refs.get(key)
+        if cached is not None:
+            return cached
         path = self.path(name)
-        with self._lock:
-            if key not in self._refs:
-                self._refs[key] = reference_frames(path, height, width)
-            return self._refs[key]
+        saved = self.root / "refs" / f"{name}.{height}x{width}.npy"
+        if not saved.exists():
+            saved.parent.mkdir(exist_ok=True)
+            with self._making(saved):
+                if not saved.exists():
+                    part = saved.with_name(saved.name + ".part.npy")
+                    np.save(part, reference_frames(path, height, width))
+                    os.replace(part, saved)
+        frames = np.load(saved)
+        frames.flags.writeable = False  # shared by every test that asks: nobody changes it
+        return self._refs.setdefault(key, frames)
 
 
 def make_clip(clip: Clip, out: Path, source: Path | None = None) -> None:
@@ -202,11 +224,19 @@ def make_clip(clip: Clip, out: Path, source: Path | None = None) -> None:
     os.replace(part, out)
 
 
-def damage_packets(source: Path, out: Path, positions: tuple[int, ...]) -> None:
+def damage_packets(source: Path, out: Path, positions: tuple[int, ...], middle: int = 0) -> None:
+    """A copy of source with packets (decode positions of its first video
+    stream) damaged: their first 4 bytes set to 0xff, or with ``middle``,
+    that many bytes in the middle of each overwritten with a fixed pattern
+    (inside the entropy-coded data, where a decoder may not notice)."""
     data = bytearray(source.read_bytes())
     packets = ffprobe_packets(source)
     for k in positions:
         pos = packets[k]["pos"]
+        if middle:  # half the packet's size past where ffprobe says it is
+            at = pos + packets[k]["size"] // 2
+            data[at:at + middle] = bytes((37 * i + 11) & 0xFF for i in range(middle))
+            continue
         if source.suffix in (".webm", ".mkv"):
             # Matroska gives where the block's content starts: skip its track
             # number (a vint), timecode and flags to reach the payload.

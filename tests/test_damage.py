@@ -21,7 +21,7 @@ import fluxon_video as fv
 from fluxon_video import errors
 from fluxon_video.frame_index import FrameIndex
 from tests.helpers import make_patcher
-from tests.media import CLIPS, reference_frames
+from tests.media import CLIPS, damage_packets, reference_frames
 
 pytest.importorskip("fluxon_video._decode")
 
@@ -176,6 +176,115 @@ def test_the_shared_index_carries_what_a_reader_learnt(media, frames, tmp_path):
             assert second.last_stats is None or second.last_stats.frames_decoded == 0
             frames_ok = second.read_frames_numpy([0, 60])
             assert np.array_equal(frames_ok, clean[[0, 60]])
+
+
+# ---- damage no decoder reports: bytes overwritten inside a slice ----
+
+# Reference P-frames of the second GOP (decode positions), each damaged alone:
+# 24 bytes in the middle of its entropy-coded data. The decoders parse most
+# such slices to their end without an error: the picture is then wrong (and
+# so is every frame decoded from it) but the same on every read. HEVC's can
+# instead end the slice early and leave the rest of the picture unwritten,
+# with no error, no flag and no log line (packet 29 of hevc.mkv does): before
+# that was seen, such a frame, and the B-frames decoded after it, showed what
+# the pooled buffer last held, so the same index returned other bytes alone,
+# in a batch and with two threads.
+MIDDLE_DAMAGE = [("hevc.mkv", 25), ("hevc.mkv", 29), ("hevc.mkv", 33),
+                 ("h264_moov_end.mp4", 29), ("h264_moov_end.mp4", 33),
+                 ("h264_moov_end.mp4", 37), ("vp9.webm", 27), ("vp9.webm", 33),
+                 ("vp9.webm", 41)]
+
+
+@pytest.fixture(scope="module")
+def middle_damaged(media, tmp_path_factory):
+    """(name, packet) -> (the damaged copy, the undamaged file's frames)."""
+    root = tmp_path_factory.mktemp("middle_damage")
+    made = {}
+
+    def get(name, packet):
+        if (name, packet) not in made:
+            source = media.path(name if name != "hevc.mkv" else "hevc.mp4")
+            if name == "hevc.mkv":  # the same HEVC stream in Matroska
+                mkv = root / name
+                if not mkv.exists():
+                    subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-i", str(source),
+                                    "-c", "copy", str(mkv)], check=True)
+                source = mkv
+            path = root / f"mid{packet}_{name}"
+            damage_packets(source, path, (packet,), middle=24)
+            made[name, packet] = (path, reference_frames(source, H, W))
+        return made[name, packet]
+
+    return get
+
+
+def read_alone(path, threads, i):
+    """Frame i read alone by a new reader: its bytes, or "refused"."""
+    with fv.LocalVideoReader(path, threads) as reader:
+        try:
+            return reader.read_frames_numpy([i], H, W)[0][0]
+        except errors.FluxonFsDamagedStreamError:
+            return "refused"
+
+
+@pytest.mark.parametrize("name,packet", MIDDLE_DAMAGE)
+def test_damage_inside_a_slice_gives_each_index_one_answer(middle_damaged, name, packet):
+    """Every frame around the damage, read alone, in batches (in two orders, with
+    a far frame) and at 1 and 2 threads, is the same bytes every time or the
+    damaged-stream error every time; a frame whose decode does not pass the
+    damaged packet is the undamaged file's."""
+    path, clean = middle_damaged(name, packet)
+    with fv.LocalVideoReader(path) as reader:
+        keys, own_packets = reader.index.frame_key, reader.index.frame_dec
+    own = int(np.flatnonzero(own_packets == packet)[0])
+    gop = np.flatnonzero(keys == keys[own])
+    sampled = list(range(max(int(gop[0]) - 2, 0), min(int(gop[-1]) + 4, len(clean))))
+    depends = {i: keys[i] <= packet <= own_packets[i] for i in sampled}
+    answers = {i: [read_alone(path, threads, i) for threads in (1, 2)] for i in sampled}
+    refused = sorted(i for i, a in answers.items() if any(isinstance(v, str) for v in a))
+    for i, (one, two) in answers.items():
+        if i in refused:
+            assert isinstance(one, str) and isinstance(two, str), (i, "refused at one count only")
+            assert depends[i], i
+        else:
+            assert np.array_equal(one, two), (i, "1 and 2 threads differ")
+            if not depends[i]:
+                assert np.array_equal(one, clean[i]), i
+    readable = [i for i in sampled if i not in refused]
+    far = len(clean) - 1 if len(clean) - 1 not in sampled else 0
+    rng = np.random.default_rng(packet)
+    for threads in (1, 2):
+        with fv.LocalVideoReader(path, threads) as reader:
+            for order in (readable, readable[::-1], list(rng.permutation(readable)) + [far]):
+                order = [int(i) for i in order]
+                batch = reader.read_frames_numpy(order, H, W)[0]
+                for row, i in enumerate(order):
+                    want = answers[i][0] if i in answers else clean[i]
+                    assert np.array_equal(batch[row], want), (threads, i, "batch differs")
+            for i in refused[:1] + refused[-1:]:
+                with pytest.raises(errors.FluxonFsDamagedStreamError, match=f"packet {packet} "):
+                    reader.read_frames_numpy([far, i], H, W)
+
+
+def test_a_picture_the_decoder_left_unfinished_is_refused(middle_damaged):
+    """The HEVC decoder ends packet 29's slice early and outputs the picture
+    without the rest: that is damage, named as such, and every frame whose decode
+    passes it (the B-frames shown before it too) is refused, at 1 and 2 threads,
+    on the indexed and the sequential path."""
+    path, _ = middle_damaged("hevc.mkv", 29)
+    for threads in (1, 2):
+        with fv.LocalVideoReader(path, threads) as reader:
+            own = int(np.flatnonzero(reader.index.frame_dec == 29)[0])
+            shown_before = [i for i in range(own) if reader.index.frame_dec[i] > 29]
+            assert shown_before  # B-frames decoded after it, shown before it
+            for i in (shown_before[0], own, own + 1):
+                with pytest.raises(errors.FluxonFsDamagedStreamError,
+                                   match=r"packet 29 in decode order .*unwritten"):
+                    reader.read_frames_numpy([i], H, W)
+        # The sequential path too: a B-frame shown before the picture is not
+        # returned before that picture came out and was seen.
+        with pytest.raises(errors.FluxonFsDamagedStreamError, match="unwritten"):
+            fv.decode_local_frames(path, [shown_before[0]], H, W, threads, seek=False)
 
 
 # ---- packets that are not frames ----

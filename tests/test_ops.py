@@ -176,8 +176,11 @@ def test_warm_then_a_new_process_reads_nothing_from_the_agent(agent, tree, confi
         # notes.txt: warmed, but no index; named, with FFmpeg's reason
         assert first["not_video"] == [{"relpath": "c/notes.txt",
                                        "message": "not a recognised video container"}]
+        # Each file counted once: notes.txt is "not video" (its bytes warmed), not "warmed".
+        assert first["done"] + first["skipped"] + len(first["not_video"]) == len(FILES)
         again = _warm_stats(path)  # resumable: everything is there already
-        assert again["bytes"] == 0 and again["pieces"] == 0 and again["skipped"] == len(FILES)
+        assert again["bytes"] == 0 and again["pieces"] == 0
+        assert again["skipped"] == len(FILES) - 1 and len(again["not_video"]) == 1
         index = json.loads(cli("index", "data", "--json", "--no-progress", config=path).stdout)
         assert index["skipped"] == len(FILES) - 1 and index["done"] == 0
         code = (
@@ -325,8 +328,9 @@ def test_doctor_gives_a_verdict_per_link(agent, config, tmp_path):
     with RedisServer(tmp_path) as redis_server:
         healthy = cli("doctor", "--json", config=config(redis_server.url, agent.url))
     checks = {c["check"]: c for c in map(json.loads, healthy.stdout.splitlines())}
-    assert [name for name in checks] == ["config", "identity", "kv", "data: agent",
-                                         "data: list", "data: stat", "data: read"]
+    assert [name for name in checks] == ["extension", "ffmpeg libs", "decode", "config",
+                                         "identity", "kv", "data: agent", "data: list",
+                                         "data: stat", "data: read"]
     assert all(c["ok"] for c in checks.values()), checks
     assert "read 4096 bytes" in checks["data: read"]["detail"]
     dead = f"http://127.0.0.1:{free_port()}"

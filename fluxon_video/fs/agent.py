@@ -22,9 +22,12 @@ Protocol (every request carries ``Authorization: Bearer <token>``):
 
 Errors are JSON ``{"error": kind, "message": text}`` with status 400 (bad
 request), 401/403 (permission), 404 (not found), 409 (file changed), 429 (too
-many failed authentications from the client's address), 500 (internal), 503
-(the agent cannot take the request now: its connection table is full, or the
-host is out of descriptors or memory); 429 and 503 carry Retry-After. With a
+many failed authentications from the client's address), 500 (internal), 502
+(io: the object store behind the export failed or is unreachable; 500 when it
+refused the request for good), 503 (the agent cannot take the request now: its
+connection table is full, the host is out of descriptors or memory, or the
+object store is throttling), 504 (timeout: the object store did not answer in
+time); 429 and 503 carry Retry-After. With a
 certificate and key the agent serves HTTPS (TLS 1.2 with AEAD suites, or
 1.3); SIGTERM and SIGINT stop it gracefully (no new connections, requests in
 flight finish); SIGHUP reloads the config file (identities and exports)
@@ -60,6 +63,7 @@ from fluxon_video.fs.agent_limits import (FDS_PER_IO_THREAD, HEADER_TIMEOUT_S, R
 from fluxon_video.fs.agent_metrics import REFUSAL_KIND_KEY, AgentMetrics, metrics_middleware
 from fluxon_video.fs.config import FluxonFsConfig, load_config
 from fluxon_video.fs.listing import FluxonFsFileEntry
+from fluxon_video.fs.object_origin import is_store_fault
 from fluxon_video.fs.origin import FileStat
 from fluxon_video.fs.paths import EXHAUSTED_ERRNOS
 from fluxon_video.fs.storage import ExportStorage
@@ -78,6 +82,11 @@ ERROR_STATUS: list[tuple[type[BaseException], int, str]] = [
     (errors.FluxonFsNotFoundError, 404, "not_found"),
     (errors.FluxonFsFileChangedError, 409, "changed"),
     (errors.FluxonFsShortReadError, 409, "changed"),
+    # The object store behind the export: it did not answer in time (504), or it
+    # failed or cannot be reached (502; 500 when it refused the request for good:
+    # a client waits out a 502 or 504, not a 500). Only its origin raises these.
+    (errors.FluxonFsTimeoutError, 504, "timeout"),
+    (errors.FluxonFsIOError, 502, "io"),
 ]
 
 # What a 429 or 503 asks a client to wait at least (seconds): connections and
@@ -157,13 +166,36 @@ def _error_response(exc: BaseException, request: web.Request) -> web.Response:
         exc = errors.FluxonFsOverloadedError(f"the storage host is out of resources ({reason})")
     for cls, status, kind in ERROR_STATUS:
         if isinstance(exc, cls):
-            if status == 503:
+            if status == 502 and getattr(exc, "lasting", False):
+                status = 500
+            if is_store_fault(exc):
+                # One line per export and kind every 10 s, whatever the number of
+                # requests failing alike (exports are the config's: authorised).
+                export = request.query.get("export", "")
+                limited_log.warning(f"store {export} {status}", "export %r: answering %d "
+                                    "(%s) to %s: %s", export, status, kind, request.path, exc)
+            elif status == 503:
                 limited_log.warning("unavailable", "answering 503 to %s: %s", request.path, exc)
-            return _refusal(status, kind, str(exc))
+            elif status == 401:
+                _log_refused_token(request, exc)
+            retry_after = getattr(exc, "retry_after_s", None)
+            return _refusal(status, kind, str(exc),
+                            max(RETRY_AFTER_S, math.ceil(retry_after or 0)))
     # Details stay in the agent's log: an unexpected error's text may name host paths.
     log.error("internal error in %s (export %r, path %r): %s", request.path,
               request.query.get("export"), request.query.get("path"), exc, exc_info=exc)
     return _refusal(500, "internal", "internal error (see the agent's log)")
+
+
+def _log_refused_token(request: web.Request, exc: BaseException) -> None:
+    """One line (rate-limited) for a request whose token no identity has: the
+    export asked for and the client's address, never the token."""
+    export = request.query.get("export", "")[:100]
+    sent = _bearer(request) is not None
+    limited_log.warning("refused token", "refused %s for export %r from %s (%s; %s)",
+                        "a token" if sent else "a request without a token", export,
+                        request.remote, "no identity has it" if sent else "it sent none",
+                        request.path)
 
 
 def _bearer(request: web.Request) -> str | None:
@@ -456,6 +488,7 @@ def run_agent(config: FluxonFsConfig, listen: str, threads: int = 32,
         raise errors.FluxonFsConfigError(
             f"the keep-alive timeout must be > 0 s, got {keepalive_timeout_s!r}")
     app = make_app(config, threads, inject_latency_ms, metrics_token=metrics_token)
+    _probe_stores(app[STORAGE_KEY].current, config.exports.values())
     table = _connection_table(app, max_connections, threads, header_timeout_s)
     if config_path is None and config.source:
         config_path = config.source
@@ -474,6 +507,17 @@ def run_agent(config: FluxonFsConfig, listen: str, threads: int = 32,
                        os.fspath(config_path) if config_path is not None else None,
                        access_log=access_log, keepalive_timeout_s=keepalive_timeout_s,
                        shutdown_timeout_s=shutdown_timeout_s))
+
+
+def _probe_stores(storage: ExportStorage, exports: Any) -> None:
+    """Ask each object-store export's store once (ExportStorage.probe_stores): a
+    missing bucket or refused credentials refuse the start (FluxonFsConfigError);
+    a store that does not answer now is served anyway, with an error logged: the
+    agent's other exports, and this one once its store is back, keep serving."""
+    for probe in storage.probe_stores(exports):
+        log.error("export %r (%s): its store did not answer as it should at start: %s; "
+                  "serving it anyway, its requests fail until the store answers",
+                  probe.export.name, probe.export.root, probe.reason)
 
 
 def _connection_table(app: web.Application, max_connections: int | None, threads: int,
@@ -554,11 +598,15 @@ class _Reloads:
             return await reload_config(self.app, path)
 
 
-def _load_storage(path: str) -> ExportStorage:
-    """The storage of the config file at path, checked as at start-up."""
+def _load_storage(path: str, serving: FluxonFsConfig | None = None) -> ExportStorage:
+    """The storage of the config file at path, checked as at start-up (the stores
+    of exports new or changed since ``serving``, the config in use, are probed)."""
     config = load_config(path)
     config.check_served(config.exports.values())
-    return ExportStorage(config)
+    storage = ExportStorage(config)
+    kept = serving.exports if serving is not None else {}
+    _probe_stores(storage, [e for e in config.exports.values() if kept.get(e.name) != e])
+    return storage
 
 
 async def reload_config(app: web.Application, path: str | os.PathLike[str]) -> bool:
@@ -569,7 +617,8 @@ async def reload_config(app: web.Application, path: str | os.PathLike[str]) -> b
     and the config in use kept: a typo never takes the agent down.
     """
     try:
-        storage = await asyncio.to_thread(_load_storage, os.fspath(path))
+        storage = await asyncio.to_thread(_load_storage, os.fspath(path),
+                                          app[STORAGE_KEY].current.config)
     except errors.FluxonFsConfigError as exc:
         log.error("reload refused, still serving the previous config: %s", exc)
         return False

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import cachetools
 
 from fluxon_video import errors
+from fluxon_video.fs import tokens
 from fluxon_video.fs.concurrency import Backfiller, SingleFlight
 from fluxon_video.fs.config import FluxonFsConfig, FluxonFsExport
 from fluxon_video.fs.counters import ReadCounters
@@ -77,12 +78,59 @@ def make_routes(config: FluxonFsConfig) -> dict[str, Route]:
     storage = ExportStorage(config)
     return {export.name: (
         InProcessRoute(storage) if export.in_process else
-        ReplicatedRoute([AgentRoute(url, settings.agent_timeout_s,
-                                    settings.agent_connect_timeout_s, settings.agent_pool_size,
-                                    settings.agent_ca_bundle)
-                         for url in export.agent_urls], settings.agent_failover_skip_s,
-                        settings.agent_retry_window_s))
+        TokenNamingRoute(ReplicatedRoute(
+            [AgentRoute(url, settings.agent_timeout_s, settings.agent_connect_timeout_s,
+                        settings.agent_pool_size, settings.agent_ca_bundle)
+             for url in export.agent_urls], settings.agent_failover_skip_s,
+            settings.agent_retry_window_s), config))
         for export in config.exports.values()}
+
+
+class TokenNamingRoute:
+    """An agent route whose refusals of the token (401) name the identity whose
+    token it is and where the config holds it: "agent URL refused identity
+    'alice''s token ([identities] alice in /etc/fluxon/trainer.toml)". (The agent
+    cannot: no identity it knows has the token.)"""
+
+    REFUSED = "refused the token"
+
+    def __init__(self, route: Route, config: FluxonFsConfig) -> None:
+        self.route = route
+        where = config.source or "the config"
+        self._whose = {token: f"identity {name!r}'s token ([identities] {name} in {where})"
+                       for name, value in config.identities.items()
+                       for token in tokens.plain_tokens(value)}
+
+    def _named(self, exc: errors.FluxonFsAuthenticationError, token: str) -> Exception:
+        whose = self._whose.get(token)
+        if whose is None or self.REFUSED not in str(exc):
+            return exc
+        named = type(exc)(str(exc).replace(self.REFUSED, f"refused {whose}", 1))
+        named.__dict__.update(exc.__dict__)  # (lasting)
+        return named
+
+    def stat(self, export: str, relpath: str, token: str, *, wait: bool = True) -> FileStat:
+        try:
+            return self.route.stat(export, relpath, token, wait=wait)
+        except errors.FluxonFsAuthenticationError as exc:
+            raise self._named(exc, token) from None
+
+    def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
+             cursor: str | None, limit: int, token: str) -> tuple[list, str | None]:
+        try:
+            return self.route.list(export, prefix, recursive, pattern, cursor, limit, token)
+        except errors.FluxonFsAuthenticationError as exc:
+            raise self._named(exc, token) from None
+
+    def read_chunk(self, export: str, relpath: str, offset: int, length: int,
+                   expected: FileStat, token: str) -> bytes:
+        try:
+            return self.route.read_chunk(export, relpath, offset, length, expected, token)
+        except errors.FluxonFsAuthenticationError as exc:
+            raise self._named(exc, token) from None
+
+    def close(self) -> None:
+        self.route.close()
 
 
 @dataclass

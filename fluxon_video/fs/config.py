@@ -352,6 +352,8 @@ class FluxonFsConfig:
             if not export.is_object_store and not os.path.isdir(export.root):
                 raise FluxonFsConfigError(f"{where}{key}: root {export.root!r} is not a directory "
                                           "on this host")
+            if export.is_object_store:
+                _check_store_options(export, f"{where}{key}")
             unknown = [name for name in export.allow if name not in self.identities]
             if unknown:
                 raise FluxonFsConfigError(
@@ -519,6 +521,18 @@ def _check_keys(where: str, raw: Mapping[str, Any], known: set[str]) -> None:
     if unknown:
         raise FluxonFsConfigError(
             f"{where}: unknown key(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
+
+
+def _check_store_options(export: FluxonFsExport, key: str) -> None:
+    """Refuse store options obstore does not know for the root's store (a typo:
+    ``endpont``), by opening the store as serving it will (no request is made)."""
+    from fluxon_video.fs.object_origin import ObjectStoreOrigin  # obstore: only when used
+
+    try:
+        ObjectStoreOrigin(export)
+    except FluxonFsConfigError as exc:
+        reason = str(exc).removeprefix(f"export {export.name!r}: ")
+        raise FluxonFsConfigError(f"{key}: {reason}") from None
 
 
 def _require(condition: Any, message: str) -> None:

@@ -39,6 +39,7 @@ from fluxon_video.errors import (
 from fluxon_video.fs.paths import (
     MAX_DEPTH,
     check_relpath,
+    name_of,
     open_dir_nofollow,
     open_root,
     raise_if_exhausted,
@@ -216,7 +217,7 @@ def list_page(export_name: str, root: str, prefix: str, recursive: bool, pattern
         raise FluxonFsBadRequestError(
             f"{export_name}: prefix is {len(prefix)} characters, at most {MAX_PREFIX_CHARS}")
     prefix = "" if prefix.strip("/") in ("", ".") else check_relpath(prefix)
-    where = f"{export_name}:{prefix}"
+    where = name_of(export_name, prefix)
     match = pattern_matcher(pattern, where) if pattern else None
     after = tuple(check_relpath(cursor).split("/")) if cursor else None
     root_fd = open_root(root)

@@ -35,6 +35,13 @@ def check_relpath(relpath: object) -> str:
         raise FluxonFsBadRequestError(f"relpath must be a non-empty string, got {relpath!r}")
     if "\x00" in relpath:
         raise FluxonFsBadRequestError(f"relpath {relpath!r} contains a NUL byte")
+    if "://" in relpath:
+        # Normalised, s3://bucket/key would become the relpath s3:/bucket/key and be
+        # "not found": say what it is, and what maps a URI to (export, relpath).
+        raise FluxonFsBadRequestError(
+            f"relpath {relpath!r} is a URI, not a path inside an export: "
+            "FluxonFsPatcher.resolve(uri) gives its (export, relpath), and the patcher's "
+            "calls take it as the relpath (fs/uris.py)")
     if relpath.startswith("/") or os.path.isabs(relpath):
         raise FluxonFsBadRequestError(f"relpath {relpath!r} is absolute")
     parts = relpath.split("/")
@@ -190,3 +197,9 @@ def resolve_beneath(root_fd: int, root: str, relpath: str, name: str, leaf: Leaf
             pending.extendleft(reversed(_components(target)))
     finally:
         lookup.to_root()
+
+
+def name_of(export: str, relpath: str = "") -> str:
+    """How messages name a file (``export:relpath``), or the export itself when
+    there is no relpath (a listing of its whole tree): never ``export:``."""
+    return f"{export}:{relpath}" if relpath else export

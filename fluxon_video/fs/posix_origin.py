@@ -26,8 +26,8 @@ from fluxon_video.errors import (
 )
 from fluxon_video.fs.listing import FluxonFsFileEntry, list_page
 from fluxon_video.fs.origin import FileStat
-from fluxon_video.fs.paths import (Leaf, open_root, raise_if_exhausted, resolve_beneath,
-                                   stat_leaf)
+from fluxon_video.fs.paths import (Leaf, name_of, open_root, raise_if_exhausted,
+                                   resolve_beneath, stat_leaf)
 
 T = TypeVar("T")
 
@@ -122,4 +122,4 @@ class PosixOrigin:
         except OSError as exc:
             if isinstance(exc, FluxonFsError):
                 raise
-            raise _refusal(exc, f"{self.export_name}:{prefix}") from None
+            raise _refusal(exc, name_of(self.export_name, prefix)) from None

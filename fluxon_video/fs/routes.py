@@ -20,6 +20,7 @@ import urllib3
 from fluxon_video import errors
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.origin import FileStat
+from fluxon_video.fs.paths import name_of
 from fluxon_video.fs.storage import ExportStorage
 from fluxon_video.logs import get_logger
 
@@ -34,6 +35,8 @@ _ERROR_KINDS: dict[str, type[errors.FluxonFsError]] = {
     # and another replica would refuse it too.
     "throttled": errors.FluxonFsPermissionError,
     "unavailable": errors.FluxonFsOverloadedError,
+    "io": errors.FluxonFsIOError,  # the agent's object store failed (502), or refused (500)
+    "timeout": errors.FluxonFsTimeoutError,  # the agent's object store did not answer (504)
 }
 _STATUS_ERRORS: dict[int, type[errors.FluxonFsError]] = {
     400: errors.FluxonFsBadRequestError,
@@ -214,11 +217,15 @@ class AgentRoute:
             message = body.get("message", "")
         except (ValueError, AttributeError):
             cls, message = None, raw[:200].decode("utf-8", "replace")
+        if what.endswith(":") and not message.startswith(f"{what}: "):
+            what = what[:-1]  # "export:" (a list of the whole export) names the export
         message = message.removeprefix(f"{what}: ")  # the agent names the file too
         cls = cls or _STATUS_ERRORS.get(response.status, errors.FluxonFsIOError)
         if response.status == 401:  # the kind says "permission"; the status says which
             cls = errors.FluxonFsAuthenticationError
         retry_after = _retry_after(response)
+        if response.status == 401:  # the token, not the file (ClientState names whose)
+            message = f"agent {self.url} refused the token: {message}"
         if response.status in (429, 503):  # about the agent, not the file: name it
             message = f"agent {self.url}: {message}"
             if retry_after is not None:
@@ -250,7 +257,7 @@ class AgentRoute:
             params["pattern"] = pattern
         if cursor:
             params["cursor"] = cursor
-        what = f"{export}:{prefix}"
+        what = name_of(export, prefix)
         body = self._get("/v1/list", params, token, what)
         try:
             page = json.loads(body)

@@ -7,6 +7,12 @@ errors. One bad file is reported and skipped, never fatal. Both are
 resumable: a file whose index is in the KV at its current version is
 skipped, and so is every piece already there. Ctrl-C stops cleanly: no new
 work starts, running work finishes, and the report says what was done.
+
+Each file lands in exactly one of done, skipped, not_video and errors (an
+uninterrupted run's counts add up to ``files``). A file counts as done only
+when what the run stored is in the KV: an index is read back after it is
+stored, so a KV that is down or refuses writes makes each file an error
+("the KV is unreachable"), as it does for warm's pieces, not "indexed".
 """
 
 from __future__ import annotations
@@ -19,10 +25,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-from fluxon_video.errors import FluxonFsDecodeError, FluxonFsError
+from fluxon_video.errors import FluxonFsDecodeError, FluxonFsError, FluxonFsIOError
+from fluxon_video.frame_index import blob_kind
+from fluxon_video.fs.file_ref import FileRef
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.ops.report import progress
 from fluxon_video.patcher import FluxonFsPatcher
+
+
+# How long a run waits to read back an index it stored (the store is queued
+# behind the read that built it); a healthy KV takes milliseconds.
+STORED_WITHIN_S = 5.0
 
 
 @dataclass
@@ -31,6 +44,7 @@ class BulkReport:
     done: int = 0             # files indexed / warmed by this run
     skipped: int = 0          # already in the KV at their current version
     # Files FFmpeg could not index (skipped, not errors): (relpath, FFmpeg's reason).
+    # Neither done nor skipped (warm stored their bytes all the same).
     not_video: list[tuple[str, str]] = field(default_factory=list)
     bytes: int = 0            # bytes fetched from the agent
     pieces: int = 0           # pieces stored (warm)
@@ -50,11 +64,12 @@ class BulkRun:
     """One index or warm run over an export."""
 
     def __init__(self, patcher: FluxonFsPatcher, export_name: str, pattern: str | None,
-                 workers: int = 4, progress: str = "bar") -> None:
+                 workers: int = 4, progress: str = "bar", prefix: str = "") -> None:
         self.patcher = patcher
         self.export = patcher.config.export(export_name)
         self.identity = patcher.identity
         self.pattern = pattern
+        self.prefix = prefix
         self.workers = workers
         self.progress = progress  # "bar", "lines" or "off" (ops/report.progress)
         self.report = BulkReport()
@@ -62,7 +77,7 @@ class BulkRun:
         self._stop = threading.Event()
 
     def files(self) -> list[FluxonFsFileEntry]:
-        return list(self.patcher.list_files(self.export.name, "", True, self.pattern))
+        return list(self.patcher.list_files(self.export.name, self.prefix, True, self.pattern))
 
     def index(self) -> BulkReport:
         """Build and store the frame index of every video not indexed yet."""
@@ -85,8 +100,7 @@ class BulkRun:
 
     def _index_one(self, entry: FluxonFsFileEntry, bar: Any) -> None:
         try:
-            _, stats = self.patcher.video_metadata_with_stats(
-                self.export.name, entry.relpath, identity=self.identity)
+            stats = self._index(entry)
         except FluxonFsDecodeError as exc:
             self._not_video(entry, exc)
         else:
@@ -94,6 +108,41 @@ class BulkRun:
                            {"done": 1, "bytes": stats.remote_bytes}))
         finally:
             bar.update(1)
+
+    def _index(self, entry: FluxonFsFileEntry) -> Any:
+        """The file's frame index, built and stored unless the KV has it: its
+        stats. FluxonFsIOError when the KV cannot be reached or did not keep the
+        index (checked before the scan, and by reading the index back)."""
+        kv = self.patcher.client.kv
+        name = f"{self.export.name}:{entry.relpath}"
+        kept = entry.size <= self.export.cache_max_bytes  # else it stays out of the KV
+        key = self.patcher.client.blobs.key(
+            FileRef(self.export.name, entry.relpath, self.identity), blob_kind(None))
+        if kept and not kv.exists(key)[0]:  # no scan whose index could not be stored
+            raise FluxonFsIOError(f"{name}: the KV is unreachable")
+        _, stats = self.patcher.video_metadata_with_stats(self.export.name, entry.relpath,
+                                                         identity=self.identity)
+        if kept and stats.index_source != "kv":
+            self._read_back(kv, key, name, entry.relpath)
+        return stats
+
+    def _read_back(self, kv: Any, key: str, name: str, relpath: str) -> None:
+        """Wait until the KV holds the index just stored (the store is queued)."""
+        version = self.patcher.file_version(self.export.name, relpath,
+                                            identity=self.identity).key().encode()
+        deadline = time.monotonic() + STORED_WITHIN_S
+        while True:
+            reachable, found = kv.get(key)
+            if not reachable:
+                raise FluxonFsIOError(f"{name}: the KV is unreachable: the frame index "
+                                      "was not stored")
+            if found and found.get("version") == version:
+                return
+            if time.monotonic() > deadline:
+                raise FluxonFsIOError(f"{name}: the KV did not keep the frame index within "
+                                      f"{STORED_WITHIN_S:.0f} s (a Redis at maxmemory under "
+                                      "noeviction refuses writes: see its log)")
+            time.sleep(0.01)
 
     def _warm_one(self, entry: FluxonFsFileEntry, bar: Any) -> None:
         def on_piece(stored: int, piece_bytes: int) -> None:
@@ -107,10 +156,10 @@ class BulkRun:
             return
         stored = warmed.pieces
         try:  # the index too: a warm read then opens with one KV round trip
-            self.patcher.video_metadata_with_stats(self.export.name, entry.relpath,
-                                                   identity=self.identity)
+            self._index(entry)
         except FluxonFsDecodeError as exc:
-            self._not_video(entry, exc)
+            self._not_video(entry, exc)  # its bytes are warm; it counts as not video only
+            return
         self._count(**({"done": 1} if stored else {"skipped": 1}))
 
     # ---- the pool ----
@@ -149,5 +198,7 @@ class BulkRun:
         try:
             work(entry)
         except FluxonFsError as exc:
+            # The relpath is said once, by the report: not again in the message.
+            message = str(exc).removeprefix(f"{self.export.name}:{entry.relpath}: ")
             with self._lock:
-                self.report.errors.append((entry.relpath, str(exc)))
+                self.report.errors.append((entry.relpath, message))

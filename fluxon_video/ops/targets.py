@@ -1,15 +1,31 @@
-"""Parsing what the command line names: EXPORT[:RELPATH], sizes, frame lists."""
+"""Parsing what the command line names: EXPORT[:RELPATH] or a URI, sizes, frame lists."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fluxon_video.errors import FluxonFsConfigError
+from fluxon_video.fs.uris import is_uri
 
 
 def split_target(target: str) -> tuple[str, str]:
     """``EXPORT:RELPATH`` (or ``EXPORT``) -> (export, relpath or "")."""
     export, _, relpath = target.partition(":")
     if not export:
-        raise FluxonFsConfigError(f"expected EXPORT[:PATH], got {target!r}")
+        raise FluxonFsConfigError(f"expected EXPORT[:PATH] or a URI, got {target!r}")
+    return export, relpath
+
+
+def resolve_target(patcher: Any, target: str) -> tuple[str, str]:
+    """What a command names -> (export, relpath or ""): ``EXPORT[:RELPATH]``, a
+    URI (``s3://bucket/prefix/key``, ``file:///...``) or an absolute path,
+    mapped by the configured roots (fs/uris.py), or ``EXPORT:URI`` (the URI
+    under that export's root)."""
+    if is_uri(target):
+        return patcher.resolve(target)
+    export, relpath = split_target(target)
+    if is_uri(relpath):
+        return patcher.resolve(relpath, export)
     return export, relpath
 
 
