@@ -40,12 +40,16 @@ $(STAMP): $(NATIVE_SOURCES) pyproject.toml
 	$(PY) setup.py -q build_ext --inplace
 	@touch $(STAMP)
 
-# The suite in the tree, then the package as users install it: a wheel built
-# from a clean copy, installed into fresh virtualenvs outside the tree
-# (Python 3.11, and 3.12 where the machine has it).
+# The suite in the tree, spread over the cores (pytest-xdist; tests/media.py shares
+# the generated videos between the workers), then the package as users install it:
+# a wheel built from a clean copy, installed into fresh virtualenvs outside the tree
+# (Python 3.11, and 3.12 where the machine has it). It prints how long it took.
+PYTEST_WORKERS ?= auto
 test: build
-	$(PY) -m pytest $(PYTEST_ARGS)
-	$(PY) -m tests.install_check
+	@start=$$(date +%s); \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS) && \
+	$(PY) -m tests.install_check && \
+	echo "make test: passed in $$(( $$(date +%s) - start )) s"
 
 demo: build
 	$(PY) -m fluxon_video demo

@@ -153,7 +153,9 @@ def test_a_full_redis_refuses_writes_but_reads_go_on(media, root, redis_server, 
 
 def test_agent_timeouts_are_timeout_errors(config_path, root):
     with AgentProcess(config_path, ["--inject-latency-ms", "1500"]) as slow:
-        with make_patcher(slow.url, root, client={"agent_timeout_s": 0.3}) as patcher:
+        # (no retry window: the error itself is the point; test_agent_outage waits one out)
+        with make_patcher(slow.url, root, client={"agent_timeout_s": 0.3,
+                                                  "agent_retry_window_s": 0}) as patcher:
             with pytest.raises(errors.FluxonFsTimeoutError, match="timed out"):
                 patcher.open_video_reader("train", VIDEO, H, W)
 
