@@ -259,7 +259,7 @@ CONTENDERS: dict[str, Callable[[dict[str, Any]], Any]] = {
         shards, torchcodec, lambda h, t: h.decoder.get_frames_at(rounded(t)).data.numpy())}
 TIME_NOTE = ("A row's time from_timestamp + k / fps, summed in floats, can fall one ulp below "
              "the frame's pts (20.0 + 166 / 30 < 766 / 30): the PyAV rows allow 1 µs, fluxon's "
-             "indices_at_times 1 ns; torchcodec's get_frames_played_at allows none and returns "
+             "indices_at_times takes the nearest frame within 1e-4 s; torchcodec's get_frames_played_at allows none and returns "
              "the frame before. LeRobot itself calls torchcodec with round(t · fps) indices.")
 
 

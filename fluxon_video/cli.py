@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video.resize import INTERPOLATIONS, RESIZE_MODES
 
 CONFIG_ENV = "FLUXON_VIDEO_CONFIG"
@@ -136,6 +137,9 @@ def _add_read(sub: Any) -> None:
     read.add_argument("target", metavar="EXPORT:RELPATH", help=f"a file of an export, {URI_HELP}")
     read.add_argument("--frames", help="frame indices, e.g. 0,8,-1")
     read.add_argument("--times", help="times in seconds, e.g. 1.5,3.0 (the frame shown then)")
+    read.add_argument("--tolerance-s", type=float, default=TIME_TOLERANCE_S, metavar="S",
+                      help="with --times: a time within S seconds of a frame's time takes that "
+                           "frame, the nearest (default: %(default)g; 0: the frame shown then)")
     read.add_argument("--size", default="native",
                       help="WxH, or 224x / x224 to keep the aspect ratio (default: native)")
     read.add_argument("--resize", choices=RESIZE_MODES, default="stretch",
@@ -446,7 +450,8 @@ def _run_read(args: argparse.Namespace) -> int:
         export, relpath = resolve_target(patcher, args.target)
         rows = read_frames(patcher, export, relpath, frames, times, height, width, args.out,
                            args.format, args.autorotate, args.on_damage, args.stream,
-                           args.resize, args.interpolation, audio=audio)
+                           args.resize, args.interpolation, audio=audio,
+                           tolerance_s=args.tolerance_s)
     frame_rows = [row for row in rows if "frame" in row]
     emit(frame_rows, [("frame", "frame"), ("time_s", "time"), ("file", "file")], args.json)
     for row in rows:

@@ -14,12 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video.errors import (
     FluxonFsDamagedStreamError, FluxonFsDecodeError, FluxonFsFrameIndexError,
 )
 from fluxon_video.damage import numbered_frames
 from fluxon_video.frame_index import AV_NOPTS_VALUE, FrameIndex
-from fluxon_video.validation import positive_int
+from fluxon_video.validation import positive_int, time_tolerance
 
 
 @dataclass(frozen=True)
@@ -213,35 +214,83 @@ def build_metadata(index: FrameIndex, size_bytes: int, mtime_ns: int,
     )
 
 
-# Times this close to a frame's pts count as its pts: far below any time base's
-# tick (1/90000 s), far above a float's rounding of a sum of seconds.
-TIME_TOLERANCE_S = 1e-9
+# A time this far or less below a frame's pts is at it under "last pts <= t"
+# too: far below any time base's tick (1/90000 s), far above a float's rounding
+# of a sum of seconds (0.587 + 12 / 8 = 2.0869999999999997 is at 2.087).
+SUM_SLACK_S = 1e-9
 
 
 def indices_at_times(frame_times: np.ndarray, metadata: FluxonFsVideoMetadata, seconds: Any,
-                     name: str = "") -> list[int]:
-    """For each time, the frame displayed then: the last frame whose pts <= t
-    (within TIME_TOLERANCE_S: a time summed in floats, 0.587 + 12 / 8 =
-    2.0869999999999997, still finds the frame shown at 2.087).
+                     name: str = "", *, tolerance_s: float = TIME_TOLERANCE_S) -> list[int]:
+    """For each time t, the frame it names (docs/frame-index.md, "Frames by time"):
 
+    - the frame whose pts is nearest t, when that is within ``tolerance_s``
+      (on a tie, the earlier frame: the one on screen at t);
+    - otherwise the frame displayed at t: the last one whose pts <= t (within
+      SUM_SLACK_S), for t in ``[begin_s, end_s)``;
+    - any other time (before the first frame or from ``end_s`` on, and not
+      within ``tolerance_s`` of a frame) is FluxonFsFrameIndexError.
+
+    This is the one time-to-frame rule: every read by time (the reader's,
+    the pool's requests, the dataset's clips, the CLI, and compat layers that
+    give another library's rule and default, e.g. LeRobot's ``tolerance_s``)
+    comes here, and ``tolerance_s`` is checked here (validation.time_tolerance).
+    ``tolerance_s=0`` is the rule without a tolerance: last pts <= t.
     ``frame_times`` is ``timestamps_s(index)`` of the same video.
     """
+    tolerance = time_tolerance(tolerance_s)
     times = np.asarray(seconds, dtype=np.float64).reshape(-1)
     if times.size and not np.isfinite(times).all():
         raise FluxonFsFrameIndexError(f"{name}: times must be finite numbers")
     outside = (times < metadata.begin_s) | (times >= metadata.end_s)
-    if outside.any():
-        bad = float(times[outside][0])
-        raise FluxonFsFrameIndexError(
-            f"{name}: time {bad} s is outside the video [{metadata.begin_s}, {metadata.end_s}) s")
     if not (np.diff(frame_times) >= 0).all():  # NaN compares False too
+        if outside.any():  # no frame's time can be trusted to be near it
+            _raise_outside(name, float(times[outside][0]), metadata, None)
         # The conceal policy's times of a stream whose timestamps are damaged:
         # they go back, or a frame has none, and no frame is "the one shown at t".
         raise FluxonFsDamagedStreamError(
             f"{name}: the frames' times do not increase in frame order (damaged "
             "timestamps), so no frame is the one shown at a given time; read by index")
-    found = np.searchsorted(frame_times, times + TIME_TOLERANCE_S, side="right") - 1
+    count = frame_times.shape[0]
+    before = np.searchsorted(frame_times, times, side="right") - 1  # last pts <= t
+    after = before + 1                                              # first pts > t
+    below = np.where(before >= 0, times - frame_times[np.maximum(before, 0)], np.inf)
+    above = np.where(after < count, frame_times[np.minimum(after, count - 1)] - times, np.inf)
+    near = np.where(above < below, after, before)      # a tie goes to the frame shown at t
+    within = np.minimum(below, above) <= tolerance
+    shown = np.searchsorted(frame_times, times + SUM_SLACK_S, side="right") - 1
+    found = np.where(within, near, shown)
+    bad = (outside & ~within) | (found < 0)
+    if bad.any():
+        _raise_outside(name, float(times[bad][0]), metadata, tolerance)
     return [int(i) for i in found]
+
+
+def indices_in_range(frame_times: np.ndarray, metadata: FluxonFsVideoMetadata, start_s: float,
+                     stop_s: float, name: str = "", *,
+                     tolerance_s: float = TIME_TOLERANCE_S) -> np.ndarray:
+    """The frames whose pts fall in ``[start_s, stop_s)``, a pts within
+    ``tolerance_s`` of a bound counting as at it (so at ``start_s``: in; at
+    ``stop_s``: out): pts in ``[start_s - tolerance_s, stop_s - tolerance_s)``.
+    The range must lie in ``[begin_s - tolerance_s, end_s + tolerance_s]``."""
+    tolerance = time_tolerance(tolerance_s)
+    if not (metadata.begin_s - tolerance <= start_s <= stop_s <= metadata.end_s + tolerance):
+        raise FluxonFsFrameIndexError(
+            f"{name}: range [{start_s}, {stop_s}) s is not inside the video "
+            f"[{metadata.begin_s}, {metadata.end_s}) s" + _within(tolerance))
+    return np.flatnonzero((frame_times >= start_s - tolerance)
+                          & (frame_times < stop_s - tolerance))
+
+
+def _within(tolerance: float | None) -> str:
+    return "" if not tolerance else f" (tolerance_s={tolerance:g})"
+
+
+def _raise_outside(name: str, bad: float, metadata: FluxonFsVideoMetadata,
+                   tolerance: float | None) -> None:
+    raise FluxonFsFrameIndexError(
+        f"{name}: time {bad} s is outside the video [{metadata.begin_s}, {metadata.end_s}) s"
+        + ("" if not tolerance else f" and not within tolerance_s={tolerance:g} of a frame"))
 
 
 def _round_even(value: float) -> int:

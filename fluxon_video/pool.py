@@ -27,6 +27,7 @@ import numpy as np
 
 from fluxon_video.audio import AudioSamples, AudioSpec
 from fluxon_video.damage import check_policy
+from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video.errors import (
     FluxonFsClosedError,
     FluxonFsConfigError,
@@ -42,8 +43,9 @@ from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats
-from fluxon_video.validation import (Threads, frame_indices, positive_int, stream_choice,
-                                     thread_count)
+from fluxon_video.validation import (Threads, frame_indices, positive_int,
+                                     stream_choice, thread_count, time_tolerance,
+                                     times_in_seconds)
 
 if TYPE_CHECKING:
     from fluxon_video.opening import VideoOpener
@@ -68,6 +70,9 @@ class FluxonFsVideoReadRequest:
     ``audio``: also read the audio of the span the frames cover (from the
     first frame's time to the end of the last one's display, or exactly
     ``audio_span_s`` when given) into the result's ``audio``.
+    ``times_s`` (instead of ``indices``): the frames by time, the frame each
+    time names under ``tolerance_s`` (``reader.indices_at_times``; the
+    reader that reads them maps them, so they are that file version's).
     """
 
     export_name: str
@@ -75,12 +80,14 @@ class FluxonFsVideoReadRequest:
     height: int | None
     width: int | None
     num_threads: Threads
-    indices: tuple[int, ...]
+    indices: tuple[int, ...] = ()
     stream_index: int | None = None
     resize: str = "stretch"
     interpolation: str = "bilinear"
     audio: AudioSpec | None = None
     audio_span_s: tuple[float, float] | None = None
+    times_s: tuple[float, ...] | None = None
+    tolerance_s: float = TIME_TOLERANCE_S
 
     def __post_init__(self) -> None:
         # A URI as the relpath (export_name None, or the export whose root holds
@@ -111,6 +118,12 @@ class FluxonFsVideoReadRequest:
                 raise FluxonFsConfigError(f"audio_span_s must be (start_s, end_s) with end_s >= "
                                           f"start_s, got {self.audio_span_s!r}")
             object.__setattr__(self, "audio_span_s", (start_s, end_s))
+        object.__setattr__(self, "tolerance_s", time_tolerance(self.tolerance_s))
+        if self.times_s is not None:
+            if self.indices:
+                raise FluxonFsConfigError("a request reads frames by indices or by times_s, "
+                                          "not both")
+            object.__setattr__(self, "times_s", times_in_seconds(self.times_s))
 
 
 @dataclass(frozen=True)
@@ -301,7 +314,7 @@ class FluxonFsVideoReaderPool:
             frames = reader.read_frames_numpy(request.indices, out=out)
             stats = reader.last_stats
             self._count_native_call()
-            samples = _audio_of(reader, request) if audio is not None else None
+            samples = _audio_of(reader, request, request.indices) if audio is not None else None
         assert stats is not None
         stats = replace(stats, total_ms=(time.perf_counter() - t0) * 1e3)
         return FluxonFsVideoReadResult(frames, stats, reused, audio=samples)
@@ -362,9 +375,12 @@ class FluxonFsVideoReaderPool:
         for key, positions in groups:
             halves = None
             if spare > 0 and len(positions) >= 2 and key[4] == 1:
-                keyframes = self._known_keyframes(key)
-                if keyframes is not None:
-                    halves = _split_by_gop(positions, requests, *keyframes)
+                known = self._known_frames(key)
+                planned = None if known is None else _planned_indices(positions, requests, known)
+                if planned is not None:
+                    halves = _split_by_gop(positions, planned,
+                                           np.asarray(known[1].keyframe_indices, np.int64),
+                                           known[1].num_frames)
             if halves:
                 out.extend((key, half) for half in halves)
                 spare -= 1
@@ -372,8 +388,9 @@ class FluxonFsVideoReaderPool:
                 out.append((key, positions))
         return out
 
-    def _known_keyframes(self, key: ReaderKey) -> tuple[np.ndarray, int] | None:
-        """(keyframe indices, frame count) from an idle reader for key, if any."""
+    def _known_frames(self, key: ReaderKey
+                      ) -> tuple[FluxonFsVideoReader, FluxonFsVideoMetadata] | None:
+        """An idle reader for key and its metadata (keyframes, frame count), if any."""
         state = self._local()
         with state.lock:
             reader = next((r for r in reversed(state.idle) if state.idle[r] == key), None)
@@ -383,7 +400,7 @@ class FluxonFsVideoReaderPool:
             return None
         if metadata is None:
             return None
-        return np.asarray(metadata.keyframe_indices, np.int64), metadata.num_frames
+        return reader, metadata
 
     def _read_group(self, key: ReaderKey, positions: list[int],
                     requests: Sequence[FluxonFsVideoReadRequest]
@@ -395,16 +412,17 @@ class FluxonFsVideoReaderPool:
         each result is a view of its own rows: peak memory is the output, not
         the output plus a union of it.
         """
-        sizes = [len(requests[p].indices) for p in positions]
-        wanted = np.fromiter((i for p in positions for i in requests[p].indices), dtype=np.int64,
-                             count=sum(sizes))
         t0 = time.perf_counter()
         try:
             with self._lease(key) as (reader, reused):
+                chosen = {p: _frames_of(reader, requests[p]) for p in positions}
+                sizes = [len(chosen[p]) for p in positions]
+                wanted = np.fromiter((i for p in positions for i in chosen[p]), dtype=np.int64,
+                                     count=sum(sizes))
                 frames = reader.read_frames_numpy(wanted)
                 stats = reader.last_stats
                 self._count_native_call()
-                audio = {p: _audio_of(reader, requests[p]) for p in positions
+                audio = {p: _audio_of(reader, requests[p], chosen[p]) for p in positions
                          if requests[p].audio is not None}
         except FluxonFsError as exc:
             raise _name_requests(exc, positions) from exc
@@ -492,14 +510,23 @@ class FluxonFsVideoReaderPool:
         self.close()
 
 
-def _audio_of(reader: FluxonFsVideoReader, request: FluxonFsVideoReadRequest) -> AudioSamples:
+def _frames_of(reader: FluxonFsVideoReader, request: FluxonFsVideoReadRequest) -> tuple[int, ...]:
+    """The frame indices a request reads: its indices, or those its times name
+    in the reader's file version."""
+    if request.times_s is None:
+        return request.indices
+    return tuple(reader.indices_at_times(request.times_s, tolerance_s=request.tolerance_s))
+
+
+def _audio_of(reader: FluxonFsVideoReader, request: FluxonFsVideoReadRequest,
+              indices: Sequence[int]) -> AudioSamples:
     """The audio a request asked for: its span, or the span its frames cover."""
     assert request.audio is not None
     if request.audio_span_s is not None:
         start_s, end_s = request.audio_span_s
-    elif request.indices:
+    elif indices:
         times = reader.timestamps_s()
-        chosen = np.asarray(request.indices, np.int64) % len(times)  # negatives from the end
+        chosen = np.asarray(indices, np.int64) % len(times)  # negatives from the end
         start_s, end_s = covered_span(
             times[chosen], frame_durations(times, reader.metadata.end_s)[chosen])
     else:
@@ -507,12 +534,25 @@ def _audio_of(reader: FluxonFsVideoReader, request: FluxonFsVideoReadRequest) ->
     return reader.read_audio(start_s, end_s, request.audio)
 
 
-def _split_by_gop(positions: list[int], requests: Sequence[FluxonFsVideoReadRequest],
+def _planned_indices(positions: list[int], requests: Sequence[FluxonFsVideoReadRequest],
+                     known: tuple[FluxonFsVideoReader, FluxonFsVideoMetadata]
+                     ) -> dict[int, tuple[int, ...]] | None:
+    """Each position's frame indices as the idle reader ``known`` maps its times
+    (for planning only: the reader that reads them maps them again); None
+    when a time names no frame (the read raises that)."""
+    reader = known[0]
+    try:
+        return {p: _frames_of(reader, requests[p]) for p in positions}
+    except FluxonFsError:
+        return None
+
+
+def _split_by_gop(positions: list[int], planned: dict[int, tuple[int, ...]],
                   keyframes: np.ndarray, frame_count: int) -> list[list[int]] | None:
     """Two halves of positions (by first frame) whose GOPs do not overlap, or None."""
     spans = []
     for position in positions:
-        indices = np.asarray(requests[position].indices, np.int64)
+        indices = np.asarray(planned[position], np.int64)
         if indices.size == 0:
             spans.append((0, 0, position))
             continue

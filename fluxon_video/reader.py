@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from fluxon_video.audio import AudioSamples, AudioSpec, AudioTrack, AVClip
+from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video.errors import (
     FluxonFsClosedError,
     FluxonFsConfigError,
@@ -29,6 +30,7 @@ from fluxon_video.metadata import (
     audio_metadata,
     build_metadata,
     indices_at_times,
+    indices_in_range,
     orientation_from_matrix,
     output_size,
     timestamps_s,
@@ -213,11 +215,16 @@ class FluxonFsVideoReader:
         self.metadata  # noqa: B018 - raises for a file without an index
         return timestamps_s(self._index(), self.on_damage, self.name)
 
-    def indices_at_times(self, seconds: float | Sequence[float] | np.ndarray) -> list[int]:
-        """For each time, the index of the frame displayed then (the last frame
-        whose pts <= t), for t in [begin_s, end_s); else FluxonFsFrameIndexError."""
+    def indices_at_times(self, seconds: float | Sequence[float] | np.ndarray, *,
+                         tolerance_s: float = TIME_TOLERANCE_S) -> list[int]:
+        """For each time, the index of the frame it names: the frame whose pts
+        is nearest, if within ``tolerance_s`` (default 1e-4 s: times that went
+        through float32 still name their frame), else the frame displayed then
+        (the last whose pts <= t), for t in [begin_s, end_s); any other time is
+        FluxonFsFrameIndexError (metadata.indices_at_times; docs/frame-index.md)."""
         metadata = self.metadata  # raises for a file without an index
-        return indices_at_times(self.timestamps_s(), metadata, seconds, self.name)
+        return indices_at_times(self.timestamps_s(), metadata, seconds, self.name,
+                                tolerance_s=tolerance_s)
 
     # ---- torchcodec-style access: frames with their times ----
 
@@ -231,32 +238,34 @@ class FluxonFsVideoReader:
         durations = frame_durations(times, self.metadata.end_s)
         return FrameBatch(frames, times[chosen], durations[chosen], chosen)
 
-    def get_frames_played_at(self, seconds: float | Sequence[float] | np.ndarray) -> FrameBatch:
+    def get_frames_played_at(self, seconds: float | Sequence[float] | np.ndarray, *,
+                             tolerance_s: float = TIME_TOLERANCE_S) -> FrameBatch:
         """The frames on screen at each time (see ``indices_at_times``)."""
-        return self.get_frames_at(self.indices_at_times(seconds))
+        return self.get_frames_at(self.indices_at_times(seconds, tolerance_s=tolerance_s))
 
     def get_frames_in_range(self, start: int, stop: int, step: int = 1) -> FrameBatch:
         """Frames ``start, start + step, ...`` before ``stop`` (as ``range``)."""
         return self.get_frames_at(range(*slice(start, stop, step).indices(len(self))))
 
     def get_frames_played_in_range(self, start_s: float, stop_s: float,
-                                   fps: float | None = None) -> FrameBatch:
+                                   fps: float | None = None, *,
+                                   tolerance_s: float = TIME_TOLERANCE_S) -> FrameBatch:
         """The frames shown in ``[start_s, stop_s)``: each frame whose time falls
-        there, or with ``fps`` the frame on screen at ``start_s + k / fps``."""
+        there (a pts within ``tolerance_s`` of a bound is at it), or with ``fps``
+        the frame ``indices_at_times`` names at each ``start_s + k / fps``."""
         metadata = self.metadata
-        if not metadata.begin_s <= start_s <= stop_s <= metadata.end_s:
-            raise FluxonFsFrameIndexError(
-                f"{self.name}: range [{start_s}, {stop_s}) s is not inside the video "
-                f"[{metadata.begin_s}, {metadata.end_s}) s")
-        if fps is not None:
-            if not 0 < fps < float("inf"):
-                raise FluxonFsConfigError(f"fps must be a finite number > 0, got {fps!r}")
-            count = int(np.ceil((stop_s - start_s) * fps - 1e-9))
-            output_fits(self.name, f"{count} frames (fps={fps})",
-                        count * (self.height or 1) * (self.width or 1) * 3)
-            return self.get_frames_played_at(start_s + np.arange(max(count, 0)) / fps)
         times = self.timestamps_s()
-        return self.get_frames_at(np.flatnonzero((times >= start_s) & (times < stop_s)))
+        shown = indices_in_range(times, metadata, start_s, stop_s, self.name,
+                                 tolerance_s=tolerance_s)
+        if fps is None:
+            return self.get_frames_at(shown)
+        if not 0 < fps < float("inf"):
+            raise FluxonFsConfigError(f"fps must be a finite number > 0, got {fps!r}")
+        count = int(np.ceil((stop_s - start_s) * fps - 1e-9))
+        output_fits(self.name, f"{count} frames (fps={fps})",
+                    count * (self.height or 1) * (self.width or 1) * 3)
+        return self.get_frames_played_at(start_s + np.arange(max(count, 0)) / fps,
+                                         tolerance_s=tolerance_s)
 
     def read_frames_torch(self, indices: Sequence[int] | np.ndarray,
                           layout: str = "NHWC") -> Any:
@@ -322,11 +331,12 @@ class FluxonFsVideoReader:
     def get_clip_played_in_range(self, start_s: float, stop_s: float, *,
                                  fps: float | None = None, sample_rate: int | None = None,
                                  channels: int | None = None, pad_audio: bool = True,
-                                 exact_audio: bool = True) -> AVClip:
+                                 exact_audio: bool = True,
+                                 tolerance_s: float = TIME_TOLERANCE_S) -> AVClip:
         """The frames of ``[start_s, stop_s)`` (as ``get_frames_played_in_range``)
         and the audio of exactly that span; a file without video gives no frames."""
-        frames = (self.get_frames_played_in_range(start_s, stop_s, fps) if self.has_video
-                  else self._no_frames())
+        frames = (self.get_frames_played_in_range(start_s, stop_s, fps, tolerance_s=tolerance_s)
+                  if self.has_video else self._no_frames())
         return AVClip(frames, self.get_audio_played_in_range(
             start_s, stop_s, sample_rate=sample_rate, channels=channels, pad_audio=pad_audio,
             exact_audio=exact_audio))

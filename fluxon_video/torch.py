@@ -69,6 +69,7 @@ from fluxon_video.bad_items import (
     unwrapped,
 )
 from fluxon_video.damage import check_policy
+from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video.errors import FluxonFsConfigError
 from fluxon_video.metadata import FluxonFsVideoMetadata, indices_at_times
 from fluxon_video.patcher import FluxonFsPatcher
@@ -77,7 +78,7 @@ from fluxon_video.pool import (FluxonFsVideoReaderPool, FluxonFsVideoReadRequest
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsProcessStats
 from fluxon_video.validation import (Threads, output_fits, positive_int, stream_choice,
-                                     thread_count)
+                                     thread_count, time_tolerance)
 
 __all__ = ["FluxonFsNoReadableItemError", "HostDict", "HostList", "LoaderStats",
            "SameVideoBatchSampler", "StatsCollate", "VideoClipDataset", "collate_clips", "move_to"]
@@ -104,6 +105,8 @@ class VideoClipDataset(Dataset):
     (time-based clips only) adds each clip's audio, ``round(clip_duration_s *
     rate)`` samples from the clip's start; give ``AudioSpec(sample_rate=...,
     channels=...)`` so clips of videos with different audio batch together.
+    ``tolerance_s`` (time-based clips): a sample time within it of a frame's
+    pts takes that frame (``reader.indices_at_times``; default 1e-4 s).
 
     ``export_name`` must be one of the source's configured exports (checked
     here, not in a worker). ``on_error`` says what a bad item does (one whose
@@ -129,7 +132,8 @@ class VideoClipDataset(Dataset):
                  max_readers: int = 16, autorotate: bool = False,
                  on_damage: str = "error", stream_index: int | None = None,
                  resize: str = "stretch", interpolation: str = "bilinear",
-                 audio: AudioSpec | None = None, on_error: OnError = "raise") -> None:
+                 audio: AudioSpec | None = None, on_error: OnError = "raise",
+                 tolerance_s: float = TIME_TOLERANCE_S) -> None:
         if isinstance(source, FluxonFsVideoReaderPool):
             self._patcher, self._given_pool = None, source
         elif isinstance(source, FluxonFsPatcher):
@@ -180,6 +184,7 @@ class VideoClipDataset(Dataset):
                              "and fps): a clip's audio is the span of its duration")
         self.audio = audio
         self.on_error = check_on_error(on_error)
+        self.tolerance_s = time_tolerance(tolerance_s)
         self._local: _Local | None = None
 
     # ---- per process: the pool and what is known of each video ----
@@ -254,7 +259,8 @@ class VideoClipDataset(Dataset):
         room = metadata.end_s - metadata.begin_s - offsets[-1]
         start = metadata.begin_s + (rng.uniform(0, room) if room > 0 else 0.0)
         when = np.minimum(start + offsets, times[-1])  # a short video repeats its last frame
-        return relpath, indices_at_times(times, metadata, when, relpath), when
+        return relpath, indices_at_times(times, metadata, when, relpath,
+                                         tolerance_s=self.tolerance_s), when
 
     # ---- reading ----
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import operator
 import os
 from collections.abc import Iterable
@@ -60,6 +62,17 @@ def stream_choice(value: Any) -> int | None:
     return int(value)
 
 
+def time_tolerance(value: Any) -> float:
+    """A ``tolerance_s=`` argument (reads by time): a finite number of seconds >= 0.
+    The one check of it: the time rule (metadata.indices_at_times) and what
+    stores one for later (a read request, the dataset) call this."""
+    if (isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real)
+            or not 0 <= value < math.inf):
+        raise FluxonFsConfigError(
+            f"tolerance_s must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
 def physical_memory_bytes() -> int:
     """This machine's memory (0 where the OS does not say)."""
     try:
@@ -104,6 +117,21 @@ def frame_indices(indices: Iterable[Any]) -> np.ndarray:
             big = next(v for v in values if not -2**63 <= v < 2**63)
             raise FluxonFsFrameIndexError(f"frame index {big} is out of range") from None
     return array
+
+
+def times_in_seconds(times: Any) -> tuple[float, ...]:
+    """Times (frames by time) as a tuple of floats, a float32's value kept
+    exactly; a string or a non-number raises TypeError. Whether each names a
+    frame is the time rule's to say (metadata.indices_at_times)."""
+    if isinstance(times, (str, bytes)) or np.ndim(times) == 0:
+        raise TypeError(f"times must be a sequence of seconds, got {type(times).__name__}")
+    try:
+        array = np.asarray(times)
+        if array.dtype.kind not in "iuf":
+            raise TypeError
+        return tuple(float(t) for t in array.astype(np.float64).reshape(-1))
+    except (TypeError, ValueError):
+        raise TypeError(f"times must be a sequence of seconds (numbers), got {times!r}") from None
 
 
 def resolve_frame_indices(array: np.ndarray, num_frames: int | None, name: str) -> np.ndarray:

@@ -256,11 +256,16 @@ def test_indices_at_times_are_the_frames_displayed(media, local, name):
 def test_times_outside_begin_end_raise(local, name):
     with local.open_video_reader("train", name, H, W) as reader:
         md = reader.metadata
-        for bad in [md.begin_s - 1e-3, np.nextafter(md.begin_s, -np.inf), md.end_s,
-                    md.end_s + 1.0, -5.0, float("nan")]:
+        for bad in [md.begin_s - 1e-3, md.end_s, md.end_s + 1.0, -5.0, float("nan")]:
             with pytest.raises(fv.FluxonFsFrameIndexError) as info:
                 reader.indices_at_times([md.begin_s, bad])
             assert isinstance(info.value, IndexError)
+        # A hair before the first frame is frame 0 within the default tolerance
+        # (float32 rounding), outside the video without one (test_time_tolerance.py).
+        hair = np.nextafter(md.begin_s, -np.inf)
+        assert reader.indices_at_times([hair]) == [0]
+        with pytest.raises(fv.FluxonFsFrameIndexError):
+            reader.indices_at_times([hair], tolerance_s=0)
         assert reader.indices_at_times([md.begin_s]) == [0]  # still usable
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video.errors import FluxonFsIOError
 from fluxon_video.patcher import FluxonFsPatcher
 
@@ -87,14 +88,16 @@ def read_frames(patcher: FluxonFsPatcher, export: str, relpath: str, frames: lis
                 on_damage: str = "error", stream_index: int | None = None,
                 resize: str = "stretch",
                 interpolation: str = "bilinear",
-                audio: AudioOut | None = None) -> list[dict[str, object]]:
-    """Write the frames (and the frames displayed at ``times``) under ``out``; one row
-    each. With ``audio``, also the WAV file of the span the frames cover (or
-    ``audio.span_s``), and a row saying what it holds."""
+                audio: AudioOut | None = None,
+                tolerance_s: float = TIME_TOLERANCE_S) -> list[dict[str, object]]:
+    """Write the frames (and the frames ``times`` name under ``tolerance_s``) under
+    ``out``; one row each. With ``audio``, also the WAV file of the span the
+    frames cover (or ``audio.span_s``), and a row saying what it holds."""
     with patcher.open_video_reader(export, relpath, height, width, autorotate=autorotate,
                                    on_damage=on_damage, stream_index=stream_index,
                                    resize=resize, interpolation=interpolation) as reader:
-        indices = list(frames) + reader.indices_at_times(times) if times else list(frames)
+        indices = list(frames) + (reader.indices_at_times(times, tolerance_s=tolerance_s)
+                                  if times else [])
         rows: list[dict[str, object]] = []
         if indices:
             assert out is not None  # the command line asks for --out with frames
