@@ -409,7 +409,7 @@ def test_every_master_stopped_after_use_reads_go_to_the_agent(media, agent, root
 # ---- sizing: what a piece costs in Redis ----
 
 def test_memory_usage_per_piece(agent, root, cluster):
-    """MEMORY USAGE of full pieces (the README's sizing figures): a power-of-two piece
+    """MEMORY USAGE of full pieces (docs/fluxonfs.md's sizing figures): a power-of-two piece
     plus its string header lands in the allocator's next size class (+25%); a piece a
     little smaller fits its class, and reads the same frames."""
     relpath, indices = f"v/{LONG_GOP.name}", [0, 100, 190]
