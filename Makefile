@@ -13,6 +13,9 @@ STAMP  := $(VENV)/.fluxon-installed
 # The PyTorch CPU build these machines keep on disk (a plain `pip install torch`
 # would pull gigabytes of CUDA wheels). The tests run fluxon_video.torch with it.
 TORCH_SPEC ?= torch==2.13.0
+# torchcodec's CPU wheel for that torch (later ones are CUDA builds): the peer
+# tests/test_compat.py holds fluxon_video.compat.torchcodec to.
+TORCHCODEC_SPEC ?= torchcodec==0.13.*
 PYTEST_ARGS ?=
 
 .PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot bench-threads bench-stages bench-remote-long clean
@@ -35,7 +38,7 @@ $(STAMP): $(NATIVE_SOURCES) pyproject.toml
 	@$(MAKE) --no-print-directory system-deps
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "setuptools>=77" wheel "Cython>=3.0" "pkgconfig>=1.5"
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q "$(TORCH_SPEC)" "$(TORCHCODEC_SPEC)"
 	$(PY) -m pip install -q --no-build-isolation -e ".[test,torch]"
 	$(PY) setup.py -q build_ext --inplace
 	@touch $(STAMP)

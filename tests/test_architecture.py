@@ -93,3 +93,17 @@ def test_setup_builds_every_native_unit_by_its_file_name():
     listed = re.search(r"NATIVE_MODULES = \[([^\]]*)\]", text).group(1)
     assert set(re.findall(r'"(\w+)"', listed)) == {
         p.stem for p in (ROOT / "fluxon_video").glob("*.pyx")}
+
+
+def test_the_lerobot_client_sits_on_top():
+    """fluxon_video.lerobot uses the readers and the patcher; nothing below it
+    knows LeRobot, and it never reaches into fs/ beyond config and URIs."""
+    graph = _arch_report().import_graph()
+    assert "fluxon_video.lerobot.dataset" in graph
+    for module, imports in graph.items():
+        inside = module.startswith("fluxon_video.lerobot")
+        if not inside:
+            assert not any(i.startswith("fluxon_video.lerobot") for i in imports), module
+        else:
+            assert all(i in {"fluxon_video.fs.uris", "fluxon_video.fs.config"}
+                       for i in imports if i.startswith("fluxon_video.fs")), (module, imports)

@@ -395,7 +395,23 @@ def setup_s3(setups: Setups, setup: Setup) -> None:
         f'    identities={{"me": {tokens.new_token()!r}}}, identity="me")\n\n')
 
 
-SETUPS = {"plain": setup_plain, "clip": setup_clip, "reader": setup_reader,
+def setup_lerobot(setups: Setups, setup: Setup) -> None:
+    """pusht/: a LeRobot v3 dataset (tests/lerobot_data.py: 5 episodes, two cameras,
+    AV1), and fluxon.toml ($FLUXON_VIDEO_CONFIG) exporting this directory in-process
+    as "datasets" to identity trainer."""
+    from tests.lerobot_data import write_dataset
+
+    write_dataset(setup.dir / "pusht", "av1")
+    config = setup.dir / "fluxon.toml"
+    config.write_text(f'[identities]\ntrainer = "{tokens.new_token()}"\n\n'
+                      f'[[exports]]\nname = "datasets"\nroot = "{setup.dir}"\n'
+                      'allow = ["trainer"]\n')
+    config.chmod(0o600)
+    setup.env["FLUXON_VIDEO_CONFIG"] = str(config)
+
+
+SETUPS = {"lerobot": setup_lerobot,
+          "plain": setup_plain, "clip": setup_clip, "reader": setup_reader,
           "long-reader": setup_long_reader,
           "demo": setup_demo, "deployment": setup_deployment, "quickstart": setup_quickstart,
           "testing": setup_testing, "s3": setup_s3}

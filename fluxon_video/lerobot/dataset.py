@@ -1,0 +1,290 @@
+"""LeRobotDataset: LeRobot v3 datasets served as LeRobot serves them, read
+through fluxon_video (locally or through FluxonFS).
+
+An item is what ``lerobot.datasets.lerobot_dataset.LeRobotDataset[i]`` returns:
+the row's columns as tensors, each camera's frame (float32 CHW in [0, 1], or
+uint8 with ``return_uint8=True``), ``task``, and with ``delta_timestamps`` the
+windows of frames and columns around the row, clamped to the episode, with
+``<key>_is_pad`` masks. Frames are the ones nearest each row's time within
+``tolerance_s`` (bit-exact with the ffmpeg CLI's decode).
+
+``__getitems__`` (what a DataLoader calls for a batch) plans the batch: its
+items' times grouped per shard file, one batched read per file, the files
+decoded on parallel threads.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fluxon_video.defaults import TIME_TOLERANCE_S
+from fluxon_video.errors import FluxonFsConfigError, FluxonFsFrameIndexError
+from fluxon_video.lerobot.files import DatasetFiles
+from fluxon_video.lerobot.frames import ShardReaders
+from fluxon_video.lerobot.meta import Episode, LeRobotDatasetMetadata
+from fluxon_video.lerobot.tables import concat, read_parquet
+from fluxon_video.validation import positive_int, thread_count, time_tolerance
+
+try:  # the dataset is a torch Dataset when torch is there; it works without
+    from torch.utils.data import Dataset as _Base
+except ImportError:  # pragma: no cover - torch is an extra
+    _Base = object  # type: ignore[assignment,misc]
+
+if TYPE_CHECKING:
+    from fluxon_video.patcher import FluxonFsPatcher
+
+
+def default_root(repo_id: str) -> Path:
+    """LeRobot's cache folder of a dataset: $HF_LEROBOT_HOME/<repo_id>."""
+    home = os.environ.get("HF_LEROBOT_HOME")
+    hf_home = Path(os.environ.get("HF_HOME", "~/.cache/huggingface"))
+    base = Path(home) if home else hf_home / "lerobot"
+    return base.expanduser() / repo_id
+
+
+def delta_indices(delta_timestamps: dict[str, Sequence[float]], fps: int,
+                  tolerance_s: float, features: dict[str, Any]) -> dict[str, list[int]]:
+    """Row offsets of each key's window: round(d * fps); every d must be a
+    whole number of frames within ``tolerance_s`` (LeRobot's check)."""
+    out = {}
+    for key, deltas in delta_timestamps.items():
+        if key not in features:
+            raise FluxonFsConfigError(f"delta_timestamps: {key!r} is not a feature of the dataset "
+                                      f"({', '.join(features)})")
+        offsets = []
+        for d in deltas:
+            if not math.isfinite(d) or abs(d * fps - round(d * fps)) / fps > tolerance_s:
+                raise FluxonFsConfigError(
+                    f"delta_timestamps[{key!r}]: {d} s is not a multiple of 1/fps (fps {fps}) "
+                    f"within tolerance_s={tolerance_s:g}")
+            offsets.append(round(d * fps))
+        out[key] = offsets
+    return out
+
+
+class LeRobotDataset(_Base):  # type: ignore[misc]
+    """A LeRobot v3 dataset, read by fluxon_video. Constructed as LeRobot's:
+
+        LeRobotDataset(repo_id, root=..., episodes=..., delta_timestamps=...,
+                       tolerance_s=1e-4, image_transforms=..., return_uint8=False)
+
+    ``root``: the dataset's folder (default LeRobot's cache,
+    ``$HF_LEROBOT_HOME/<repo_id>``; nothing is downloaded). With ``patcher``
+    it is a FluxonFS folder instead: ``EXPORT:PREFIX``, a URI
+    (``s3://bucket/lerobot/pusht``) or an absolute path under an export's
+    root, read through the agent and the shared cache.
+    ``num_threads``: decoder threads per video file; ``max_readers``: video
+    files a process keeps open. LeRobot's download and encoding arguments
+    (``revision``, ``force_cache_sync``, ``download_videos``, ``video_backend``,
+    ``depth_output_unit``) are accepted and ignored; a dataset with depth maps
+    or image (not video) cameras is refused at construction."""
+
+    def __init__(self, repo_id: str, root: str | os.PathLike[str] | None = None,
+                 episodes: Sequence[int] | None = None,
+                 image_transforms: Callable[[Any], Any] | None = None,
+                 delta_timestamps: dict[str, Sequence[float]] | None = None,
+                 tolerance_s: float = TIME_TOLERANCE_S, revision: str | None = None,
+                 force_cache_sync: bool = False, download_videos: bool = True,
+                 video_backend: str | None = None, return_uint8: bool = False,
+                 depth_output_unit: str | None = None, *,
+                 patcher: FluxonFsPatcher | None = None, num_threads: int = 1,
+                 max_readers: int = 64) -> None:
+        # LeRobot's hub and backend options; depth maps are refused by the metadata
+        del revision, force_cache_sync, download_videos, video_backend, depth_output_unit
+        if image_transforms is not None and not callable(image_transforms):
+            raise TypeError("image_transforms must be callable or None")
+        self.repo_id = repo_id
+        self.root = root if root is not None else default_root(repo_id)
+        self.tolerance_s = time_tolerance(tolerance_s)
+        self.image_transforms = image_transforms
+        self.return_uint8 = bool(return_uint8)
+        self.num_threads = thread_count(num_threads)
+        self.max_readers = positive_int("max_readers", max_readers)
+        self.meta = LeRobotDatasetMetadata(DatasetFiles(self.root, patcher), repo_id)
+        self.episodes = self._selected(episodes)
+        self.delta_timestamps = delta_timestamps
+        self.delta_indices = None if delta_timestamps is None else delta_indices(
+            delta_timestamps, self.meta.fps, self.tolerance_s, self.meta.features)
+        self._rows = self._load_rows()
+        self._shards: ShardReaders | None = None
+
+    # ---- loading ----
+
+    def _selected(self, episodes: Sequence[int] | None) -> list[int] | None:
+        if episodes is None:
+            return None
+        chosen = sorted({int(e) for e in episodes})
+        bad = [e for e in chosen if not 0 <= e < self.meta.total_episodes]
+        if bad:
+            raise FluxonFsConfigError(f"episodes {bad} are not in the dataset "
+                                      f"(0..{self.meta.total_episodes - 1})")
+        return chosen
+
+    def _load_rows(self) -> dict[str, Any]:
+        """The data rows of the selected episodes, ordered by ``index``."""
+        eps = [self.meta.episodes[e] for e in self.episodes] if self.episodes is not None \
+            else self.meta.episodes
+        files = list(dict.fromkeys(e.data_file for e in eps))
+        m = self.meta.files
+        rows = concat([read_parquet(m.read_bytes(f), m.name(f)) for f in files])
+        for column in ("index", "episode_index", "timestamp"):
+            if column not in rows:
+                raise FluxonFsConfigError(f"{m.name(files[0])}: no {column!r} column")
+        keep = np.isin(rows["episode_index"], [e.index for e in eps])
+        order = np.argsort(np.asarray(rows["index"]), kind="stable")
+        order = order[keep[order]]
+        return {k: (v[order] if isinstance(v, np.ndarray) else [v[i] for i in order])
+                for k, v in rows.items()}
+
+    # ---- LeRobot's properties ----
+
+    @property
+    def fps(self) -> int:
+        return self.meta.fps
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        return self.meta.features
+
+    @property
+    def num_frames(self) -> int:
+        return len(self)
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.episodes) if self.episodes is not None else self.meta.total_episodes
+
+    def __len__(self) -> int:
+        return len(self._rows["index"])
+
+    # ---- items ----
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        return self.__getitems__([idx])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """A batch of items, its frames read as one planned read per video file."""
+        positions = [self._position(i) for i in indices]
+        items, wanted = [], {}
+        for p in positions:
+            item, times = self._row_item(p)
+            items.append(item)
+            for key, (relpath, when) in times.items():
+                wanted.setdefault(relpath, []).append((len(items) - 1, key, when))
+        shards = self._readers()
+        frames = shards.read({relpath: np.concatenate([w for _, _, w in asks])
+                              for relpath, asks in wanted.items()})
+        for relpath, asks in wanted.items():
+            decoded, rows = frames[relpath]
+            start = 0
+            for item_no, key, when in asks:
+                picked = decoded[rows[start:start + len(when)]]
+                start += len(when)
+                items[item_no][key] = self._frames_tensor(picked)
+        for item in items:
+            self._finish(item)
+        return items
+
+    def _position(self, idx: int) -> int:
+        n = len(self)
+        i = int(idx)
+        if not -n <= i < n:
+            raise FluxonFsFrameIndexError(f"{self.repo_id or self.root}: index {idx} is out of "
+                                          f"range for {n} rows")
+        return i % n
+
+    def _row_item(self, p: int) -> tuple[dict[str, Any], dict[str, tuple[str, np.ndarray]]]:
+        """The row's columns (and windows), and per camera the file and times to read."""
+        import torch
+
+        rows = self._rows
+        episode: Episode = self.meta.episodes[int(rows["episode_index"][p])]
+        absolute = int(rows["index"][p])
+        item = {key: _tensor(torch, column[p]) for key, column in rows.items()}
+        windows: dict[str, list[int]] = {}
+        if self.delta_indices is not None:
+            for key, offsets in self.delta_indices.items():
+                wanted = [absolute + d for d in offsets]
+                windows[key] = [min(max(w, episode.from_row), episode.to_row - 1) for w in wanted]
+                item[f"{key}_is_pad"] = torch.tensor(
+                    [not episode.from_row <= w < episode.to_row for w in wanted], dtype=torch.bool)
+                if key not in self.meta.video_keys:
+                    at = self._positions_of(windows[key])
+                    item[key] = torch.stack([_tensor(torch, rows[key][q]) for q in at])
+        times = {}
+        for key in self.meta.video_keys:
+            relpath, start_s = episode.videos[key]
+            at = self._positions_of(windows[key]) if key in windows else [p]
+            # float32 row times, as LeRobot adds them: start (float64) + float(t)
+            times[key] = (relpath, np.array([start_s + float(rows["timestamp"][q]) for q in at]))
+        return item, times
+
+    def _positions_of(self, absolute: list[int]) -> np.ndarray:
+        """Positions in the loaded rows of ``index`` values (all loaded: an
+        episode's window never leaves the episode)."""
+        return np.searchsorted(self._rows["index"], absolute)
+
+    def _frames_tensor(self, frames: np.ndarray) -> Any:
+        import torch
+
+        data = torch.from_numpy(np.ascontiguousarray(frames.transpose(0, 3, 1, 2)))
+        if not self.return_uint8:
+            data = data / 255.0  # float32, as LeRobot divides its uint8 frames
+        return data.squeeze(0)
+
+    def _finish(self, item: dict[str, Any]) -> None:
+        if self.image_transforms is not None:
+            for key in self.meta.camera_keys:
+                if key in item:
+                    item[key] = self.image_transforms(item[key])
+        if "task_index" in item and self.meta.tasks:
+            item["task"] = self.meta.tasks[int(item["task_index"])]
+
+    # ---- per process ----
+
+    def _readers(self) -> ShardReaders:
+        if self._shards is None:
+            self._shards = ShardReaders(self.meta.files, self.tolerance_s, self.num_threads,
+                                        self.max_readers, max(1, len(self.meta.video_keys)))
+        return self._shards
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_shards"] = None  # readers and threads are per process
+        return state
+
+    def close(self) -> None:
+        """Close this process's video readers (idempotent; reads reopen them)."""
+        if self._shards is not None:
+            self._shards.close()
+            self._shards = None
+
+    def __enter__(self) -> LeRobotDataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"LeRobotDataset({self.repo_id!r}, {len(self)} rows of {self.num_episodes} "
+                f"episodes, cameras {self.meta.video_keys}, fps {self.fps})")
+
+
+def _tensor(torch: Any, value: Any) -> Any:
+    """A column value as LeRobot's transform gives it (torch.tensor of the
+    Python value: floats float32, ints int64); strings and nested values as they are."""
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f":
+            return torch.from_numpy(value.astype(np.float32))
+        return torch.from_numpy(value.copy())
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (bool, int, float)):
+        return torch.tensor(value)
+    return value

@@ -1,0 +1,100 @@
+"""Where a LeRobot dataset's files are: a local directory, or a folder of a
+FluxonFS export (read through the agent and the shared cache).
+
+A dataset names its files by paths relative to its root (``meta/info.json``,
+``data/chunk-000/file-000.parquet``, ``videos/<camera>/chunk-000/file-000.mp4``);
+this is the one place that turns such a path into bytes or a video reader.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fluxon_video.errors import FluxonFsConfigError, FluxonFsNotFoundError
+from fluxon_video.fs.uris import is_uri
+from fluxon_video.opening import open_video
+from fluxon_video.reader import FluxonFsVideoReader
+
+if TYPE_CHECKING:
+    from fluxon_video.patcher import FluxonFsPatcher
+
+
+class DatasetFiles:
+    """The files under one dataset root.
+
+    Without ``patcher``, ``root`` is a local directory. With one, ``root`` is a
+    FluxonFS folder: ``EXPORT:PREFIX``, a URI (``s3://bucket/datasets/pusht``)
+    or an absolute path under an export's root (``patcher.resolve`` maps both).
+    Pickles as configuration (a DataLoader worker builds its own client)."""
+
+    def __init__(self, root: str | os.PathLike[str],
+                 patcher: FluxonFsPatcher | None = None) -> None:
+        text = os.fspath(root)
+        self.patcher = patcher
+        if patcher is None:
+            path = Path(text).expanduser()
+            if not path.is_dir():
+                raise FluxonFsNotFoundError(f"{path}: no such dataset directory")
+            self.local: Path | None = path
+            self.export, self.prefix = "", ""
+            return
+        self.local = None
+        if is_uri(text):
+            self.export, prefix = patcher.resolve(text)
+        else:
+            export, colon, prefix = text.partition(":")
+            if not colon or export not in patcher.config.exports:
+                raise FluxonFsConfigError(
+                    f"{text!r}: with a patcher, a dataset root is EXPORT:PREFIX, a URI or an "
+                    f"absolute path under an export's root (exports: "
+                    f"{', '.join(sorted(patcher.config.exports))})")
+            self.export = export
+        self.prefix = prefix.strip("/")
+
+    def name(self, relpath: str) -> str:
+        """How errors name a file of the dataset."""
+        if self.local is not None:
+            return str(self.local / relpath)
+        return f"{self.export}:{self._remote(relpath)}"
+
+    def _remote(self, relpath: str) -> str:
+        return f"{self.prefix}/{relpath}" if self.prefix else relpath
+
+    def read_bytes(self, relpath: str) -> bytes:
+        """The whole file (metadata and tables: small next to the videos)."""
+        if self.local is not None:
+            try:
+                return (self.local / relpath).read_bytes()
+            except FileNotFoundError:
+                raise FluxonFsNotFoundError(f"{self.name(relpath)}: no such file") from None
+        assert self.patcher is not None
+        remote = self._remote(relpath)
+        size = self.patcher.file_version(self.export, remote).size
+        return self.patcher.read_range(self.export, remote, 0, size) if size else b""
+
+    def list(self, folder: str, suffix: str) -> list[str]:
+        """Relpaths (from the root) of the files under ``folder`` ending in
+        ``suffix``, sorted."""
+        if self.local is not None:
+            base = self.local / folder
+            return sorted(str(p.relative_to(self.local)) for p in base.rglob(f"*{suffix}")
+                          if p.is_file())
+        assert self.patcher is not None
+        cut = len(self.prefix) + 1 if self.prefix else 0
+        entries = self.patcher.list_files(self.export, self._remote(folder).rstrip("/") + "/",
+                                          pattern=f"*{suffix}")
+        return sorted(entry.relpath[cut:] for entry in entries)
+
+    def open_reader(self, relpath: str, num_threads: int = 1) -> FluxonFsVideoReader:
+        """A reader of a video at its native size (LeRobot decodes at native size)."""
+        if self.local is not None:
+            return open_video(self.local / relpath, num_threads=num_threads)
+        assert self.patcher is not None
+        return self.patcher.open_video_reader(self.export, self._remote(relpath),
+                                              num_threads=num_threads)
+
+    def __repr__(self) -> str:
+        where = self.local if self.local is not None else f"{self.export}:{self.prefix}"
+        return f"DatasetFiles({where})"

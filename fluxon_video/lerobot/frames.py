@@ -1,0 +1,113 @@
+"""A batch's camera frames: every item's times per video file, read as one
+batched read per file, the files decoded in parallel.
+
+LeRobot decodes each item's cameras on their own (a thread per camera);
+items of a batch that share a shard file share its reader here, and a frame
+several items ask for is decoded once.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from fluxon_video.errors import FluxonFsFrameIndexError
+from fluxon_video.lerobot.files import DatasetFiles
+from fluxon_video.reader import FluxonFsVideoReader
+
+
+def nearest_frames(reader: FluxonFsVideoReader, times: np.ndarray, tolerance_s: float,
+                   name: str) -> np.ndarray:
+    """For each time, the frame whose pts is nearest, which must be within
+    ``tolerance_s`` (LeRobot's rule: a row whose time no frame is near is an
+    error, not another frame)."""
+    indices = np.asarray(reader.indices_at_times(times, tolerance_s=tolerance_s), np.int64)
+    gap = np.abs(reader.timestamps_s()[indices] - times)
+    far = gap > tolerance_s
+    if far.any():
+        k = int(np.flatnonzero(far)[0])
+        raise FluxonFsFrameIndexError(
+            f"{name}: no frame within tolerance_s={tolerance_s:g} of {float(times[k])!r} s "
+            f"(the nearest is {float(gap[k]):.6g} s away); the row's timestamp and the "
+            "video disagree")
+    return indices
+
+
+class ShardReaders:
+    """The readers of one process, a reader per video file (kept open: a
+    worker reads the same few shards all epoch), and the threads that decode
+    a batch's files side by side. Fork-safe: a child starts empty."""
+
+    def __init__(self, files: DatasetFiles, tolerance_s: float, num_threads: int,
+                 max_readers: int, parallel: int) -> None:
+        self.files, self.tolerance_s = files, tolerance_s
+        self.num_threads, self.max_readers, self.parallel = num_threads, max_readers, parallel
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._readers: OrderedDict[str, tuple[FluxonFsVideoReader, threading.Lock]] = OrderedDict()
+        self._executor: ThreadPoolExecutor | None = None
+
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():  # the parent's readers and threads are not ours
+            self._pid, self._readers, self._executor = os.getpid(), OrderedDict(), None
+            self._lock = threading.Lock()
+
+    def _reader(self, relpath: str) -> tuple[FluxonFsVideoReader, threading.Lock]:
+        with self._lock:
+            entry = self._readers.get(relpath)
+            if entry is not None:
+                self._readers.move_to_end(relpath)
+                return entry
+        reader = self.files.open_reader(relpath, self.num_threads)
+        with self._lock:
+            entry = self._readers.setdefault(relpath, (reader, threading.Lock()))
+            evicted = []
+            while len(self._readers) > self.max_readers:
+                evicted.append(self._readers.popitem(last=False)[1][0])
+        if entry[0] is not reader:
+            reader.close()  # another thread opened it first
+        for old in evicted:
+            old.close()
+        return entry
+
+    def read(self, wanted: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """For each video file, its times' frames: (frames of the distinct
+        indices, in order; each time's row in them)."""
+        self._check_fork()
+        if len(wanted) <= 1 or self.parallel <= 1:
+            return {relpath: self._read_one(relpath, times) for relpath, times in wanted.items()}
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.parallel,
+                                                    thread_name_prefix="fluxon-lerobot")
+            executor = self._executor
+        futures = {relpath: executor.submit(self._read_one, relpath, times)
+                   for relpath, times in wanted.items()}
+        return {relpath: future.result() for relpath, future in futures.items()}
+
+    def _read_one(self, relpath: str, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        reader, lock = self._reader(relpath)
+        with lock:
+            indices = nearest_frames(reader, times, self.tolerance_s, self.files.name(relpath))
+            distinct, rows = np.unique(indices, return_inverse=True)
+            return reader.read_frames_numpy(distinct), rows.reshape(-1)
+
+    def close(self) -> None:
+        """Close the readers and stop the threads (idempotent)."""
+        with self._lock:
+            readers, self._readers = list(self._readers.values()), OrderedDict()
+            executor, self._executor = self._executor, None
+        if self._pid != os.getpid():
+            return  # a forked child's copies: the parent's to close
+        if executor is not None:
+            executor.shutdown(wait=True)
+        for reader, _ in readers:
+            reader.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("ShardReaders belong to one process")

@@ -1,0 +1,172 @@
+"""A LeRobot v3 dataset's metadata: ``meta/info.json``, the episodes and the tasks.
+
+The layout (LeRobot's "v3.0" codebase version): episodes are concatenated
+into shard files; ``meta/episodes/chunk-*/file-*.parquet`` holds a row per
+episode with its rows in the dataset (``dataset_from_index``,
+``dataset_to_index``), its data file (``data/chunk_index``,
+``data/file_index``) and, per camera, its video file
+(``videos/<camera>/chunk_index``, ``.../file_index``) and where it starts
+in it (``videos/<camera>/from_timestamp``). File names come from
+``info.json``'s ``data_path`` and ``video_path`` templates.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fluxon_video.errors import FluxonFsConfigError, FluxonFsDecodeError
+from fluxon_video.lerobot.files import DatasetFiles
+from fluxon_video.lerobot.tables import concat, read_parquet
+
+INFO_PATH = "meta/info.json"
+EPISODES_DIR = "meta/episodes"
+TASKS_PATH = "meta/tasks.parquet"
+STATS_PATH = "meta/stats.json"
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One episode: its rows ``[from_row, to_row)`` (the ``index`` column), its
+    data file, and per camera its video file and start time in it."""
+
+    index: int
+    from_row: int
+    to_row: int
+    data_file: str
+    videos: dict[str, tuple[str, float]]
+
+    @property
+    def length(self) -> int:
+        return self.to_row - self.from_row
+
+
+class LeRobotDatasetMetadata:
+    """The metadata of one dataset (LeRobot's class of the same name, reading
+    side): ``info``, ``fps``, ``features``, ``video_keys``, ``camera_keys``,
+    ``episodes``, ``tasks``, ``total_episodes``, ``total_frames``."""
+
+    def __init__(self, files: DatasetFiles, repo_id: str = "") -> None:
+        self.repo_id = repo_id
+        self.files = files
+        self.info: dict[str, Any] = self._info()
+        self.fps: int = int(self.info["fps"])
+        self.features: dict[str, dict[str, Any]] = self.info["features"]
+        unread = self.depth_keys + self.image_keys
+        if unread:
+            raise FluxonFsConfigError(
+                f"{self.files.name(INFO_PATH)}: {', '.join(unread)} are depth maps or images "
+                "stored in the tables, which fluxon_video.lerobot does not read yet (video "
+                "cameras only); LeRobot's own dataset reads them")
+        self.episodes: list[Episode] = self._episodes()
+        self.tasks: list[str] = self._tasks()
+        self.stats: dict[str, dict[str, np.ndarray]] = self._stats()
+
+    def _info(self) -> dict[str, Any]:
+        name = self.files.name(INFO_PATH)
+        try:
+            info = json.loads(self.files.read_bytes(INFO_PATH))
+        except ValueError as exc:
+            raise FluxonFsDecodeError(f"{name}: not JSON ({exc})") from exc
+        version = str(info.get("codebase_version", ""))
+        if not version.startswith("v3"):
+            raise FluxonFsDecodeError(
+                f"{name}: codebase_version {version or '(none)'}; fluxon_video.lerobot reads "
+                "LeRobot's v3 layout (LeRobot converts older datasets: "
+                "lerobot.datasets.v30.convert_dataset_v21_to_v30)")
+        missing = [k for k in ("fps", "features", "data_path") if k not in info]
+        if missing:
+            raise FluxonFsDecodeError(f"{name}: no {', '.join(missing)}")
+        return info
+
+    def _episodes(self) -> list[Episode]:
+        paths = self.files.list(EPISODES_DIR, ".parquet")
+        if not paths:
+            raise FluxonFsDecodeError(f"{self.files.name(EPISODES_DIR)}: no episode tables")
+        table = concat([read_parquet(self.files.read_bytes(p), self.files.name(p), "stats/")
+                        for p in paths])
+        episodes = []
+        for row in range(len(table["episode_index"])):
+            def cell(column: str) -> Any:
+                try:
+                    return table[column][row]
+                except KeyError:
+                    raise FluxonFsDecodeError(
+                        f"{self.files.name(EPISODES_DIR)}: no column {column!r}") from None
+            data_file = self.info["data_path"].format(
+                chunk_index=int(cell("data/chunk_index")), file_index=int(cell("data/file_index")))
+            videos = {key: (self.info["video_path"].format(
+                video_key=key, chunk_index=int(cell(f"videos/{key}/chunk_index")),
+                file_index=int(cell(f"videos/{key}/file_index"))),
+                float(cell(f"videos/{key}/from_timestamp"))) for key in self.video_keys}
+            episodes.append(Episode(int(cell("episode_index")), int(cell("dataset_from_index")),
+                                    int(cell("dataset_to_index")), data_file, videos))
+        episodes.sort(key=lambda e: e.index)
+        if [e.index for e in episodes] != list(range(len(episodes))):
+            raise FluxonFsDecodeError(
+                f"{self.files.name(EPISODES_DIR)}: episode indices are not 0..{len(episodes) - 1}")
+        return episodes
+
+    def _tasks(self) -> list[str]:
+        """Task strings by task_index (pandas writes the ``task`` index as a column)."""
+        try:
+            data = self.files.read_bytes(TASKS_PATH)
+        except FileNotFoundError:  # FluxonFsNotFoundError: a dataset without tasks
+            return []
+        table = read_parquet(data, self.files.name(TASKS_PATH))
+        names = table.get("task", table.get("__index_level_0__"))
+        if names is None or "task_index" not in table:
+            raise FluxonFsDecodeError(
+                f"{self.files.name(TASKS_PATH)}: no task and task_index columns")
+        tasks = [""] * (int(np.max(table["task_index"])) + 1 if len(names) else 0)
+        for name, index in zip(names, table["task_index"]):
+            tasks[int(index)] = str(name)
+        return tasks
+
+    def _stats(self) -> dict[str, dict[str, np.ndarray]]:
+        """``meta/stats.json`` as numpy arrays (what policies normalise with);
+        empty when the dataset has none."""
+        try:
+            raw = json.loads(self.files.read_bytes(STATS_PATH))
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            raise FluxonFsDecodeError(f"{self.files.name(STATS_PATH)}: not JSON ({exc})") from exc
+        return {key: {name: np.asarray(value) for name, value in values.items()}
+                for key, values in raw.items() if isinstance(values, dict)}
+
+    # ---- LeRobot's names ----
+
+    @property
+    def depth_keys(self) -> list[str]:
+        return [k for k, f in self.features.items()
+                if (f.get("info") or {}).get("is_depth_map")
+                or (f.get("info") or {}).get("video.is_depth_map")]
+
+    @property
+    def image_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f.get("dtype") == "image"]
+
+    @property
+    def video_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f.get("dtype") == "video"]
+
+    @property
+    def camera_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f.get("dtype") in ("video", "image")]
+
+    @property
+    def total_episodes(self) -> int:
+        return len(self.episodes)
+
+    @property
+    def total_frames(self) -> int:
+        return sum(e.length for e in self.episodes)
+
+    def __repr__(self) -> str:
+        return (f"LeRobotDatasetMetadata({self.repo_id or self.files!r}: {self.total_episodes} "
+                f"episodes, {self.total_frames} frames at {self.fps} fps, cameras "
+                f"{self.video_keys})")

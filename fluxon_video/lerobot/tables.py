@@ -1,0 +1,72 @@
+"""Parquet tables as numpy columns (pyarrow, the ``lerobot`` extra).
+
+LeRobot writes its rows, episodes and tasks as parquet; a column here is a
+numpy array (a fixed-size list column: a 2-D array) or, for anything else
+(strings, nested values), a Python list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fluxon_video.errors import FluxonFsConfigError, FluxonFsDecodeError
+
+
+def _pyarrow() -> tuple[Any, Any]:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:  # an optional dependency: say how to get it
+        raise FluxonFsConfigError(
+            "fluxon_video.lerobot reads parquet with pyarrow: "
+            "pip install 'fluxon_video[lerobot]' (or pip install pyarrow)") from None
+    return pa, pq
+
+
+def read_parquet(data: bytes, name: str, skip_prefix: str | None = None) -> dict[str, Any]:
+    """The columns of one parquet file, by name (but those whose name starts
+    with ``skip_prefix``: LeRobot's per-episode statistics, never read here)."""
+    pa, pq = _pyarrow()
+    try:
+        source = pa.BufferReader(data)
+        names = pq.read_schema(source).names
+        keep = [n for n in names if not (skip_prefix and n.startswith(skip_prefix))]
+        table = pq.read_table(pa.BufferReader(data), columns=keep)
+    except (pa.ArrowException, OSError) as exc:
+        raise FluxonFsDecodeError(f"{name}: not a readable parquet file ({exc})") from exc
+    return {field: _column(table.column(field)) for field in table.column_names}
+
+
+def _column(column: Any) -> Any:
+    pa, _ = _pyarrow()
+    kind = column.type
+    if pa.types.is_fixed_size_list(kind) and _numeric(pa, kind.value_type):
+        flat = column.combine_chunks()
+        return flat.flatten().to_numpy(zero_copy_only=False).reshape(len(flat), kind.list_size)
+    if _numeric(pa, kind) and column.null_count == 0:
+        return column.to_numpy()
+    return column.to_pylist()
+
+
+def _numeric(pa: Any, kind: Any) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+
+
+def concat(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The columns of several files of one table, rows in file order."""
+    if not parts:
+        return {}
+    names = list(parts[0])
+    out: dict[str, Any] = {}
+    for field in names:
+        values = [part[field] for part in parts if field in part]
+        if len(values) != len(parts):
+            raise FluxonFsDecodeError(f"column {field!r} is missing from some of the table's files")
+        if all(isinstance(v, np.ndarray) for v in values):
+            out[field] = np.concatenate(values)
+        else:
+            out[field] = [x for v in values
+                          for x in (v.tolist() if isinstance(v, np.ndarray) else v)]
+    return out

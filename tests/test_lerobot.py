@@ -1,0 +1,264 @@
+"""fluxon_video.lerobot against LeRobot's v3 layout (tests/lerobot_data.py writes
+it as LeRobot does: episodes joined per shard, float32 row times, AV1 with a
+keyframe every 2 frames, and H.264 with B-frames).
+
+Oracles: every frame by the ffmpeg CLI and its time by ffprobe; a row's frame
+is the one whose time is nearest ``from_timestamp + timestamp`` (LeRobot's
+rule), and the tables are read back by pyarrow.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyarrow")
+torch = pytest.importorskip("torch")
+import pyarrow.parquet as pq  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+import fluxon_video as fv  # noqa: E402
+from fluxon_video.lerobot import LeRobotDataset  # noqa: E402
+from fluxon_video.testing import AgentProcess  # noqa: E402
+from fluxon_video.fs.config import FluxonFsExport  # noqa: E402
+from tests.helpers import IDENTITIES, agent_config_text  # noqa: E402
+from tests.lerobot_data import CAMERAS, FPS, TASKS, write_dataset  # noqa: E402
+from tests.media import reference_frames  # noqa: E402
+
+
+@pytest.fixture(scope="module", params=["av1", "h264"])
+def dataset_root(request, tmp_path_factory) -> Path:
+    return write_dataset(tmp_path_factory.mktemp(f"lerobot_{request.param}") / "ds",
+                         request.param)
+
+
+@lru_cache(maxsize=None)
+def cli_frames(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(every frame by the ffmpeg CLI at native size, each frame's time by ffprobe)."""
+    size = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+                           "stream=width,height", "-of", "csv=p=0", str(path)],
+                          check=True, capture_output=True, text=True).stdout.split(",")
+    width, height = int(size[0]), int(size[1])
+    frames = json.loads(subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "frame=pts_time",
+         "-of", "json", str(path)], check=True, capture_output=True, text=True).stdout)["frames"]
+    return reference_frames(path, height, width), np.array([float(f["pts_time"]) for f in frames])
+
+
+def table(path: Path) -> dict:
+    return pq.read_table(path).to_pydict()
+
+
+def expected_item(root: Path, idx: int, delta: dict | None = None) -> dict:
+    """Row ``idx`` of the dataset as LeRobot defines it, from the files alone."""
+    rows: dict[str, list] = {}
+    for f in sorted((root / "data").rglob("*.parquet")):
+        for k, v in table(f).items():
+            rows.setdefault(k, []).extend(v)
+    eps = table(root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+    e = rows["episode_index"][idx]
+    start, stop = eps["dataset_from_index"][e], eps["dataset_to_index"][e]
+    want = {"index": idx, "episode_index": e, "task": TASKS[rows["task_index"][idx]]}
+    for cam in CAMERAS:
+        offsets = [round(d * FPS) for d in (delta or {}).get(cam, [0])]
+        at = [min(max(idx + o, start), stop - 1) for o in offsets]
+        video = root / "videos" / cam / "chunk-000" / f"file-{eps[f'videos/{cam}/file_index'][e]:03d}.mp4"
+        frames, pts = cli_frames(video)
+        times = [eps[f"videos/{cam}/from_timestamp"][e] + float(np.float32(rows["timestamp"][q]))
+                 for q in at]
+        nearest = [int(np.argmin(np.abs(pts - t))) for t in times]
+        want[cam] = frames[nearest]
+        if cam in (delta or {}):
+            want[f"{cam}_is_pad"] = [not start <= idx + o < stop for o in offsets]
+    for key in ("observation.state", "action"):
+        if key in (delta or {}):
+            offsets = [round(d * FPS) for d in delta[key]]
+            want[key] = np.array([rows[key][min(max(idx + o, start), stop - 1)] for o in offsets],
+                                 np.float32)
+            want[f"{key}_is_pad"] = [not start <= idx + o < stop for o in offsets]
+        else:
+            want[key] = np.array(rows[key][idx], np.float32)
+    return want
+
+
+def as_uint8_hwc(frames: torch.Tensor) -> np.ndarray:
+    """LeRobot's float CHW in [0, 1] back to uint8 HWC (exact: k / 255 in float32)."""
+    array = frames.numpy()
+    assert array.dtype == np.float32 and 0 <= array.min() and array.max() <= 1
+    out = np.rint(array * 255).astype(np.uint8)
+    assert np.array_equal(out.astype(np.float32) / np.float32(255), array)  # what LeRobot gives
+    return np.moveaxis(out, -3, -1)
+
+
+def check_item(item: dict, want: dict, uint8: bool = False) -> None:
+    assert int(item["index"]) == want["index"] and item["index"].dtype == torch.int64
+    assert int(item["episode_index"]) == want["episode_index"]
+    assert item["task"] == want["task"]
+    assert item["timestamp"].dtype == torch.float32
+    for key in ("observation.state", "action"):
+        assert np.array_equal(item[key].numpy(), want[key]), key
+        if f"{key}_is_pad" in want:
+            assert item[f"{key}_is_pad"].tolist() == want[f"{key}_is_pad"]
+    for cam in CAMERAS:
+        got = item[cam]
+        frames = np.moveaxis(got.numpy(), -3, -1) if uint8 else as_uint8_hwc(got)
+        expected = want[cam] if frames.ndim == 4 else want[cam][0]
+        assert np.array_equal(frames, expected), cam
+        if f"{cam}_is_pad" in want:
+            assert item[f"{cam}_is_pad"].tolist() == want[f"{cam}_is_pad"]
+
+
+def test_every_row_is_the_nearest_frame(dataset_root):
+    """Every row of both cameras, the frame nearest its float32 time, as LeRobot
+    gives it (float32 CHW in [0, 1]); its columns, its task."""
+    with LeRobotDataset("test/pusht", root=dataset_root) as ds:
+        assert len(ds) == ds.meta.total_frames == 54 and ds.num_episodes == 5 and ds.fps == FPS
+        assert ds.meta.video_keys == list(CAMERAS)
+        items = ds.__getitems__(list(range(len(ds))))
+        for idx, item in enumerate(items):
+            check_item(item, expected_item(dataset_root, idx))
+            h, w = CAMERAS["observation.images.front"]
+            assert item["observation.images.front"].shape == (3, h, w)
+        assert all(torch.equal(ds[i]["observation.images.wrist"], items[i]["observation.images.wrist"])
+                   for i in (0, 13, 14, 53, -1))
+
+
+def test_float32_row_times_fall_below_their_frames(dataset_root):
+    """The trap the tolerance is for: some rows' float32 times lie below their
+    frame's pts, so "the frame on screen at t" would be the one before; with
+    the default tolerance every such row still gets its own frame."""
+    ds = LeRobotDataset("test/pusht", root=dataset_root)
+    eps = ds.meta.episodes
+    below = 0
+    for idx in range(len(ds)):
+        e = eps[int(ds._rows["episode_index"][idx])]
+        relpath, start = e.videos["observation.images.front"]
+        _, pts = cli_frames(dataset_root / relpath)
+        t = start + float(ds._rows["timestamp"][idx])
+        own = int(np.argmin(np.abs(pts - t)))
+        below += t < pts[own]
+    assert below > 0
+    strict = LeRobotDataset("test/pusht", root=dataset_root, tolerance_s=0)
+    with pytest.raises(fv.FluxonFsFrameIndexError, match="tolerance_s=0"):
+        strict.__getitems__(list(range(len(ds))))
+    ds.close()
+    strict.close()
+
+
+DELTA = {"observation.images.front": [-0.1, -1 / 30, 0.0],
+         "observation.images.wrist": [0.0, 0.2],
+         "observation.state": [-1 / 30, 0.0], "action": [0.0, 1 / 30, 2 / 30, 0.5]}
+
+
+@pytest.mark.parametrize("uint8", [False, True])
+def test_delta_timestamps_pad_at_episode_edges(dataset_root, uint8):
+    """Windows clamp to the episode with *_is_pad masks (LeRobot's padding),
+    every frame of every window the CLI's; return_uint8 gives uint8 CHW."""
+    with LeRobotDataset("test/pusht", root=dataset_root, delta_timestamps=DELTA,
+                        return_uint8=uint8) as ds:
+        rows = [0, 1, 3, 13, 14, 22, 23, 42, 53]  # episode starts and ends
+        for idx, item in zip(rows, ds.__getitems__(rows)):
+            want = expected_item(dataset_root, idx, DELTA)
+            check_item(item, want, uint8)
+            assert item["observation.images.front"].shape[0] == 3  # (T, C, H, W)
+            assert item["observation.images.front"].dtype == (torch.uint8 if uint8 else torch.float32)
+
+
+def test_episodes_subset(dataset_root):
+    with LeRobotDataset("test/pusht", root=dataset_root, episodes=[3, 1]) as ds:
+        assert len(ds) == 9 + 8 and ds.num_episodes == 2
+        assert [int(ds[i]["episode_index"]) for i in (0, 8, 9, 16)] == [1, 1, 3, 3]
+        check_item(ds[9], expected_item(dataset_root, 34))
+
+
+def test_a_dataloader_batches_by_shard(dataset_root):
+    """Spawned DataLoader workers (the dataset pickles without its readers):
+    batches equal the items read one by one."""
+    ds = LeRobotDataset("test/pusht", root=dataset_root, delta_timestamps=DELTA)
+    assert pickle.loads(pickle.dumps(ds))._shards is None
+    loader = DataLoader(ds, batch_size=6, num_workers=2, multiprocessing_context="spawn",
+                        shuffle=False)
+    seen = 0
+    for batch in loader:
+        for k in range(len(batch["index"])):
+            idx = int(batch["index"][k])
+            want = expected_item(dataset_root, idx, DELTA)
+            check_item({key: (v[k] if not isinstance(v, list) else v[k]) for key, v in batch.items()},
+                       want)
+            seen += 1
+    assert seen == len(ds)
+    ds.close()
+
+
+def test_through_an_agent(dataset_root, tmp_path):
+    """The dataset in an export, read through a real agent: EXPORT:PREFIX and an
+    absolute path under the export's root give the same items as the local folder."""
+    config = tmp_path / "agent.toml"
+    config.write_text(agent_config_text(dataset_root.parent))
+    config.chmod(0o600)
+    with AgentProcess(config) as agent:
+        patcher = fv.FluxonFsPatcher(
+            exports=[FluxonFsExport("train", str(dataset_root.parent), agent_url=agent.url,
+                                    allow=["alice"])],
+            identities=IDENTITIES, identity="alice")
+        try:
+            rows = [0, 13, 14, 40, 53]
+            local = LeRobotDataset("t", root=dataset_root, delta_timestamps=DELTA)
+            for root in ("train:ds", str(dataset_root)):
+                with LeRobotDataset("t", root=root, patcher=patcher,
+                                    delta_timestamps=DELTA) as remote:
+                    assert len(remote) == len(local)
+                    for a, b in zip(remote.__getitems__(rows), local.__getitems__(rows)):
+                        assert a.keys() == b.keys()
+                        for key in a:
+                            same = torch.equal(a[key], b[key]) if torch.is_tensor(a[key]) \
+                                else a[key] == b[key]
+                            assert same, key
+            local.close()
+            assert patcher.stats().remote_bytes > 0
+        finally:
+            patcher.close()
+
+
+def test_bad_datasets_and_arguments(dataset_root, tmp_path):
+    with pytest.raises(fv.FluxonFsNotFoundError, match="no such dataset directory"):
+        LeRobotDataset("x", root=tmp_path / "missing")
+    old = tmp_path / "old"
+    (old / "meta").mkdir(parents=True)
+    (old / "meta" / "info.json").write_text('{"codebase_version": "v2.1", "fps": 30}')
+    with pytest.raises(fv.FluxonFsDecodeError, match="v2.1"):
+        LeRobotDataset("x", root=old)
+    with pytest.raises(fv.FluxonFsConfigError, match="multiple of 1/fps"):
+        LeRobotDataset("x", root=dataset_root, delta_timestamps={"action": [0.01]})
+    with pytest.raises(fv.FluxonFsConfigError, match="not a feature"):
+        LeRobotDataset("x", root=dataset_root, delta_timestamps={"nope": [0.0]})
+    with pytest.raises(fv.FluxonFsConfigError, match="not in the dataset"):
+        LeRobotDataset("x", root=dataset_root, episodes=[7])
+    with pytest.raises(fv.FluxonFsConfigError):
+        LeRobotDataset("x", root=dataset_root, tolerance_s=-1)
+    with LeRobotDataset("x", root=dataset_root) as ds, pytest.raises(IndexError):
+        ds[len(ds)]
+
+
+def test_stats_and_unsupported_features(dataset_root, tmp_path):
+    """meta/stats.json as numpy arrays; depth-map cameras are refused by name."""
+    import json as _json
+    import shutil
+
+    copy = tmp_path / "ds"
+    shutil.copytree(dataset_root, copy)
+    (copy / "meta" / "stats.json").write_text(_json.dumps(
+        {"action": {"mean": [0.5, 0.25], "std": [1.0, 2.0]}}))
+    with LeRobotDataset("x", root=copy) as ds:
+        assert np.array_equal(ds.meta.stats["action"]["std"], [1.0, 2.0])
+    info = _json.loads((copy / "meta" / "info.json").read_text())
+    info["features"]["observation.images.wrist"]["info"]["video.is_depth_map"] = True
+    (copy / "meta" / "info.json").write_text(_json.dumps(info))
+    with pytest.raises(fv.FluxonFsConfigError, match="observation.images.wrist"):
+        LeRobotDataset("x", root=copy)
