@@ -44,12 +44,15 @@ class AudioSpec:
     stream's own); ``pad``: zeros where the span runs outside the stream's
     samples (False: FluxonFsAudioRangeError); ``exact``: bit-exact with the
     CLI's decode from the start (False: seek and pre-roll even where the
-    decoder's memory is longer, see docs/audio.md)."""
+    decoder's memory is longer, see docs/audio.md); ``trim``: only the samples
+    the stream has, the span cut at its first and last sample instead of
+    padded or refused (torchcodec's AudioDecoder; ``pad`` is not consulted)."""
 
     sample_rate: int | None = None
     channels: int | None = None
     pad: bool = True
     exact: bool = True
+    trim: bool = False
 
     def __post_init__(self) -> None:
         for name in ("sample_rate", "channels"):
@@ -194,21 +197,27 @@ class AudioTrack:
         m0 = first_at_or_after(start_s, first, rate)
         m1 = m0 + num_samples if num_samples is not None else max(
             first_at_or_after(end_s, first, rate), m0)
+        if spec.trim:  # no positions before the stream's first sample
+            m0, m1 = max(m0, 0), max(m1, 0)
         output_fits(self.name, f"{m1 - m0} audio samples of {channels} channels",
                     (m1 - m0) * channels * 4)
         if rate == native and channels == self.channels:
             self._prefetch(m0, m1, spec.exact)
             data, covered = self._decoder.samples(m0, m1, spec.exact)
             self._require_inside(spec, tuple(covered) == (m0, m1), m0, m1, rate)
+            end = covered[1] if covered[0] < covered[1] else m0  # (stop, stop): none
         else:
-            data = self._converted(m0, m1, rate, channels, spec)
+            data, end = self._converted(m0, m1, rate, channels, spec)
+        if spec.trim:  # up to the stream's last sample
+            data = data[:, :max(min(end, m1) - m0, 0)]
         return AudioSamples(np.ascontiguousarray(data), first + m0 / rate, rate)
 
     def _converted(self, m0: int, m1: int, rate: int, channels: int,
-                   spec: AudioSpec) -> np.ndarray:
-        """Output positions [m0, m1) at ``rate``: the resampler's input starts at
-        a native position whose time is also an output sample's (a multiple of
-        native / gcd), RESAMPLE_MARGIN_TAPS input periods before the span."""
+                   spec: AudioSpec) -> tuple[np.ndarray, int]:
+        """Output positions [m0, m1) at ``rate``, and the end of those the stream's
+        samples reach: the resampler's input starts at a native position whose
+        time is also an output sample's (a multiple of native / gcd),
+        RESAMPLE_MARGIN_TAPS input periods before the span."""
         native = self.sample_rate
         step = native // math.gcd(native, rate)
         margin = RESAMPLE_MARGIN_TAPS * max(1, -(-native // rate))
@@ -218,8 +227,9 @@ class AudioTrack:
         planes, covered = self._decoder.samples(a, b, spec.exact)
         # Positions the stream has no samples for: before its start (a > 0
         # then only if m0 < 0) or after its end, where the CLI's resampler stops too.
-        planes = planes[:, :max(covered[1] - a, 0)]
-        self._require_inside(spec, m0 >= 0 and covered[1] >= -(-m1 * native // rate), m0, m1,
+        reached = covered[1] if covered[0] < covered[1] else a  # (b, b): none
+        planes = planes[:, :max(reached - a, 0)]
+        self._require_inside(spec, m0 >= 0 and reached >= -(-m1 * native // rate), m0, m1,
                              rate)
         out = require_audio().resample(planes, native, rate, channels) if planes.shape[1] else \
             np.zeros((channels, 0), np.float32)
@@ -228,7 +238,7 @@ class AudioTrack:
         lo, hi = max(m0, offset), min(m1, offset + out.shape[1])
         if hi > lo:
             result[:, lo - m0:hi - m0] = out[:, lo - offset:hi - offset]
-        return result
+        return result, offset + out.shape[1]
 
     def _prefetch(self, start: int, stop: int, exact: bool) -> None:
         """Queue, for the fetch workers, the bytes of the packets a read of
@@ -258,7 +268,7 @@ class AudioTrack:
     def _require_inside(self, spec: AudioSpec, inside: bool, m0: int, m1: int,
                         rate: int) -> None:
         """With pad=False, a span the stream does not wholly cover is an error."""
-        if spec.pad or inside or m1 <= m0:
+        if spec.pad or spec.trim or inside or m1 <= m0:
             return
         first = self.first_time_s
         raise FluxonFsAudioRangeError(

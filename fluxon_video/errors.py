@@ -93,4 +93,9 @@ class FluxonFsBadRequestError(FluxonFsError, ValueError):
     """A request the agent refused as malformed (bad path, bad range)."""
 
 
+class FluxonFsSourceTypeError(FluxonFsBadRequestError, TypeError):
+    """A video source of a type no reader takes (not a path, bytes, a seekable
+    binary file object or a range source): a TypeError, as other decoders raise."""
+
+
 __all__ = [name for name in dir() if name.startswith("FluxonFs")]

@@ -19,7 +19,7 @@ from typing import Any
 from fluxon_video import defaults
 from fluxon_video.damage import check_policy
 from fluxon_video.errors import (FluxonFsBadRequestError, FluxonFsDecodeError,
-                                 FluxonFsNoVideoStreamError)
+                                 FluxonFsNoVideoStreamError, FluxonFsSourceTypeError)
 from fluxon_video.frame_index import FrameIndex, blob_kind
 from fluxon_video.fs.client import FluxonFsClient
 from fluxon_video.fs.config import ClientSettings, RequestIdentity
@@ -110,7 +110,7 @@ def as_range_source(source: Any) -> tuple[Any, bool]:
         return source, False
     if hasattr(source, "read") and hasattr(source, "seek"):
         return FileObjectRangeSource(source), False
-    raise FluxonFsBadRequestError(
+    raise FluxonFsSourceTypeError(
         "a video source is a path, bytes, a seekable binary file object or a range source "
         f"(read_range and size), got {type(source).__name__}")
 

@@ -139,7 +139,7 @@ class FileObjectRangeSource:
 
     def read_range(self, offset: int, length: int) -> bytes:
         with self._lock:
-            self._file.seek(offset)
+            self._file.seek(offset, io.SEEK_SET)  # whence too: a file-like class may require it
             parts, left = [], length
             while left:  # a file object may return less than asked
                 chunk = self._file.read(left)

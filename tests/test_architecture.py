@@ -80,6 +80,22 @@ def test_each_client_service_keeps_to_its_job():
                 module, others)
 
 
+def test_the_drop_ins_sit_on_top():
+    """compat/ (torchcodec and decord drop-ins) is above the reader and the patcher,
+    beside torch.py: nothing else in the package imports it, and it reaches no
+    native unit and of fs/ only the config file's loader."""
+    graph = _arch_report().import_graph()
+    for module, imports in graph.items():
+        compat = {i for i in imports if i.startswith("fluxon_video.compat")}
+        if not module.startswith("fluxon_video.compat"):
+            assert not compat, (module, compat)
+            continue
+        below = imports - compat
+        assert not {i for i in below if i.startswith("fluxon_video._")}, (module, below)
+        assert {i for i in below if i.startswith("fluxon_video.fs")} <= {
+            "fluxon_video.fs.config"}, (module, below)
+
+
 def test_the_bench_does_not_import_the_tests():
     for path in (ROOT / "bench").glob("*.py"):
         text = path.read_text()
