@@ -29,3 +29,9 @@ __all__ = [
     "LocalVideoReader",
     "decode_local_frames",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public API (its subpackages are imported, not listed: fluxon_video.torch,
+    .lerobot, .compat, .testing)."""
+    return sorted([*__all__, "__version__"])

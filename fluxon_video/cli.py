@@ -565,11 +565,25 @@ def _run_versions(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_warnings() -> None:
+    """The library's warnings on stderr (it is silent by default): a command
+    waiting out an agent restart or reading around a dead Redis says so."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("fluxon-video: %(levelname)s: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    library = logging.getLogger("fluxon_video")
+    library.addHandler(handler)
+    if library.level == logging.NOTSET or library.level > logging.WARNING:
+        library.setLevel(logging.WARNING)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.verbose:
         logging.basicConfig(level=logging.DEBUG if args.verbose > 1 else logging.INFO,
                             format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    elif args.command != "agent":  # the agent configures its own log
+        _show_warnings()
     try:
         return args.run(args)
     except KeyboardInterrupt:

@@ -447,3 +447,19 @@ def test_reprs_of_clips_and_batches_show_shapes(av_clip):
     result = FluxonFsVideoReadResult(clip.frames.data, FluxonFsVideoReadStats(), False,
                                      audio=clip.audio)
     assert "frames=uint8(16, 224, 224, 3)" in repr(result) and len(repr(result)) < 400
+
+
+def test_a_command_says_it_waits_for_an_agent(tmp_path):
+    """With no agent answering, a command says it is retrying (the library's
+    warning on stderr) before it gives up, instead of waiting in silence."""
+    config = tmp_path / "fluxon.toml"
+    config.write_text(
+        "[client]\nagent_retry_window_s = 1.5\n\n[identities]\n"
+        + "".join(f'{n} = "{t}"\n' for n, t in IDENTITIES.items())
+        + f'\n[[exports]]\nname = "data"\nroot = "{tmp_path}"\n'
+        f'agent_url = "http://127.0.0.1:{free_port()}"\nallow = ["alice"]\n')
+    config.chmod(0o600)
+    down = cli("stat", "data:a.mp4", config=config, check=False)
+    assert down.returncode == 1
+    assert "WARNING" in down.stderr and "retrying for up to 1.5 s" in down.stderr, down.stderr
+    assert "agent_retry_window_s" in down.stderr

@@ -202,3 +202,14 @@ def test_num_threads_auto_is_one_thread_per_core_and_reads_the_same_frames(media
     for bad in ("all", 0, -1, 2.0):
         with pytest.raises(errors.FluxonFsConfigError, match="num_threads must be a positive"):
             fv.open_video(media.path(name), H, W, num_threads=bad)
+
+
+def test_dir_shows_the_public_api():
+    """dir(fluxon_video) lists what users call, not the submodules the import
+    loaded; every name listed exists."""
+    import fluxon_video
+
+    names = dir(fluxon_video)
+    assert "open_video" in names and "FluxonFsPatcher" in names and "FrameBatch" in names
+    assert not {"native", "opening", "reader", "fs", "logs", "metadata"} & set(names)
+    assert all(hasattr(fluxon_video, name) for name in names)
