@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from fluxon_video.errors import FluxonFsConfigError
+from fluxon_video.renamed import add_renamed_attributes
 
 LAYOUTS = ("NHWC", "NCHW")
 
@@ -15,12 +16,13 @@ LAYOUTS = ("NHWC", "NCHW")
 @dataclass(frozen=True)
 class FrameBatch:
     """Frames and when each is shown: ``data`` uint8 ``(N, H, W, 3)`` RGB,
-    ``pts_s`` and ``duration_s`` float64 ``(N,)`` seconds on the reader's
-    timeline (``timestamps_s()``); ``indices`` the frame indices read."""
+    ``pts_seconds`` and ``duration_seconds`` float64 ``(N,)`` seconds on the
+    reader's timeline (``timestamps_s()``); ``indices`` the frame indices read.
+    (``pts_s`` and ``duration_s``: the old names, deprecated.)"""
 
     data: np.ndarray
-    pts_s: np.ndarray
-    duration_s: np.ndarray
+    pts_seconds: np.ndarray
+    duration_seconds: np.ndarray
     indices: np.ndarray
 
     def __len__(self) -> int:
@@ -33,13 +35,16 @@ class FrameBatch:
     def span_s(self) -> tuple[float, float]:
         """The time these frames cover: from the earliest one's pts to the end of
         the latest one's display (the span of a clip's audio)."""
-        return covered_span(self.pts_s, self.duration_s)
+        return covered_span(self.pts_seconds, self.duration_seconds)
 
     def __repr__(self) -> str:
         # Shapes and dtypes, not the arrays (a clip's repr was kilobytes of pixels).
         start, end = self.span_s()
         return (f"FrameBatch(data={shape_of(self.data)}, indices={list_of(self.indices)}, "
                 f"span_s=({start:.6g}, {end:.6g}))")
+
+
+add_renamed_attributes(FrameBatch, {"pts_s": "pts_seconds", "duration_s": "duration_seconds"})
 
 
 def shape_of(array: Any) -> str:

@@ -20,6 +20,7 @@ from fluxon_video.errors import (
 )
 from fluxon_video.damage import numbered_frames
 from fluxon_video.frame_index import AV_NOPTS_VALUE, FrameIndex
+from fluxon_video.renamed import add_renamed_attributes
 from fluxon_video.validation import positive_int, time_tolerance
 
 
@@ -49,10 +50,10 @@ class FluxonFsVideoMetadata:
     """A video's frame count, timing, size, rotation, codec and keyframes."""
 
     num_frames: int                 # frames a sequential decode yields
-    average_fps: float              # num_frames / duration_s
-    duration_s: float               # end_s - begin_s
-    begin_s: float                  # presentation time of the first frame
-    end_s: float                    # ... of the end of the last frame
+    average_fps: float              # num_frames / duration_seconds
+    duration_seconds: float         # end_stream_seconds - begin_stream_seconds
+    begin_stream_seconds: float     # presentation time of the first frame
+    end_stream_seconds: float       # ... of the end of the last frame
     width: int                      # native, as decoded (before any rotation)
     height: int
     sample_aspect_ratio: tuple[int, int]
@@ -83,6 +84,11 @@ class FluxonFsVideoMetadata:
         num, den = self.sample_aspect_ratio
         width, height = _round_even(self.width * num / den), self.height
         return (height, width) if self.rotation_deg in (90, 270) else (width, height)
+
+
+add_renamed_attributes(FluxonFsVideoMetadata, {
+    "duration_s": "duration_seconds", "begin_s": "begin_stream_seconds",
+    "end_s": "end_stream_seconds"})
 
 
 # Bits of the orientation the decoder applies (_convert.pxd FX_ORIENT_*).
@@ -192,9 +198,9 @@ def build_metadata(index: FrameIndex, size_bytes: int, mtime_ns: int,
     return FluxonFsVideoMetadata(
         num_frames=count,
         average_fps=count / duration if duration > 0 else 0.0,
-        duration_s=duration,
-        begin_s=begin,
-        end_s=end,
+        duration_seconds=duration,
+        begin_stream_seconds=begin,
+        end_stream_seconds=end,
         width=int(header.get("width", 0)),
         height=int(header.get("height", 0)),
         sample_aspect_ratio=tuple(header.get("sample_aspect_ratio", (1, 1))),  # type: ignore[arg-type]
@@ -242,7 +248,8 @@ def indices_at_times(frame_times: np.ndarray, metadata: FluxonFsVideoMetadata, s
     times = np.asarray(seconds, dtype=np.float64).reshape(-1)
     if times.size and not np.isfinite(times).all():
         raise FluxonFsFrameIndexError(f"{name}: times must be finite numbers")
-    outside = (times < metadata.begin_s) | (times >= metadata.end_s)
+    begin, end = metadata.begin_stream_seconds, metadata.end_stream_seconds
+    outside = (times < begin) | (times >= end)
     if not (np.diff(frame_times) >= 0).all():  # NaN compares False too
         if outside.any():  # no frame's time can be trusted to be near it
             _raise_outside(name, float(times[outside][0]), metadata, None)
@@ -272,12 +279,14 @@ def indices_in_range(frame_times: np.ndarray, metadata: FluxonFsVideoMetadata, s
     """The frames whose pts fall in ``[start_s, stop_s)``, a pts within
     ``tolerance_s`` of a bound counting as at it (so at ``start_s``: in; at
     ``stop_s``: out): pts in ``[start_s - tolerance_s, stop_s - tolerance_s)``.
-    The range must lie in ``[begin_s - tolerance_s, end_s + tolerance_s]``."""
+    The range must lie in ``[begin_stream_seconds - tolerance_s,
+    end_stream_seconds + tolerance_s]``."""
     tolerance = time_tolerance(tolerance_s)
-    if not (metadata.begin_s - tolerance <= start_s <= stop_s <= metadata.end_s + tolerance):
+    begin, end = metadata.begin_stream_seconds, metadata.end_stream_seconds
+    if not (begin - tolerance <= start_s <= stop_s <= end + tolerance):
         raise FluxonFsFrameIndexError(
             f"{name}: range [{start_s}, {stop_s}) s is not inside the video "
-            f"[{metadata.begin_s}, {metadata.end_s}) s" + _within(tolerance))
+            f"[{begin}, {end}) s" + _within(tolerance))
     return np.flatnonzero((frame_times >= start_s - tolerance)
                           & (frame_times < stop_s - tolerance))
 
@@ -289,7 +298,8 @@ def _within(tolerance: float | None) -> str:
 def _raise_outside(name: str, bad: float, metadata: FluxonFsVideoMetadata,
                    tolerance: float | None) -> None:
     raise FluxonFsFrameIndexError(
-        f"{name}: time {bad} s is outside the video [{metadata.begin_s}, {metadata.end_s}) s"
+        f"{name}: time {bad} s is outside the video "
+        f"[{metadata.begin_stream_seconds}, {metadata.end_stream_seconds}) s"
         + ("" if not tolerance else f" and not within tolerance_s={tolerance:g} of a frame"))
 
 

@@ -528,7 +528,7 @@ def _audio_of(reader: FluxonFsVideoReader, request: FluxonFsVideoReadRequest,
         times = reader.timestamps_s()
         chosen = np.asarray(indices, np.int64) % len(times)  # negatives from the end
         start_s, end_s = covered_span(
-            times[chosen], frame_durations(times, reader.metadata.end_s)[chosen])
+            times[chosen], frame_durations(times, reader.metadata.end_stream_seconds)[chosen])
     else:
         start_s = end_s = 0.0
     return reader.read_audio(start_s, end_s, request.audio)

@@ -38,6 +38,7 @@ from fluxon_video.metadata import (
 from fluxon_video.logs import get_logger
 from fluxon_video.native import require_native
 from fluxon_video.opened import OpenedVideo
+from fluxon_video.renamed import NOT_GIVEN, renamed_arguments
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsVideoReadStats
 from fluxon_video.validation import output_fits
@@ -235,7 +236,7 @@ class FluxonFsVideoReader:
         chosen = np.asarray(indices, np.int64).reshape(-1)
         chosen = np.where(chosen < 0, chosen + count, chosen)
         times = self.timestamps_s()
-        durations = frame_durations(times, self.metadata.end_s)
+        durations = frame_durations(times, self.metadata.end_stream_seconds)
         return FrameBatch(frames, times[chosen], durations[chosen], chosen)
 
     def get_frames_played_at(self, seconds: float | Sequence[float] | np.ndarray, *,
@@ -247,12 +248,17 @@ class FluxonFsVideoReader:
         """Frames ``start, start + step, ...`` before ``stop`` (as ``range``)."""
         return self.get_frames_at(range(*slice(start, stop, step).indices(len(self))))
 
-    def get_frames_played_in_range(self, start_s: float, stop_s: float,
+    def get_frames_played_in_range(self, start_seconds: float = NOT_GIVEN,
+                                   stop_seconds: float = NOT_GIVEN,
                                    fps: float | None = None, *,
-                                   tolerance_s: float = TIME_TOLERANCE_S) -> FrameBatch:
-        """The frames shown in ``[start_s, stop_s)``: each frame whose time falls
-        there (a pts within ``tolerance_s`` of a bound is at it), or with ``fps``
-        the frame ``indices_at_times`` names at each ``start_s + k / fps``."""
+                                   tolerance_s: float = TIME_TOLERANCE_S,
+                                   **renamed: float) -> FrameBatch:
+        """The frames shown in ``[start_seconds, stop_seconds)``: each frame whose
+        time falls there (a pts within ``tolerance_s`` of a bound is at it), or
+        with ``fps`` the frame ``indices_at_times`` names at each
+        ``start_seconds + k / fps``. (``start_s=``/``stop_s=``: deprecated.)"""
+        start_s, stop_s = _range(self.get_frames_played_in_range, renamed, start_seconds,
+                                 stop_seconds)
         metadata = self.metadata
         times = self.timestamps_s()
         shown = indices_in_range(times, metadata, start_s, stop_s, self.name,
@@ -319,22 +325,30 @@ class FluxonFsVideoReader:
                                      None if self._video.audio_only else self._decoder)
         return self._audio
 
-    def get_audio_played_in_range(self, start_s: float, stop_s: float, *,
+    def get_audio_played_in_range(self, start_seconds: float = NOT_GIVEN,
+                                  stop_seconds: float = NOT_GIVEN, *,
                                   sample_rate: int | None = None, channels: int | None = None,
-                                  pad_audio: bool = True, exact_audio: bool = True
-                                  ) -> AudioSamples:
-        """float32 ``(channels, samples)`` covering ``[start_s, stop_s)`` on the
-        frames' clock, at ``sample_rate`` / ``channels`` (None: the stream's)."""
+                                  pad_audio: bool = True, exact_audio: bool = True,
+                                  **renamed: float) -> AudioSamples:
+        """float32 ``(channels, samples)`` covering ``[start_seconds, stop_seconds)``
+        on the frames' clock, at ``sample_rate`` / ``channels`` (None: the stream's)."""
+        start_s, stop_s = _range(self.get_audio_played_in_range, renamed, start_seconds,
+                                 stop_seconds)
         return self.read_audio(start_s, stop_s, AudioSpec(sample_rate, channels, pad_audio,
                                                           exact_audio))
 
-    def get_clip_played_in_range(self, start_s: float, stop_s: float, *,
+    def get_clip_played_in_range(self, start_seconds: float = NOT_GIVEN,
+                                 stop_seconds: float = NOT_GIVEN, *,
                                  fps: float | None = None, sample_rate: int | None = None,
                                  channels: int | None = None, pad_audio: bool = True,
                                  exact_audio: bool = True,
-                                 tolerance_s: float = TIME_TOLERANCE_S) -> AVClip:
-        """The frames of ``[start_s, stop_s)`` (as ``get_frames_played_in_range``)
-        and the audio of exactly that span; a file without video gives no frames."""
+                                 tolerance_s: float = TIME_TOLERANCE_S,
+                                 **renamed: float) -> AVClip:
+        """The frames of ``[start_seconds, stop_seconds)`` (as
+        ``get_frames_played_in_range``) and the audio of exactly that span; a file
+        without video gives no frames."""
+        start_s, stop_s = _range(self.get_clip_played_in_range, renamed, start_seconds,
+                                 stop_seconds)
         frames = (self.get_frames_played_in_range(start_s, stop_s, fps, tolerance_s=tolerance_s)
                   if self.has_video else self._no_frames())
         return AVClip(frames, self.get_audio_played_in_range(
@@ -567,3 +581,13 @@ class FluxonFsVideoReader:
         who = f" identity={self.identity.name}" if self.identity is not None else ""
         return (f"<FluxonFsVideoReader {self.name} {getattr(self, 'height', '?')}x"
                 f"{getattr(self, 'width', '?')}{who} {state}>")
+
+
+def _range(method: Any, renamed: dict[str, float], start: float,
+           stop: float) -> tuple[float, float]:
+    """A range method's (start_seconds, stop_seconds), from the old keyword
+    names too (start_s=, stop_s=: they warn)."""
+    values = renamed_arguments(f"FluxonFsVideoReader.{method.__name__}", renamed,
+                               {"start_s": "start_seconds", "stop_s": "stop_seconds"},
+                               {"start_seconds": start, "stop_seconds": stop})
+    return values["start_seconds"], values["stop_seconds"]

@@ -256,8 +256,8 @@ class VideoClipDataset(Dataset):
             return relpath, [min(start + k * self.stride, n - 1) for k in range(self.clip_len)], None
         count = max(1, round(self.clip_duration_s * self.fps))
         offsets = np.arange(count) / self.fps
-        room = metadata.end_s - metadata.begin_s - offsets[-1]
-        start = metadata.begin_s + (rng.uniform(0, room) if room > 0 else 0.0)
+        room = metadata.end_stream_seconds - metadata.begin_stream_seconds - offsets[-1]
+        start = metadata.begin_stream_seconds + (rng.uniform(0, room) if room > 0 else 0.0)
         when = np.minimum(start + offsets, times[-1])  # a short video repeats its last frame
         return relpath, indices_at_times(times, metadata, when, relpath,
                                          tolerance_s=self.tolerance_s), when

@@ -137,7 +137,7 @@ def test_a_clip_is_the_clis_frames_and_samples_on_one_clock(audio_media, name):
     times = video_times(path)
     with fv.open_video(path) as reader:
         np.testing.assert_allclose(reader.timestamps_s(), times, atol=1e-9)
-        begin, end = reader.metadata.begin_s, reader.metadata.end_s
+        begin, end = reader.metadata.begin_stream_seconds, reader.metadata.end_stream_seconds
         for start_s, stop_s in [(begin, begin + 0.7), (begin + 1.13, begin + 2.0),
                                 (end - 0.61, end)]:
             clip = reader.get_clip_played_in_range(start_s, stop_s)
@@ -149,7 +149,7 @@ def test_a_clip_is_the_clis_frames_and_samples_on_one_clock(audio_media, name):
             assert -1e-9 <= clip.audio_start_s - start_s < 1 / cli.rate + 1e-9
             shown = np.flatnonzero((times >= start_s) & (times < stop_s))
             np.testing.assert_array_equal(clip.frames.indices, shown)
-            np.testing.assert_allclose(clip.frames.pts_s, times[shown], atol=1e-9)
+            np.testing.assert_allclose(clip.frames.pts_seconds, times[shown], atol=1e-9)
             reference = reference_frames(path, reader.height, reader.width)
             assert np.array_equal(clip.frames.data, reference[shown])
 
@@ -168,7 +168,7 @@ def test_frames_and_audio_take_turns_on_one_demuxer(audio_media, name):
         trusted = reader._decoder.index.trusted  # FLV's never is: it reads sequentially
         # from where both streams have begun (before the audio's first sample a
         # read has nothing to continue: zeros, then the decode from the start)
-        base = max(reader.metadata.begin_s, float(cli.first))
+        base = max(reader.metadata.begin_stream_seconds, float(cli.first))
         in_order = [(base + 0.25 * k, base + 0.25 * (k + 1)) for k in range(6)]
         out_of_order = [(base + 1.7, base + 1.9), (base + 0.1, base + 0.4),
                         (base + 1.0, base + 1.1)]

@@ -35,10 +35,10 @@ def test_frames_come_with_their_times(media, name):
         batch = reader.get_frames_at([3, -1, 10])
         assert np.array_equal(batch.data, expected[[3, -1, 10]])
         assert batch.indices.tolist() == [3, len(expected) - 1, 10]
-        assert np.allclose(batch.pts_s, times[batch.indices], atol=1e-6)
+        assert np.allclose(batch.pts_seconds, times[batch.indices], atol=1e-6)
         inner = [3, 10]  # a frame lasts until the next one starts
-        assert np.allclose(batch.duration_s[[0, 2]], times[[4, 11]] - times[inner], atol=1e-6)
-        assert batch.duration_s[1] > 0
+        assert np.allclose(batch.duration_seconds[[0, 2]], times[[4, 11]] - times[inner], atol=1e-6)
+        assert batch.duration_seconds[1] > 0
 
         probes = [times[5] + 1e-3, (times[20] + times[21]) / 2, times[-1] + 1e-3]  # ffprobe: 6 decimals
         played = reader.get_frames_played_at(probes)
@@ -105,3 +105,28 @@ def test_torch_tensors_share_memory_in_either_layout(media, tmp_path):
         tensor = pool.read_frames_torch(export_name="train", relpath=name, height=H, width=W,
                                         num_threads=1, indices=[0, 5], layout="NCHW")
     assert torch.equal(tensor, torch.from_numpy(expected[[0, 5]]).permute(0, 3, 1, 2))
+
+
+def test_the_old_time_names_still_work_and_warn(media):
+    """Renamed to torchcodec's words (issue 37.2); the old names read the same
+    values for a release, each with a DeprecationWarning naming the new one."""
+    with fv.open_video(media.path("vp9.webm"), H, W) as reader:
+        md = reader.metadata
+        for old, new in [("duration_s", "duration_seconds"), ("begin_s", "begin_stream_seconds"),
+                         ("end_s", "end_stream_seconds")]:
+            with pytest.warns(DeprecationWarning, match=f"use {new}"):
+                assert getattr(md, old) == getattr(md, new)
+        batch = reader.get_frames_at([0, 5])
+        for old, new in [("pts_s", "pts_seconds"), ("duration_s", "duration_seconds")]:
+            with pytest.warns(DeprecationWarning, match=f"use {new}"):
+                assert np.array_equal(getattr(batch, old), getattr(batch, new))
+        start, stop = float(batch.pts_seconds[0]), float(batch.pts_seconds[1])
+        new = reader.get_frames_played_in_range(start_seconds=start, stop_seconds=stop)
+        with pytest.warns(DeprecationWarning) as caught:
+            old = reader.get_frames_played_in_range(start_s=start, stop_s=stop)
+        assert ["use start_seconds=" in str(w.message) for w in caught] == [True, False]
+        assert np.array_equal(old.indices, new.indices) and len(new.indices) == 5
+        with pytest.raises(TypeError, match="twice"):
+            reader.get_frames_played_in_range(start, stop_s=stop, stop_seconds=stop)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'begin'"):
+            reader.get_frames_played_in_range(start, stop, begin=1)

@@ -142,7 +142,7 @@ def test_conceal_metadata_counts_the_frames_it_returns(media, frames):
         with patcher.open_video_reader("train", name, H, W, on_damage="conceal") as reader:
             assert len(reader) == reader.metadata.num_frames == len(reference)
             assert reader.timestamps_s().shape == (len(reference),)
-            last = reader.indices_at_times([reader.metadata.end_s - 1e-6])
+            last = reader.indices_at_times([reader.metadata.end_stream_seconds - 1e-6])
             assert last == [len(reference) - 1]
             assert np.array_equal(reader.read_frames_numpy(last)[0], reference[-1])
         # Metadata without a reader numbers the same frames.
@@ -429,7 +429,7 @@ def test_damaged_timestamps_never_time_another_frame(tmp_path):
     assert (np.diff(cli_times) < 0).any()  # the damage shows in the CLI's times
     with fv.open_video(path, H, W) as reader:
         assert len(reader) == expected.shape[0]
-        assert 0 <= reader.metadata.begin_s < reader.metadata.end_s < 10
+        assert 0 <= reader.metadata.begin_stream_seconds < reader.metadata.end_stream_seconds < 10
         for call in (reader.timestamps_s, lambda: reader.indices_at_times([0.5]),
                      lambda: reader.get_frames_at([3])):
             with pytest.raises(errors.FluxonFsDamagedStreamError, match="lost_cluster_time.mkv"):
@@ -446,6 +446,6 @@ def test_damaged_timestamps_never_time_another_frame(tmp_path):
         chosen = [int(i) for i in np.flatnonzero(known)[[0, 29, 35, -1]]]
         batch = reader.get_frames_at(chosen)
         np.testing.assert_array_equal(batch.data, expected[chosen])
-        np.testing.assert_allclose(batch.pts_s, cli_times[chosen], atol=1e-9)
+        np.testing.assert_allclose(batch.pts_seconds, cli_times[chosen], atol=1e-9)
         with pytest.raises(errors.FluxonFsDamagedStreamError, match="do not increase"):
             reader.indices_at_times([0.5])  # two frames carry 0.5 s: neither is "the" one

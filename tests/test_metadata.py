@@ -184,12 +184,12 @@ def test_begin_end_duration_and_fps(media, observe, name):
     times = pyav_decode(media.path(name)).times
     probe = ffprobe(media.path(name))
     intervals = np.diff(times)
-    assert md.begin_s == pytest.approx(times[0], abs=1e-9)
-    assert md.end_s - md.begin_s == pytest.approx(md.duration_s, abs=1e-9)
+    assert md.begin_stream_seconds == pytest.approx(times[0], abs=1e-9)
+    assert md.end_stream_seconds - md.begin_stream_seconds == pytest.approx(md.duration_seconds, abs=1e-9)
     # The last frame is shown for a while, and not longer than the longest frame interval.
-    assert times[-1] < md.end_s <= times[-1] + intervals.max() + 1e-3
+    assert times[-1] < md.end_stream_seconds <= times[-1] + intervals.max() + 1e-3
     if "duration" in probe:  # MP4/AVI say; Matroska does not
-        assert abs(md.duration_s - float(probe["duration"])) <= intervals[-1] + 1e-3
+        assert abs(md.duration_seconds - float(probe["duration"])) <= intervals[-1] + 1e-3
     if name in VFR_CLIPS:
         assert 1 / intervals.max() < md.average_fps < 1 / intervals.min()
     else:  # Ogg's demuxer leaves the average unknown (0/0): its stream rate then
@@ -233,8 +233,8 @@ def probe_times(decoded: Decoded, md: fv.FluxonFsVideoMetadata) -> np.ndarray:
     times = decoded.times
     rng = np.random.default_rng(len(times))
     return np.concatenate([times, (times[:-1] + times[1:]) / 2,
-                           [md.begin_s, np.nextafter(md.end_s, -np.inf)],
-                           rng.uniform(md.begin_s, md.end_s, 40)])
+                           [md.begin_stream_seconds, np.nextafter(md.end_stream_seconds, -np.inf)],
+                           rng.uniform(md.begin_stream_seconds, md.end_stream_seconds, 40)])
 
 
 @pytest.mark.parametrize("name", TIME_CLIPS)
@@ -256,17 +256,17 @@ def test_indices_at_times_are_the_frames_displayed(media, local, name):
 def test_times_outside_begin_end_raise(local, name):
     with local.open_video_reader("train", name, H, W) as reader:
         md = reader.metadata
-        for bad in [md.begin_s - 1e-3, md.end_s, md.end_s + 1.0, -5.0, float("nan")]:
+        for bad in [md.begin_stream_seconds - 1e-3, md.end_stream_seconds, md.end_stream_seconds + 1.0, -5.0, float("nan")]:
             with pytest.raises(fv.FluxonFsFrameIndexError) as info:
-                reader.indices_at_times([md.begin_s, bad])
+                reader.indices_at_times([md.begin_stream_seconds, bad])
             assert isinstance(info.value, IndexError)
         # A hair before the first frame is frame 0 within the default tolerance
         # (float32 rounding), outside the video without one (test_time_tolerance.py).
-        hair = np.nextafter(md.begin_s, -np.inf)
+        hair = np.nextafter(md.begin_stream_seconds, -np.inf)
         assert reader.indices_at_times([hair]) == [0]
         with pytest.raises(fv.FluxonFsFrameIndexError):
             reader.indices_at_times([hair], tolerance_s=0)
-        assert reader.indices_at_times([md.begin_s]) == [0]  # still usable
+        assert reader.indices_at_times([md.begin_stream_seconds]) == [0]  # still usable
 
 
 @pytest.mark.parametrize("name", TIME_CLIPS)
@@ -286,9 +286,9 @@ def test_vfr_file_defeats_indices_from_the_average_fps(media, observe, name):
     md = observe(name).metadata
     intervals = {round(float(b - a), 3) for a, b in zip(decoded.pts, decoded.pts[1:])}
     assert len(intervals) >= 3  # 1/24, 1/8 and 1/12 s
-    ts = np.linspace(md.begin_s, md.end_s, 200, endpoint=False)
+    ts = np.linspace(md.begin_stream_seconds, md.end_stream_seconds, 200, endpoint=False)
     truth = np.array([decoded.displayed_at(t) for t in ts])
-    naive = np.minimum(np.floor((ts - md.begin_s) * md.average_fps).astype(int), md.num_frames - 1)
+    naive = np.minimum(np.floor((ts - md.begin_stream_seconds) * md.average_fps).astype(int), md.num_frames - 1)
     assert (naive != truth).mean() > 0.5
     assert np.abs(decoded.times[naive] - ts).max() > 0.5  # seconds off
 

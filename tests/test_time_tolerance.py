@@ -159,20 +159,20 @@ def test_the_first_frame_and_the_ends_of_the_video(media, oracle, name):
     times, _ = oracle[name]
     with fv.open_video(media.path(name)) as reader:
         md = reader.metadata
-        assert md.begin_s == times[0]
+        assert md.begin_stream_seconds == times[0]
         # float32 rounding below the start: frame 0, not an error.
         for t in (times[0] - 0.5 * TOL, np.nextafter(times[0], -np.inf), times[0] - 0.99 * TOL):
             assert reader.indices_at_times([t]) == [0]
             assert reader.get_frames_played_at([t]).indices.tolist() == [0]
         assert reader.indices_at_times([times[0] - 0.004], tolerance_s=0.005) == [0]
         # Neither within the tolerance of a frame nor inside [begin_s, end_s).
-        for bad in (times[0] - 1.5 * TOL, md.end_s, md.end_s + 0.5 * TOL, md.end_s + 1.0):
+        for bad in (times[0] - 1.5 * TOL, md.end_stream_seconds, md.end_stream_seconds + 0.5 * TOL, md.end_stream_seconds + 1.0):
             with pytest.raises(fv.FluxonFsFrameIndexError, match="outside the video"):
                 reader.indices_at_times([times[0], bad])
         with pytest.raises(fv.FluxonFsFrameIndexError, match="outside the video"):
             reader.indices_at_times([np.nextafter(times[0], -np.inf)], tolerance_s=0)
         # The last frame is shown until end_s (exclusive).
-        assert reader.indices_at_times([np.nextafter(md.end_s, -np.inf)]) == [len(times) - 1]
+        assert reader.indices_at_times([np.nextafter(md.end_stream_seconds, -np.inf)]) == [len(times) - 1]
 
 
 def test_a_tie_goes_to_the_frame_shown_then(media, oracle):
@@ -196,7 +196,7 @@ def test_ranges_by_time_take_float32_bounds(media, oracle, name):
     n = len(times)
     with fv.open_video(media.path(name), H, W) as reader:
         for first, last in [(0, n // 2), (3, n - 1), (n // 3, n)]:
-            stop = reader.metadata.end_s if last == n else times[last]
+            stop = reader.metadata.end_stream_seconds if last == n else times[last]
             for start_s, stop_s in [(np.float32(times[first]), np.float32(stop)),
                                     (times[first] - 0.5 * TOL, stop - 0.5 * TOL),
                                     (times[first] + 0.5 * TOL, stop + 0.5 * TOL)]:
@@ -212,7 +212,7 @@ def test_ranges_by_time_take_float32_bounds(media, oracle, name):
         with pytest.raises(fv.FluxonFsFrameIndexError):
             reader.get_frames_played_in_range(times[0] - 1.5 * TOL, times[5])
         with pytest.raises(fv.FluxonFsFrameIndexError):
-            reader.get_frames_played_in_range(times[0], reader.metadata.end_s + 1.5 * TOL)
+            reader.get_frames_played_in_range(times[0], reader.metadata.end_stream_seconds + 1.5 * TOL)
 
 
 BAD_TOLERANCES = [-1e-4, float("nan"), float("inf"), "1e-4", None, True]

@@ -41,8 +41,8 @@ class FrameTiming:
     def __init__(self, reader: Any) -> None:
         self.reader = reader
         metadata = reader.metadata
-        self.begin = float(member(metadata, "begin_stream_seconds", "begin_s"))
-        self.end = float(member(metadata, "end_stream_seconds", "end_s"))
+        self.begin = float(metadata.begin_stream_seconds)
+        self.end = float(metadata.end_stream_seconds)
         self.count = int(metadata.num_frames)
         self.keyframes = [int(k) for k in metadata.keyframe_indices]
         self.pts = np.ascontiguousarray(member(reader, "timestamps_seconds", "timestamps_s")(),

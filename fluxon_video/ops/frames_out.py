@@ -116,7 +116,7 @@ def _write_audio(reader: Any, indices: list[int], audio: AudioOut) -> dict[str, 
         start_s, end_s = audio.span_s
     else:
         stamps = reader.timestamps_s()
-        durations = frame_durations(stamps, reader.metadata.end_s)
+        durations = frame_durations(stamps, reader.metadata.end_stream_seconds)
         chosen = np.array([i % len(stamps) for i in indices])
         start_s, end_s = covered_span(stamps[chosen], durations[chosen])
     samples = reader.read_audio(start_s, end_s, AudioSpec(audio.sample_rate, audio.channels))
