@@ -246,13 +246,22 @@ def test_access_the_store_denies_is_a_permission_error(bucket, relay):
 
 # ---- several nodes, one origin read per piece ----
 
-def run_nodes(bucket, relay, redis_url, relpath, claims, nodes=3):
+def run_nodes(bucket, relay, redis_url, relpath, claims, barrier: Path, nodes=3):
+    """``nodes`` processes that start reading together (a barrier, not a clock:
+    on a loaded machine one may take seconds longer to start than another)."""
+    barrier.mkdir()
     spec = {"root": ROOT, "redis_url": redis_url, "relpath": relpath, "claims": claims,
             "store": {**bucket.store_options(), "endpoint": relay.url}, "piece_size": 16 << 10,
-            "frames": [0, 20, 40, 60], "start_at": time.time() + 3}
+            "frames": [0, 20, 40, 60], "barrier": str(barrier)}
     procs = [subprocess.Popen([sys.executable, "-m", "tests.s3_node", json.dumps(spec)],
                               stdout=subprocess.PIPE, text=True, cwd=ROOT_DIR)
              for _ in range(nodes)]
+    deadline = time.monotonic() + 120
+    while len(list(barrier.glob("ready-*"))) < nodes and time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            break  # one failed: communicate() below shows it
+        time.sleep(0.01)
+    (barrier / "go").touch()
     outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
     return outs
@@ -260,11 +269,11 @@ def run_nodes(bucket, relay, redis_url, relpath, claims, nodes=3):
 
 @pytest.mark.parametrize("claims", [True, False])
 def test_nodes_missing_the_same_pieces_read_each_from_the_store_once(media, bucket, relay,
-                                                                     redis_url, claims):
+                                                                     redis_url, claims, tmp_path):
     relpath = f"scratch/three_nodes_{claims}.mp4"
     data = media.path("h264_moov_end.mp4").read_bytes()
     bucket.upload(BUCKET, {f"train/{relpath}": data})
-    outs = run_nodes(bucket, relay, redis_url, relpath, claims)
+    outs = run_nodes(bucket, relay, redis_url, relpath, claims, tmp_path / "barrier")
     fetched = sum(o["remote_bytes"] for o in outs)
     gets = [p for m, p in relay.forwarded if m == "GET" and relpath in p]
     if claims:
