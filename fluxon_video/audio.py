@@ -23,6 +23,7 @@ import numpy as np
 from fluxon_video.errors import FluxonFsAudioRangeError, FluxonFsConfigError
 from fluxon_video.frames import FrameBatch, shape_of
 from fluxon_video.native import require_audio
+from fluxon_video.renamed import NOT_GIVEN, add_renamed_attributes, renamed_arguments
 from fluxon_video.validation import output_fits, positive_int
 
 # Input samples either side of a resampled span: swresample's default filter
@@ -38,43 +39,59 @@ MAX_SAMPLE_RATE = 768_000
 SAMPLE_EPSILON = 1e-6
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class AudioSpec:
-    """How a read returns audio: ``sample_rate`` and ``channels`` (None: the
+    """How a read returns audio: ``sample_rate`` and ``num_channels`` (None: the
     stream's own); ``pad``: zeros where the span runs outside the stream's
     samples (False: FluxonFsAudioRangeError); ``exact``: bit-exact with the
     CLI's decode from the start (False: seek and pre-roll even where the
     decoder's memory is longer, see docs/audio.md); ``trim``: only the samples
     the stream has, the span cut at its first and last sample instead of
-    padded or refused (torchcodec's AudioDecoder; ``pad`` is not consulted)."""
+    padded or refused (torchcodec's AudioDecoder; ``pad`` is not consulted).
+    (``channels``: the old name of ``num_channels``, deprecated.)"""
 
-    sample_rate: int | None = None
-    channels: int | None = None
-    pad: bool = True
-    exact: bool = True
-    trim: bool = False
+    sample_rate: int | None
+    num_channels: int | None
+    pad: bool
+    exact: bool
+    trim: bool
 
-    def __post_init__(self) -> None:
-        for name in ("sample_rate", "channels"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, positive_int(name, getattr(self, name)))
-        if self.channels is not None and self.channels > 64:
-            raise FluxonFsConfigError(f"channels must be at most 64, got {self.channels}")
+    def __init__(self, sample_rate: int | None = None, num_channels: int | None = None,
+                 pad: bool = True, exact: bool = True, trim: bool = False,
+                 **renamed: int | None) -> None:
+        if renamed:
+            num_channels = renamed_arguments(
+                "AudioSpec", renamed, {"channels": "num_channels"},
+                {"num_channels": NOT_GIVEN if num_channels is None else num_channels}
+            )["num_channels"]
+        for name, value in (("sample_rate", sample_rate), ("num_channels", num_channels)):
+            object.__setattr__(self, name, None if value is None else positive_int(name, value))
+        object.__setattr__(self, "pad", pad)
+        object.__setattr__(self, "exact", exact)
+        object.__setattr__(self, "trim", trim)
+        if self.num_channels is not None and self.num_channels > 64:
+            raise FluxonFsConfigError(
+                f"num_channels must be at most 64, got {self.num_channels}")
         if self.sample_rate is not None and self.sample_rate > MAX_SAMPLE_RATE:
             raise FluxonFsConfigError(
                 f"sample_rate must be at most {MAX_SAMPLE_RATE}, got {self.sample_rate}")
 
 
+add_renamed_attributes(AudioSpec, {"channels": "num_channels"})
+
+
 @dataclass(frozen=True)
 class AudioSamples:
-    """float32 ``(channels, samples)``; sample k lies at ``start_s + k / sample_rate``."""
+    """float32 ``(num_channels, num_samples)``; sample k lies at
+    ``pts_seconds + k / sample_rate``. (``start_s``, ``channels``,
+    ``duration_s``: the old names, deprecated.)"""
 
     data: np.ndarray
-    start_s: float
+    pts_seconds: float
     sample_rate: int
 
     @property
-    def channels(self) -> int:
+    def num_channels(self) -> int:
         return int(self.data.shape[0])
 
     @property
@@ -82,7 +99,7 @@ class AudioSamples:
         return int(self.data.shape[1])
 
     @property
-    def duration_s(self) -> float:
+    def duration_seconds(self) -> float:
         return self.num_samples / self.sample_rate
 
     def to_torch(self) -> Any:
@@ -92,8 +109,12 @@ class AudioSamples:
         return torch.from_numpy(self.data)
 
     def __repr__(self) -> str:
-        return (f"AudioSamples(data={shape_of(self.data)}, start_s={self.start_s:.6g}, "
+        return (f"AudioSamples(data={shape_of(self.data)}, pts_seconds={self.pts_seconds:.6g}, "
                 f"sample_rate={self.sample_rate})")
+
+
+add_renamed_attributes(AudioSamples, {"start_s": "pts_seconds", "channels": "num_channels",
+                                      "duration_s": "duration_seconds"})
 
 
 @dataclass(frozen=True)
@@ -106,7 +127,7 @@ class AVClip:
 
     @property
     def audio_start_s(self) -> float:
-        return self.audio.start_s
+        return self.audio.pts_seconds
 
     @property
     def sample_rate(self) -> int:
@@ -193,7 +214,7 @@ class AudioTrack:
                                       "or reversed")
         native, first = self.sample_rate, self.first_time_s
         rate = spec.sample_rate or native
-        channels = spec.channels or self.channels
+        channels = spec.num_channels or self.channels
         m0 = first_at_or_after(start_s, first, rate)
         m1 = m0 + num_samples if num_samples is not None else max(
             first_at_or_after(end_s, first, rate), m0)

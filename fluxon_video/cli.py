@@ -336,13 +336,13 @@ def _audio_line(audio: dict[str, Any] | None) -> str:
     """metadata.audio in one line, for people."""
     if not audio:
         return "none"
-    line = (f"{audio['codec']}, {audio['sample_rate']} Hz, {audio['channels']} channel"
-            f"{'' if audio['channels'] == 1 else 's'} ({audio['layout']}), stream "
+    line = (f"{audio['codec']}, {audio['sample_rate']} Hz, {audio['num_channels']} channel"
+            f"{'' if audio['num_channels'] == 1 else 's'} ({audio['layout']}), stream "
             f"{audio['stream_index']}")
-    if audio.get("start_s") is not None:
-        line += f", starts at {audio['start_s']} s"
-    if audio.get("duration_s") is not None:
-        line += f", {audio['duration_s']} s"
+    if audio.get("begin_stream_seconds") is not None:
+        line += f", starts at {audio['begin_stream_seconds']} s"
+    if audio.get("duration_seconds") is not None:
+        line += f", {audio['duration_seconds']} s"
     return line
 
 

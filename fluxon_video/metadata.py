@@ -31,17 +31,26 @@ class FluxonFsAudioMetadata:
     stream_index: int               # the container's stream (``ffmpeg -map 0:<it>``)
     codec: str                      # e.g. "aac", "opus", "mp3"
     sample_rate: int                # Hz
-    channels: int
+    num_channels: int
     layout: str                     # FFmpeg's name, e.g. "mono", "stereo", "5.1"
-    start_s: float | None           # the stream's start time as the header gives it
-    duration_s: float | None        # None when the header does not say
+    begin_stream_seconds: float | None  # the stream's start time as the header gives it
+    duration_seconds: float | None  # None when the header does not say
+
+
+add_renamed_attributes(FluxonFsAudioMetadata, {
+    "channels": "num_channels", "start_s": "begin_stream_seconds",
+    "duration_s": "duration_seconds"})
+
+# The index header's names (stored in index blobs: they stay) of the renamed fields.
+_AUDIO_HEADER_NAMES = {"num_channels": "channels", "begin_stream_seconds": "start_s",
+                       "duration_seconds": "duration_s"}
 
 
 def audio_metadata(header: dict[str, Any] | None) -> FluxonFsAudioMetadata | None:
     """The audio metadata of an index header's audio part (None: no audio)."""
     if not header:
         return None
-    return FluxonFsAudioMetadata(**{f.name: header[f.name]
+    return FluxonFsAudioMetadata(**{f.name: header[_AUDIO_HEADER_NAMES.get(f.name, f.name)]
                                     for f in fields(FluxonFsAudioMetadata)})
 
 

@@ -257,8 +257,8 @@ class FluxonFsVideoReader:
         time falls there (a pts within ``tolerance_s`` of a bound is at it), or
         with ``fps`` the frame ``indices_at_times`` names at each
         ``start_seconds + k / fps``. (``start_s=``/``stop_s=``: deprecated.)"""
-        start_s, stop_s = _range(self.get_frames_played_in_range, renamed, start_seconds,
-                                 stop_seconds)
+        start_s, stop_s, _ = _renamed(self.get_frames_played_in_range, renamed, start_seconds,
+                                      stop_seconds, None, audio=False)
         metadata = self.metadata
         times = self.timestamps_s()
         shown = indices_in_range(times, metadata, start_s, stop_s, self.name,
@@ -327,45 +327,51 @@ class FluxonFsVideoReader:
 
     def get_audio_played_in_range(self, start_seconds: float = NOT_GIVEN,
                                   stop_seconds: float = NOT_GIVEN, *,
-                                  sample_rate: int | None = None, channels: int | None = None,
+                                  sample_rate: int | None = None,
+                                  num_channels: int | None = None,
                                   pad_audio: bool = True, exact_audio: bool = True,
-                                  **renamed: float) -> AudioSamples:
-        """float32 ``(channels, samples)`` covering ``[start_seconds, stop_seconds)``
-        on the frames' clock, at ``sample_rate`` / ``channels`` (None: the stream's)."""
-        start_s, stop_s = _range(self.get_audio_played_in_range, renamed, start_seconds,
-                                 stop_seconds)
+                                  **renamed: Any) -> AudioSamples:
+        """float32 ``(num_channels, samples)`` covering ``[start_seconds,
+        stop_seconds)`` on the frames' clock, at ``sample_rate`` / ``num_channels``
+        (None: the stream's)."""
+        start_s, stop_s, channels = _renamed(self.get_audio_played_in_range, renamed,
+                                             start_seconds, stop_seconds, num_channels)
         return self.read_audio(start_s, stop_s, AudioSpec(sample_rate, channels, pad_audio,
                                                           exact_audio))
 
     def get_clip_played_in_range(self, start_seconds: float = NOT_GIVEN,
                                  stop_seconds: float = NOT_GIVEN, *,
                                  fps: float | None = None, sample_rate: int | None = None,
-                                 channels: int | None = None, pad_audio: bool = True,
+                                 num_channels: int | None = None, pad_audio: bool = True,
                                  exact_audio: bool = True,
                                  tolerance_s: float = TIME_TOLERANCE_S,
-                                 **renamed: float) -> AVClip:
+                                 **renamed: Any) -> AVClip:
         """The frames of ``[start_seconds, stop_seconds)`` (as
         ``get_frames_played_in_range``) and the audio of exactly that span; a file
         without video gives no frames."""
-        start_s, stop_s = _range(self.get_clip_played_in_range, renamed, start_seconds,
-                                 stop_seconds)
+        start_s, stop_s, channels = _renamed(self.get_clip_played_in_range, renamed,
+                                             start_seconds, stop_seconds, num_channels)
         frames = (self.get_frames_played_in_range(start_s, stop_s, fps, tolerance_s=tolerance_s)
                   if self.has_video else self._no_frames())
         return AVClip(frames, self.get_audio_played_in_range(
-            start_s, stop_s, sample_rate=sample_rate, channels=channels, pad_audio=pad_audio,
+            start_s, stop_s, sample_rate=sample_rate, num_channels=channels, pad_audio=pad_audio,
             exact_audio=exact_audio))
 
     def get_clip_at(self, indices: Sequence[int] | np.ndarray, *,
-                    sample_rate: int | None = None, channels: int | None = None,
-                    pad_audio: bool = True, exact_audio: bool = True) -> AVClip:
+                    sample_rate: int | None = None, num_channels: int | None = None,
+                    pad_audio: bool = True, exact_audio: bool = True,
+                    **renamed: Any) -> AVClip:
         """The frames at ``indices`` and the audio from the first one's time to
         the end of the last one's display (the span the frames cover)."""
+        channels = renamed_arguments("FluxonFsVideoReader.get_clip_at", renamed,
+                                     {"channels": "num_channels"},
+                                     {"num_channels": num_channels})["num_channels"]
         frames = self.get_frames_at(indices)
         if len(frames) == 0:
             raise FluxonFsFrameIndexError(f"{self.name}: a clip needs at least one frame index")
         start_s, stop_s = frames.span_s()
         return AVClip(frames, self.get_audio_played_in_range(
-            start_s, stop_s, sample_rate=sample_rate, channels=channels, pad_audio=pad_audio,
+            start_s, stop_s, sample_rate=sample_rate, num_channels=channels, pad_audio=pad_audio,
             exact_audio=exact_audio))
 
     @property
@@ -583,11 +589,14 @@ class FluxonFsVideoReader:
                 f"{getattr(self, 'width', '?')}{who} {state}>")
 
 
-def _range(method: Any, renamed: dict[str, float], start: float,
-           stop: float) -> tuple[float, float]:
-    """A range method's (start_seconds, stop_seconds), from the old keyword
-    names too (start_s=, stop_s=: they warn)."""
-    values = renamed_arguments(f"FluxonFsVideoReader.{method.__name__}", renamed,
-                               {"start_s": "start_seconds", "stop_s": "stop_seconds"},
-                               {"start_seconds": start, "stop_seconds": stop})
-    return values["start_seconds"], values["stop_seconds"]
+def _renamed(method: Any, renamed: dict[str, Any], start: float, stop: float,
+             num_channels: int | None, audio: bool = True) -> tuple[float, float, int | None]:
+    """A method's (start_seconds, stop_seconds, num_channels), from the old
+    keyword names too (start_s=, stop_s=, and for audio channels=: they warn)."""
+    renames = {"start_s": "start_seconds", "stop_s": "stop_seconds"}
+    if audio:
+        renames["channels"] = "num_channels"
+    values = renamed_arguments(
+        f"FluxonFsVideoReader.{method.__name__}", renamed, renames,
+        {"start_seconds": start, "stop_seconds": stop, "num_channels": num_channels})
+    return values["start_seconds"], values["stop_seconds"], values["num_channels"]

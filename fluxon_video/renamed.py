@@ -49,7 +49,7 @@ def renamed_arguments(where: str, given: dict[str, Any], renames: dict[str, str]
         new = renames.get(old)
         if new is None:
             raise TypeError(f"{where}() got an unexpected keyword argument {old!r}")
-        if out.get(new, NOT_GIVEN) is not NOT_GIVEN:
+        if out.get(new, NOT_GIVEN) is not NOT_GIVEN and out.get(new) is not None:
             raise TypeError(f"{where}() got {new!r} twice (as {new!r} and as {old!r})")
         _warn(where, f"{old}=", f"{new}=")
         out[new] = value

@@ -104,7 +104,7 @@ class VideoClipDataset(Dataset):
     video's aspect ratio, so videos of mixed shapes batch together. ``audio``
     (time-based clips only) adds each clip's audio, ``round(clip_duration_s *
     rate)`` samples from the clip's start; give ``AudioSpec(sample_rate=...,
-    channels=...)`` so clips of videos with different audio batch together.
+    num_channels=...)`` so clips of videos with different audio batch together.
     ``tolerance_s`` (time-based clips): a sample time within it of a frame's
     pts takes that frame (``reader.indices_at_times``; default 1e-4 s).
 
@@ -424,9 +424,9 @@ class VideoClipDataset(Dataset):
         one with where it starts on the sample grid), padded with zeros."""
         assert self.clip_duration_s is not None
         count = round(self.clip_duration_s * audio.sample_rate)
-        data = np.zeros((audio.channels, count), np.float32)
+        data = np.zeros((audio.num_channels, count), np.float32)
         data[:, :min(count, audio.num_samples)] = audio.data[:, :count]
-        return {"audio": torch.from_numpy(data), "audio_start_s": audio.start_s,
+        return {"audio": torch.from_numpy(data), "audio_start_s": audio.pts_seconds,
                 "sample_rate": audio.sample_rate}
 
 

@@ -291,12 +291,12 @@ def test_resampled_and_remixed_audio_is_the_clis_aresample(audio_media, name):
         with fv.open_video(path) as reader:
             for start_s, stop_s in [(0.0, 0.4), (0.9, 2.2), (2.6, 3.0)]:
                 got = reader.get_audio_played_in_range(start_s, stop_s, sample_rate=rate,
-                                                       channels=channels)
+                                                       num_channels=channels)
                 j0, want = cli.span(start_s, stop_s)
-                assert got.sample_rate == cli.rate and got.channels == channels
+                assert got.sample_rate == cli.rate and got.num_channels == channels
                 # Measured: bit-exact (0.0 max difference) on every file and span here.
                 assert np.array_equal(got.data, want), (name, rate, channels, start_s)
-                assert got.start_s == pytest.approx(float(cli.first + Fraction(j0, cli.rate)))
+                assert got.pts_seconds == pytest.approx(float(cli.first + Fraction(j0, cli.rate)))
 
 
 @pytest.mark.parametrize("name", AUDIO_ONLY)
@@ -456,9 +456,9 @@ def test_a_clip_by_indices_carries_the_audio_of_its_frames(audio_media):
     path = audio_media / "aac_stereo.mp4"
     cli = CliAudio(path, "aresample=16000", "-ac 1")
     with fv.open_video(path, height=32, width=48) as reader:
-        clip = reader.get_clip_at([30, 34, 38], sample_rate=16000, channels=1)
+        clip = reader.get_clip_at([30, 34, 38], sample_rate=16000, num_channels=1)
         times = reader.timestamps_s()
-        assert clip.audio_start_s >= times[30] and clip.audio.duration_s == pytest.approx(
+        assert clip.audio_start_s >= times[30] and clip.audio.duration_seconds == pytest.approx(
             times[39] - times[30], abs=1 / 16000)
         assert np.array_equal(clip.audio.data, cli.span(times[30], times[39])[1])
 
@@ -476,7 +476,7 @@ def test_pool_read_many_returns_each_requests_audio(audio_media, tmp_path):
     (root / "av").mkdir(parents=True)
     for name in names:
         (root / "av" / name).write_bytes((audio_media / name).read_bytes())
-    spec = fv.AudioSpec(sample_rate=16000, channels=1)
+    spec = fv.AudioSpec(sample_rate=16000, num_channels=1)
     with make_patcher(None, root) as patcher, patcher.open_video_reader_pool() as pool:
         requests = [
             fv.FluxonFsVideoReadRequest("train", "av/aac_stereo.mp4", 32, 48, 1, (10, 11, 12),
@@ -515,7 +515,7 @@ def test_dataset_workers_on_a_second_node_read_the_audio_from_the_kv(audio_media
     config.write_text(agent_config_text(root))
     relpaths = [f"av/{name}" for name in names]
     options = dict(clip_duration_s=1.0, fps=8, clips_per_video=2, height=32, width=48, seed=3,
-                   audio=fv.AudioSpec(sample_rate=16000, channels=1))
+                   audio=fv.AudioSpec(sample_rate=16000, num_channels=1))
     clis = {name: CliAudio(audio_media / name, "aresample=16000", "-ac 1") for name in names}
     with AgentProcess(config) as agent:
         with make_patcher(agent.url, root, redis_url) as node_a:
@@ -574,10 +574,34 @@ def test_audio_metadata_is_ffprobes_with_or_without_video(audio_media, name):
                               "start_time,duration")["streams"][0]
     with fv.open_video(path) as reader:
         got = reader.audio_metadata
-    assert (got.stream_index, got.codec, got.sample_rate, got.channels) == (
+    assert (got.stream_index, got.codec, got.sample_rate, got.num_channels) == (
         want["index"], want["codec_name"], int(want["sample_rate"]), want["channels"])
     assert got.layout == want.get("channel_layout", "unknown")
-    for ours, theirs in [(got.start_s, want.get("start_time")), (got.duration_s,
+    for ours, theirs in [(got.begin_stream_seconds, want.get("start_time")), (got.duration_seconds,
                                                                  want.get("duration"))]:
         assert (ours is None) == (theirs is None) and (ours is None or
                                                        abs(ours - float(theirs)) < 1e-6)
+
+
+def test_the_old_audio_names_still_work_and_warn(audio_media):
+    """Renamed to torchcodec's words (issue 37.2): AudioSpec(channels=), the
+    methods' channels=, AudioSamples.start_s/channels/duration_s and the audio
+    metadata's channels/start_s/duration_s read the same values, and warn."""
+    with fv.open_video(audio_media / "m4a_aac.m4a") as reader:
+        with pytest.warns(DeprecationWarning, match="num_channels="):
+            spec = fv.AudioSpec(16000, channels=1)
+        assert spec == fv.AudioSpec(16000, num_channels=1)
+        new = reader.read_audio(0.5, 1.0, spec)
+        with pytest.warns(DeprecationWarning, match="num_channels="):
+            old = reader.get_audio_played_in_range(0.5, 1.0, sample_rate=16000, channels=1)
+        assert np.array_equal(old.data, new.data) and new.num_channels == 1
+        for obj, renames in [(new, {"start_s": "pts_seconds", "channels": "num_channels",
+                                    "duration_s": "duration_seconds"}),
+                             (reader.audio_metadata, {"channels": "num_channels",
+                                                      "start_s": "begin_stream_seconds",
+                                                      "duration_s": "duration_seconds"})]:
+            for old_name, new_name in renames.items():
+                with pytest.warns(DeprecationWarning, match=f"use {new_name}"):
+                    assert getattr(obj, old_name) == getattr(obj, new_name)
+        with pytest.raises(TypeError, match="twice"):
+            fv.AudioSpec(16000, 2, channels=1)

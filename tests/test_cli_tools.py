@@ -435,7 +435,7 @@ def test_doctor_lines_keep_their_causes(tmp_path):
 
 def test_reprs_of_clips_and_batches_show_shapes(av_clip):
     with fv.open_video(av_clip, height=224, width=224) as reader:
-        clip = reader.get_clip_at(list(range(16)), sample_rate=16000, channels=1)
+        clip = reader.get_clip_at(list(range(16)), sample_rate=16000, num_channels=1)
     text = repr(clip)
     assert len(text) < 400, text
     assert "uint8(16, 224, 224, 3)" in text and "float32(1, " in text

@@ -736,10 +736,10 @@ def test_audio_trim_and_spans_past_the_end(media, rate):
     out_rate = rate or 16000
     with fv.open_video(path) as reader:
         tail = reader.read_audio(2.5, 11.0, AudioSpec(sample_rate=rate, trim=True))
-        assert tail.start_s == 2.5 and tail.data.shape == (1, len(cli) - round(2.5 * out_rate))
+        assert tail.pts_seconds == 2.5 and tail.data.shape == (1, len(cli) - round(2.5 * out_rate))
         assert np.array_equal(tail.data[0], cli[round(2.5 * out_rate):])
         head = reader.read_audio(-1.0, 0.5, AudioSpec(sample_rate=rate, trim=True))
-        assert head.start_s == 0.0 and np.array_equal(head.data[0], cli[:out_rate // 2])
+        assert head.pts_seconds == 0.0 and np.array_equal(head.data[0], cli[:out_rate // 2])
         past = reader.read_audio(10.0, 11.0, AudioSpec(sample_rate=rate, trim=True))
         assert past.data.shape == (1, 0)
         padded = reader.read_audio(2.5, 11.0, AudioSpec(sample_rate=rate))

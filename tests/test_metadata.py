@@ -579,9 +579,9 @@ def test_audio_metadata_is_ffprobes(media, stereo_webm, tmp_path, which):
     if expected is None:
         assert audio is None
         return
-    assert (audio.stream_index, audio.codec, audio.sample_rate, audio.channels, audio.layout) == (
+    assert (audio.stream_index, audio.codec, audio.sample_rate, audio.num_channels, audio.layout) == (
         expected["index"], expected["codec_name"], int(expected["sample_rate"]),
         expected["channels"], expected["channel_layout"])
-    assert audio.start_s == pytest.approx(float(expected["start_time"]), abs=1e-3)
+    assert audio.begin_stream_seconds == pytest.approx(float(expected["start_time"]), abs=1e-3)
     if "duration" in expected:
-        assert audio.duration_s == pytest.approx(float(expected["duration"]), abs=1e-3)
+        assert audio.duration_seconds == pytest.approx(float(expected["duration"]), abs=1e-3)

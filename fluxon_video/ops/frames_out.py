@@ -122,9 +122,9 @@ def _write_audio(reader: Any, indices: list[int], audio: AudioOut) -> dict[str, 
     samples = reader.read_audio(start_s, end_s, AudioSpec(audio.sample_rate, audio.channels))
     with _writing(audio.path, "the audio"):
         write_wav(audio.path, samples.data, samples.sample_rate)
-    return {"audio_file": str(audio.path), "start_s": round(float(samples.start_s), 6),
+    return {"audio_file": str(audio.path), "start_s": round(float(samples.pts_seconds), 6),
             "end_s": round(float(end_s), 6), "num_samples": samples.num_samples,
-            "sample_rate": samples.sample_rate, "channels": samples.channels}
+            "sample_rate": samples.sample_rate, "channels": samples.num_channels}
 
 
 def _write_frames(reader: Any, indices: list[int], out: Path, fmt: str,

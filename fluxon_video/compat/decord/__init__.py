@@ -191,7 +191,7 @@ class AVReader:
         rate, count = self._rate, max(stop - first, 0)
         got = self._video._reader.read_audio(first / rate, first / rate, self._spec,
                                              num_samples=count)
-        lead = min(max(round((got.start_s - first / rate) * rate), 0), count)
+        lead = min(max(round((got.pts_seconds - first / rate) * rate), 0), count)
         if lead == 0:
             return got.data
         return np.concatenate([np.zeros((got.data.shape[0], lead), np.float32),

@@ -20,7 +20,6 @@ from fractions import Fraction
 from typing import Any
 
 from fluxon_video.compat._timing import FrameTiming
-from fluxon_video.compat._timing import member as _member
 
 
 def _metadata_repr(self: Any) -> str:
@@ -155,8 +154,7 @@ def video_stream_metadata(reader: Any, timing: FrameTiming) -> VideoStreamMetada
 def audio_stream_metadata(audio: Any) -> AudioStreamMetadata:
     """AudioStreamMetadata of our FluxonFsAudioMetadata (the header's values, as
     torchcodec's AudioDecoder reports them: it does not scan)."""
-    start = _member(audio, "begin_stream_seconds", "start_s")
-    duration = _member(audio, "duration_seconds", "duration_s")
+    start, duration = audio.begin_stream_seconds, audio.duration_seconds
     return AudioStreamMetadata(
         duration_seconds_from_header=duration,
         begin_stream_seconds_from_header=start,
@@ -166,6 +164,6 @@ def audio_stream_metadata(audio: Any) -> AudioStreamMetadata:
         duration_seconds=duration,
         begin_stream_seconds=start if start is not None else 0.0,
         sample_rate=audio.sample_rate,
-        num_channels=_member(audio, "num_channels", "channels"),
+        num_channels=audio.num_channels,
         sample_format=None,
     )

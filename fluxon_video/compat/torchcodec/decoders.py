@@ -375,7 +375,7 @@ class AudioDecoder(OwnsReader):
             self._spec = spec
             self._rate = int(sample_rate or self.metadata.sample_rate)  # type: ignore[arg-type]
             # The stream's first sample's time: a trimmed read from before it starts there.
-            self._first = float(self._reader.read_audio(-1e9, -1e9, spec).start_s)
+            self._first = float(self._reader.read_audio(-1e9, -1e9, spec).pts_seconds)
         except BaseException:
             self.close()
             raise
