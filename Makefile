@@ -113,11 +113,11 @@ bench-multinode: build
 bench-av: build $(BENCH_STAMP)
 	$(PY) bench/av_clips.py $(BENCH_ARGS)
 
-# LeRobot-style shards (~10 min; --quick ~1 min, local only): batches of 16 consecutive
-# rows from multi-episode shards (H.264 and AV1, 2 cameras), fluxon vs the Daft-style
-# batched PyAV reader, per-row opens, SPDL and torchcodec on local files, then fluxon cold
-# and warm vs the PyAV readers through the remote-store model (10 ms, 50 MB/s);
-# writes bench/results/lerobot.{md,json}.
+# LeRobot's own datasets (~20 min; --quick ~3 min, local only): LeRobot 0.6.1 (its own
+# virtualenv under bench/.data, made on first use) writes a v3 dataset (AV1, 2 cameras);
+# its LeRobotDataset (torchcodec, pyav) vs fluxon_video.lerobot's: DataLoader clips and
+# 16-row batches at 0 and 2 workers and plain ds[i], locally, then fluxon through an S3
+# export (10 ms, 50 MB/s) cold and warm; writes bench/results/lerobot.{md,json}.
 bench-lerobot: build $(BENCH_STAMP)
 	$(PY) bench/lerobot.py $(BENCH_ARGS)
 

@@ -1,413 +1,379 @@
-"""LeRobot v3 batches: 16 consecutive dataset rows from episodes packed into one MP4 per camera.
+"""LeRobot's own LeRobotDataset against fluxon_video.lerobot's, on a dataset LeRobot wrote.
 
-LeRobot v3 concatenates many episodes into one shard per camera
-(videos/<camera>/chunk-000/file-000.mp4) and keeps each episode's from_timestamp in
-its episodes metadata; row (episode, frame k) is the frame on screen at
-from_timestamp + k / fps in each camera's shard. Generated here (once, cached under
-<data>/lerobot) with the ffmpeg CLI: two cameras (640x480 and 320x240), N episodes of
-10-30 s (seeded, whole GOPs: a keyframe starts every episode, as in a concatenated
-shard), 30 fps, H.264 (-g 60 -bf 2) and AV1 (libsvtav1 preset 12, -g 60).
+LeRobot 0.6.1 (its own virtualenv, bench/install_peers.py --lerobot-venv) writes, once
+and cached under <data>/lerobot-real, a v3 dataset with LeRobotDataset.create +
+add_frame + save_episode (bench/lerobot_write.py: two cameras, front 480x640 and wrist
+240x320, 30 fps, LeRobot's default AV1 encoding, episodes spread over several shard
+files per camera). Every run is a process of its own (bench/lerobot_client.py) reading
+the same seeded items:
 
-A batch is 16 consecutive rows from a seeded-random start (it may cross into the next
-episode); per camera its 16 frames at 224x224 RGB. Contenders, one thread each:
-- per-row opens (PyAV): per row and camera open the shard, seek, decode forward to
-  the frame, close (a naive dataset's __getitem__);
-- Daft-style batched PyAV: per shard, the batch's times sorted and clustered (targets
-  under 10 s apart), one open per shard, one seek and one forward decode per cluster;
-- fluxon: a reader kept open per shard, ``read_frames_numpy(indices_at_times(times))``;
-- fluxon pool: ``read_many_numpy_with_stats`` with one request per shard (max_workers=1);
-- SPDL: each shard's packets demuxed once, ``sample_decode_video`` per batch at round(t * fps);
-- torchcodec: a ``VideoDecoder`` kept open per shard, ``get_frames_played_at(times)``,
-  and LeRobot's own call ``get_frames_at([round(t * fps) ...])``.
-Then, unless --latency-ms -1, through the remote model (bench/remote.py's store: L ms
-per request, 50 MB/s per connection): fluxon cold (Redis flushed, a new patcher) and warm
-(a new patcher, Redis warm) through the agent, the Daft-style and per-row PyAV readers on
-fsspec HTTP file objects (4 MiB blocks) from the HTTP Range server.
-Frames are checked against the ffmpeg CLI (scale=224:224:flags=bilinear,format=rgb24;
-fluxon bit for bit, peers for identity); the targets come from ffprobe's frame times.
-Batches/s is the median over passes (a pass: opening what it keeps open, then every batch).
-Targets: fluxon >= 2x the Daft-style reader and >= 10x per-row opens, locally and
-remote, cold and warm.
+- clip:   DataLoader, batch 8 random rows, each a 16-frame clip of the front camera
+          (delta_timestamps -15/30 .. 0 s, LeRobot's padding at episode starts), one
+          frame of the wrist camera, state and action; 0 and 2 workers
+- rows16: DataLoader, batches of 16 consecutive rows (both cameras, one frame each);
+          0 and 2 workers
+- plain:  ds[i] for random rows, one process
+
+Contenders: LeRobot's LeRobotDataset with video_backend torchcodec and pyav (local
+files), fluxon_video.lerobot.LeRobotDataset on the local files, and fluxon through an
+S3 export (moto behind bench/range_server.py --proxy: L ms per request, 50 MB/s per
+connection; the agent reads the bucket, Redis in between): cold (Redis flushed) and
+warm (a new process, Redis warm). LeRobot reads no object store, so the S3 rows are
+compared with LeRobot on local files. Every frame is checked against the ffmpeg CLI's
+frame whose pts is nearest to the row's time (from_timestamp + the row's float32
+timestamp, LeRobot's rule), computed here from the parquet tables and ffprobe.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from contenders import SpdlHandle, TorchcodecHandle, open_handle, pyav_frames_at, pyav_open
-from dataset import ffmpeg_make
-from frames import CheckResult, cli_reference, frame_times, needed
-from harness import (add_options, error_text, finish, header, machine, median, num,
-                     publish, report_head, say, scenario_parser, table, times, versions)
-
-H = W = 224
-FPS, ROWS, CLUSTER_S, TOL = 30, 16, 10.0, 1e-6
-CAMERAS = {"observation.images.front": (480, 640), "observation.images.wrist": (240, 320)}
-CODECS = {"h264": ["-c:v", "libx264", "-preset", "veryfast", "-g", "60", "-bf", "2"],
-          "av1": ["-c:v", "libsvtav1", "-preset", "12", "-g", "60"]}
-GOALS = {"Daft-style batched PyAV": 2.0, "per-row opens (PyAV)": 10.0}
-REMOTE_BLOCK = 4 << 20  # fsspec's block for the remote PyAV rows (its default is 5 MiB)
+BENCH = Path(__file__).resolve().parent
+FPS = 30
+FRONT, WRIST = "observation.images.front", "observation.images.wrist"
+CAMERAS = {FRONT: (480, 640), WRIST: (240, 320)}
+CLIP = {FRONT: [(k - 15) / FPS for k in range(16)]}
+RUNS = [("clip", 0), ("clip", 2), ("rows16", 0), ("rows16", 2), ("plain", 0)]
+LOCAL = {"LeRobot (torchcodec)": ("lerobot", "torchcodec"), "LeRobot (pyav)": ("lerobot", "pyav"),
+         "fluxon": ("fluxon", None)}
+REMOTE = ("fluxon S3 cold", "fluxon S3 warm")
+BASE = "LeRobot (torchcodec)"
+GOAL_LOCAL, GOAL_S3 = 1.5, 2.0
 
 
-# ---- the dataset and the workload (pure) ----
+# ---- the dataset, as LeRobot wrote it, and the expected frames ----
 
-def episode_lengths(episodes: int, seed: int) -> list[int]:
-    """Frames per episode: 10-30 s in whole 2 s GOPs, seeded."""
-    rng = random.Random(seed)
-    return [rng.randrange(5, 16) * 2 * FPS for _ in range(episodes)]
+def parquet(paths: list[Path]) -> dict[str, np.ndarray]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-
-def from_timestamps(lengths: list[int]) -> list[float]:
-    """Each episode's start in the shard, as LeRobot's episodes metadata keeps it."""
-    return [float(sum(lengths[:e])) / FPS for e in range(len(lengths))]
+    table = pa.concat_tables([pq.read_table(p) for p in paths])
+    return {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names
+            if not name.startswith("stats/")}
 
 
-def make_batches(lengths: list[int], count: int, seed: int) -> list[list[tuple[int, int]]]:
-    """``count`` batches of ROWS consecutive rows (episode, frame in episode)."""
-    rows = [(e, k) for e, n in enumerate(lengths) for k in range(n)]
-    rng = random.Random(seed + 1)
-    return [rows[s:s + ROWS] for s in (rng.randrange(len(rows) - ROWS + 1) for _ in range(count))]
+def expectations(root: Path) -> dict[str, Any]:
+    """Per row and camera: the video file and the frame LeRobot's rule picks there
+    (nearest pts to from_timestamp + float32 timestamp), and the row's episode bounds."""
+    from frames import frame_times
 
-
-def row_times(batch: list[tuple[int, int]], starts: list[float]) -> list[float]:
-    return [starts[e] + k / FPS for e, k in batch]
-
-
-def clusters(seconds: list[float], gap_s: float = CLUSTER_S) -> list[list[int]]:
-    """Positions of ``seconds`` sorted by time, split where two targets are >= gap_s apart."""
-    out: list[list[int]] = []
-    for pos in sorted(range(len(seconds)), key=lambda p: seconds[p]):
-        if out and seconds[pos] - seconds[out[-1][-1]] < gap_s:
-            out[-1].append(pos)
-        else:
-            out.append([pos])
+    info = json.loads((root / "meta" / "info.json").read_text())
+    eps = parquet(sorted((root / "meta" / "episodes").rglob("*.parquet")))
+    data = parquet(sorted((root / "data").rglob("*.parquet")))
+    order = np.argsort(data["index"])
+    index, episode = data["index"][order], data["episode_index"][order]
+    stamp = data["timestamp"][order].astype(np.float32)
+    assert (index == np.arange(len(index))).all()
+    by_ep = {int(e): k for k, e in enumerate(eps["episode_index"])}
+    files: list[str] = []
+    pts: dict[str, np.ndarray] = {}
+    out: dict[str, Any] = {"fps": info["fps"], "file": {}, "frame": {}, "time": {},
+                           "ep_from": [], "ep_to": []}
+    for cam in CAMERAS:
+        fid, frame, when = [], [], []
+        for row in range(len(index)):
+            k = by_ep[int(episode[row])]
+            rel = info["video_path"].format(
+                video_key=cam, chunk_index=int(eps[f"videos/{cam}/chunk_index"][k]),
+                file_index=int(eps[f"videos/{cam}/file_index"][k]))
+            if rel not in pts:
+                pts[rel] = frame_times(root / rel)
+                files.append(rel)
+            t = float(eps[f"videos/{cam}/from_timestamp"][k]) + float(stamp[row])
+            fid.append(files.index(rel))
+            frame.append(int(np.argmin(np.abs(pts[rel] - t))))
+            when.append(t)
+        out["file"][cam], out["frame"][cam], out["time"][cam] = fid, frame, when
+    for row in range(len(index)):
+        k = by_ep[int(episode[row])]
+        out["ep_from"].append(int(eps["dataset_from_index"][k]))
+        out["ep_to"].append(int(eps["dataset_to_index"][k]))
+    out["files"] = files
+    out["pts_gap_us"] = max(float(np.min(np.abs(pts[files[f]] - t))) * 1e6
+                            for cam in CAMERAS for f, t in zip(out["file"][cam], out["time"][cam]))
+    out["below_pts"] = sum(int(pts[files[f]][i] > t) for cam in CAMERAS for f, i, t in
+                           zip(out["file"][cam], out["frame"][cam], out["time"][cam]))
     return out
 
 
-def make_shards(data: Path, codec: str, lengths: list[int]) -> dict[str, Path]:
-    """One shard per camera (and meta/episodes.json), generated once."""
-    root = data / f"{codec}-{len(lengths)}ep-{sum(lengths)}f"
-    shards = {cam: root / "videos" / cam / "chunk-000" / "file-000.mp4" for cam in CAMERAS}
-    for cam, path in shards.items():
-        if not path.exists():
-            h, w = CAMERAS[cam]
-            say(f"encoding {codec} {w}x{h}, {len(lengths)} episodes, {sum(lengths) / FPS:g} s")
-            ffmpeg_make(path, "-f", "lavfi", "-i", f"testsrc2=size={w}x{h}:rate={FPS}",
-                        "-frames:v", str(sum(lengths)), *CODECS[codec], "-pix_fmt", "yuv420p")
-    starts = from_timestamps(lengths)
-    meta = [{"episode_index": e, "length": n, **{f"videos/{cam}/{k}": v for cam in CAMERAS for
-             k, v in (("chunk_index", 0), ("file_index", 0), ("from_timestamp", starts[e]),
-                      ("to_timestamp", starts[e] + n / FPS))}} for e, n in enumerate(lengths)]
-    (root / "meta").mkdir(exist_ok=True)
-    (root / "meta" / "episodes.json").write_text(json.dumps(meta, indent=1))
-    return shards
+def plans(rows: int, args: Any) -> dict[str, list[list[int]]]:
+    rng = random.Random(args.seed)
+    clip = [[rng.randrange(rows) for _ in range(8)] for _ in range(args.clip_batches)]
+    rows16 = [list(range(s, s + 16)) for s in
+              (rng.randrange(rows - 16) for _ in range(args.row_batches))]
+    plain = [[rng.randrange(rows)] for _ in range(args.plain_items)]
+    return {"clip": clip, "rows16": rows16, "plain": plain}
 
 
-def shard_root(shards: dict[str, Path]) -> Path:
-    """The dataset's root (videos/<camera>/chunk-000/file-000.mp4 lie under it)."""
-    return next(iter(shards.values())).parents[3]
+def needed(expect: dict, plan: dict[str, list[list[int]]]) -> dict[int, set[int]]:
+    """Per file number, the frames the checks compare against (and their neighbours)."""
+    out: dict[int, set[int]] = {}
+    for workload, batches in plan.items():
+        for batch in batches:
+            for row in batch:
+                for cam in CAMERAS:
+                    offs = [round(d * FPS) for d in CLIP.get(cam, [0])] if workload == "clip" \
+                        else [0]
+                    for d in offs:
+                        r = min(max(row + d, expect["ep_from"][row]), expect["ep_to"][row] - 1)
+                        i = expect["frame"][cam][r]
+                        out.setdefault(expect["file"][cam][r], set()).update((i - 1, i, i + 1))
+    return out
 
 
-# ---- contenders: batch(times per camera) -> frames per camera, in row order ----
+# ---- runs ----
 
-def pyav_pick(container: Any, stream: Any, seconds: list[float]) -> list[np.ndarray]:
-    """For each (sorted) time the frame on screen then, from one seek and forward decode."""
-    return pyav_frames_at(container, stream, seconds, H, W, TOL)
-
-
-@contextmanager
-def pyav_opened(shard: Path | str) -> Iterator[tuple[Any, Any]]:
-    """(container, stream) of a shard: a local path, or a URL read through an fsspec
-    HTTP file object (ranged GETs of REMOTE_BLOCK bytes, as Daft-style readers do)."""
-    import fsspec
-
-    f = fsspec.open(shard, "rb", block_size=REMOTE_BLOCK).open() if isinstance(shard, str) \
-        else None
-    container = pyav_open(f if f is not None else shard)
-    try:
-        stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
-        stream.codec_context.thread_count = 1
-        yield container, stream
-    finally:
-        container.close()
-        if f is not None:
-            f.close()
+def run_client(python: Path, spec: dict, work: Path, name: str) -> dict[str, Any]:
+    path = work / f"spec-{name}.json"
+    path.write_text(json.dumps(spec))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "PYTHONPATH": str(BENCH.parent) if spec["impl"] == "fluxon" else "",
+           "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([str(python), str(BENCH / "lerobot_client.py"), str(path)],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or not lines:
+        return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}
+    return json.loads(lines[-1])
 
 
-class PyAVRows:
-    """PyAV on the shards, nothing kept between batches: per camera one open per batch, one
-    seek and forward decode per cluster of its times (Daft-style); ``per_row``: an open,
-    seek and decode per row (a naive dataset's __getitem__)."""
-
-    def __init__(self, shards: dict[str, Any], per_row: bool = False) -> None:
-        self.shards, self.per_row = shards, per_row
-
-    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
-        out = {}
-        for cam, seconds in by_cam.items():
-            frames: list[Any] = [None] * len(seconds)
-            opens = ([[[p]] for p in range(len(seconds))] if self.per_row
-                     else [clusters(seconds)])  # the clusters each open reads
-            for groups in opens:
-                with pyav_opened(self.shards[cam]) as (container, stream):
-                    for group in groups:
-                        for pos, frame in zip(group, pyav_pick(container, stream,
-                                                               [seconds[p] for p in group])):
-                            frames[pos] = frame
-            out[cam] = np.stack(frames)
-        return out
+def median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
 
 
-class Kept:
-    """A reader kept open per shard for the pass (``open``, timed as the pass's open), and
-    ``read(reader, times)`` per batch and camera."""
-
-    def __init__(self, shards: dict[str, Any], open: Callable[[Any], Any],
-                 read: Callable[[Any, list[float]], np.ndarray]) -> None:
-        self.readers, self.read = {cam: open(p) for cam, p in shards.items()}, read
-
-    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
-        return {cam: self.read(self.readers[cam], t) for cam, t in by_cam.items()}
-
-    def close(self) -> None:
-        for reader in self.readers.values():
-            reader.close()
-
-
-def fluxon_read(reader: Any, seconds: list[float]) -> np.ndarray:
-    return reader.read_frames_numpy(reader.indices_at_times(seconds))
-
-
-def rounded(seconds: list[float]) -> list[int]:
-    """LeRobot's own frame indices: round(t * fps)."""
-    return [round(t * FPS) for t in seconds]
-
-
-def torchcodec(path: Path) -> TorchcodecHandle:
-    return TorchcodecHandle(path, H, W, 1)
-
-
-class FluxonPool:
-    def __init__(self, shards: dict[str, Path]) -> None:
-        import fluxon_video as fv
-        from stores import make_patcher, store
-
-        root = shard_root(shards)
-        self.fv, self.rel = fv, {cam: str(p.relative_to(root)) for cam, p in shards.items()}
-        self.patcher = make_patcher(store("lerobot", root, None, None))
-        self.pool = self.patcher.open_video_reader_pool()
-        self.times = {}  # each shard's frame times: the index, read once per shard
-        for cam, rel in self.rel.items():
-            with self.patcher.open_video_reader("lerobot", rel, H, W) as reader:
-                self.times[cam] = (reader.timestamps_s(), reader.metadata)
-
-    def batch(self, by_cam: dict[str, list[float]]) -> dict[str, np.ndarray]:
-        from fluxon_video.metadata import indices_at_times
-
-        requests = [self.fv.FluxonFsVideoReadRequest(
-            "lerobot", self.rel[cam], H, W, 1, tuple(indices_at_times(*self.times[cam], t)))
-            for cam, t in by_cam.items()]
-        results = self.pool.read_many_numpy_with_stats(requests, max_workers=1)
-        return {cam: r.frames for cam, r in zip(by_cam, results)}
-
-    def close(self) -> None:
-        self.pool.close()
-        self.patcher.close()
-
-
-# Through the remote model (stores.PassModel): fluxon cold and warm through the agent and
-# Redis, PyAV on fsspec HTTP file objects from the HTTP Range server.
-REMOTE_ROWS = ("fluxon cold", "fluxon warm", "Daft-style batched PyAV", "per-row opens (PyAV)")
-
-
-def remote_opener(model: Any, row: str, shards: dict[str, Path]) -> Callable[[], Any]:
-    """A pass's contender on the remote model (its patcher made, untimed): fluxon reads
-    the shards' relpaths (a reader per shard, opened by the pass's patcher), PyAV their
-    URLs."""
-    rel = {cam: str(p.resolve().relative_to(model.video_dir)) for cam, p in shards.items()}
-    patcher = model.start_pass(row)
-    if patcher is not None:
-        return lambda: Kept(rel, lambda r: patcher.open_video_reader("lerobot", r, H, W),
-                            fluxon_read)
-    return lambda: CONTENDERS[row]({cam: model.url(r) for cam, r in rel.items()})
-
-
-# name -> the pass's contender on the local shards: batch(times per camera) -> frames per
-# camera, in row order. SPDL (contenders.SpdlHandle, the reference's own scale filter):
-# each shard's packets demuxed once, then sample_decode_video per batch.
-CONTENDERS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "fluxon": lambda shards: Kept(shards, lambda p: open_handle("fluxon", p, H, W, 1).reader,
-                                  fluxon_read),
-    "fluxon pool.read_many": FluxonPool,
-    "Daft-style batched PyAV": PyAVRows,
-    "per-row opens (PyAV)": lambda shards: PyAVRows(shards, per_row=True),
-    "SPDL sample_decode_video(round(t·fps))": lambda shards: Kept(
-        shards, lambda p: SpdlHandle(p, H, W, 1), lambda h, t: h.read(rounded(t))),
-    "torchcodec get_frames_played_at": lambda shards: Kept(
-        shards, torchcodec, lambda h, t: h.decoder.get_frames_played_at(t).data.numpy()),
-    "torchcodec get_frames_at(round(t·fps))": lambda shards: Kept(
-        shards, torchcodec, lambda h, t: h.decoder.get_frames_at(rounded(t)).data.numpy())}
-TIME_NOTE = ("A row's time from_timestamp + k / fps, summed in floats, can fall one ulp below "
-             "the frame's pts (20.0 + 166 / 30 < 766 / 30): the PyAV rows allow 1 µs, fluxon's "
-             "indices_at_times takes the nearest frame within 1e-4 s; torchcodec's get_frames_played_at allows none and returns "
-             "the frame before. LeRobot itself calls torchcodec with round(t · fps) indices.")
-
-
-def run_pass(name: str, opener: Callable[[], Any], work: list[dict[str, list[float]]],
-             targets: list[dict[str, list[int]]], refs: dict) -> dict[str, Any]:
-    """One pass: the contender opened (``opener``, timed), then every batch, checked."""
-    check = CheckResult(exact_required=name.startswith("fluxon"))
-    batch_ms, errors, handle = [], [], None
-    t0 = time.perf_counter()
-    try:
-        handle = opener()
-        open_ms = (time.perf_counter() - t0) * 1e3
-        for by_cam, want in zip(work, targets):
-            t0 = time.perf_counter()
-            frames = handle.batch(by_cam)
-            batch_ms.append((time.perf_counter() - t0) * 1e3)
-            for cam, got in frames.items():
-                check.add(np.asarray(got), want[cam], refs[cam])
-    except Exception as exc:  # noqa: BLE001 - a failing contender is a finding
-        errors.append(error_text(exc))
-        open_ms = 0.0
-    finally:
-        if hasattr(handle, "close"):
-            handle.close()
-    total = sum(batch_ms) + open_ms
-    return {"open_ms": open_ms, "batch_ms": batch_ms, "check": check.as_dict(), "errors": errors,
-            "batches_per_s": len(batch_ms) / (total / 1e3) if batch_ms and not errors else None}
-
-
-def summary(name: str, passes: list[dict]) -> dict[str, Any]:
-    errors = [e for p in passes for e in p["errors"]]
-    check = passes[-1]["check"]
-    return {"contender": name, "passes": passes, "errors": errors,
-            "batches_per_s": median(p["batches_per_s"] for p in passes if p["batches_per_s"]),
-            "ms_per_batch": median(ms for p in passes for ms in p["batch_ms"]),
-            "open_ms": median(p["open_ms"] for p in passes),
-            "ok": not errors and all(p["check"]["ok"] for p in passes),
-            "verdict": f"FAILED: {errors[0]}" if errors else next(
-                (p["check"]["verdict"] for p in passes if not p["check"]["ok"]), check["verdict"])}
-
-
-def ratios(rows: list[dict], fluxon: str = "fluxon") -> dict[str, float | None]:
-    """The ``fluxon`` row's batches/s over each contender's."""
-    fx = next((r["batches_per_s"] for r in rows if r["contender"] == fluxon and r["ok"]), None)
-    return {r["contender"]: fx / r["batches_per_s"] if fx and r["batches_per_s"] else None
-            for r in rows}
-
-
-def goal_rows(codec: str, rows: list[dict], fluxon: str = "fluxon") -> list[list[str]]:
-    r = ratios(rows, fluxon)
-    return [[codec, f"{fluxon} ÷ {name} >= {goal:g}×", times(r.get(name)),
-             "n/a" if r.get(name) is None else "met" if r[name] >= goal else "missed"]
-            for name, goal in GOALS.items()]
-
-
-def render(results: dict) -> str:
-    s = results["settings"]
-    out = [*report_head("LeRobot v3 batches (bench/lerobot.py)", results),
-           f"{s['episodes']} episodes ({', '.join(f'{n // FPS}' for n in results['lengths'])} s) "
-           f"packed into one shard per camera ({', '.join(f'{w}x{h}' for h, w in CAMERAS.values())})"
-           f", {FPS} fps; {s['batches']} batches of {ROWS} consecutive rows, {len(CAMERAS)} "
-           f"cameras ({ROWS * len(CAMERAS)} frames per batch, {H}x{W} RGB); median of "
-           f"{s['repeat']} passes, a pass including its opens. Ratio: fluxon's batches/s over "
-           "the row's.", ""]
-    goals = []
-    for codec, rows in results["codecs"].items():
-        remote = results.get("remote", {}).get(codec, [])
-        fluxons = ("fluxon",) if not remote else ("fluxon", "fluxon cold", "fluxon warm")
-        for title, group, names in ((codec, rows, fluxons[:1]),
-                                    (f"{codec}, remote model", remote, fluxons[1:])):
-            if not group:
-                continue
-            r = {name: ratios(group, name) for name in names}
-            out += [f"## {title}", "", table(
-                ["contender", "batches/s", "ms/batch (median)", "open ms",
-                 *(f"{name} ×" for name in names), "frames"],
-                [[x["contender"], num(x["batches_per_s"]), num(x["ms_per_batch"], 1),
-                  num(x["open_ms"], 1), *(times(r[name][x["contender"]]) for name in names),
-                  x["verdict"][:70]] for x in group]), ""]
-            goals += [g for name in names for g in goal_rows(codec, group, name)]
-    if results.get("remote"):
-        out += [f"Remote model: bench/remote.py's store, L = {s['latency_ms']:g} ms per request "
-                f"and 50 MB/s per connection; PyAV reads fsspec HTTP file objects "
-                f"({REMOTE_BLOCK >> 20} MiB blocks); fluxon cold: Redis flushed and a new "
-                "patcher before the pass, warm: a new patcher, Redis warm.", ""]
-    out += ["## Targets", "", table(["codec", "target", "measured", "status"], goals), ""]
-    out += [f"- {n}" for n in results.get("notes", [])]
-    return "\n".join(out).rstrip() + "\n"
+def summarise(passes: list[dict]) -> dict[str, Any]:
+    ok = [p for p in passes if "error" in p and False or "items_per_s" in p]
+    if not ok:
+        return {"error": passes[0].get("error", "?"), "passes": passes}
+    check = ok[-1]["check"]
+    for p in ok[:-1]:
+        for k, v in p["check"].items():
+            check[k] = max(check[k], v) if k != "frames" else check[k]
+    return {"items_per_s": median([p["items_per_s"] for p in ok]),
+            "main_mib": max(p["rss"]["main_mib"] for p in ok),
+            "worker_mib": max((max(p["rss"]["workers_mib"], default=0) for p in ok),
+                              default=0) or None,
+            "check": check, "examples": ok[-1]["examples"], "passes": passes}
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = scenario_parser("lerobot.py", __doc__, "3 episodes, 4 batches",
+    from harness import (add_options, finish, header, machine, publish, say, scenario_parser,
+                         versions)
+
+    ap = scenario_parser("lerobot.py", __doc__, "4 episodes, a few batches",
                          "lerobot.md and lerobot.json")
     full, quick = add_options(ap, [
-        ("--episodes", int, 8, 3, "episodes per shard"),
-        ("--batches", int, 12, 4, "batches of 16 rows"),
-        ("--repeat", int, 2, "passes per contender"),
-        ("--codecs", str, "h264,av1", "codecs, comma-separated (h264, av1)"),
-        ("--seed", int, 7, "seed of the episode lengths and the batch starts"),
-        ("--latency-ms", float, 10.0, -1.0, "the remote model's latency per request (-1: local "
-                                             "only)")])
-    args = finish(ap, ap.parse_args(argv), full, quick, ("episodes", "batches", "repeat"))
+        ("--episodes", int, 12, 4, "episodes LeRobot writes"),
+        ("--clip-batches", int, 10, 2, "clip batches of 8 rows"),
+        ("--row-batches", int, 20, 3, "batches of 16 consecutive rows"),
+        ("--plain-items", int, 40, 12, "ds[i] items"),
+        ("--repeat", int, 2, 1, "timed runs per row (median; interleaved)"),
+        ("--seed", int, 7, "seed of the episodes and the items"),
+        ("--latency-ms", float, 10.0, -1.0, "the S3 model's latency per request (-1: local "
+                                             "only)"),
+        ("--runs", str, ",".join(f"{w}:{n}" for w, n in RUNS),
+         "workload:workers pairs to run, comma-separated")])
+    args = finish(ap, ap.parse_args(argv), full, quick, ("episodes", "repeat"))
+    runs = [(w, int(n)) for w, n in (r.split(":") for r in args.runs.split(","))]
+    if any(r not in RUNS for r in runs):
+        ap.error(f"--runs: choose among {','.join(f'{w}:{n}' for w, n in RUNS)}")
     if args.render:
         return publish(args, "lerobot", render)
     t_start = time.perf_counter()
-    lengths = episode_lengths(args.episodes, args.seed)
-    starts = from_timestamps(lengths)
-    work = [{cam: row_times(b, starts) for cam in CAMERAS}
-            for b in make_batches(lengths, args.batches, args.seed)]
-    codecs, remote, notes = {}, {}, [TIME_NOTE]
-    import av, fluxon_video, torchcodec.decoders  # noqa: E401, F401 - imports not timed
-    for codec in args.codecs.split(","):
-        shards = make_shards(args.data / "lerobot", codec, lengths)
-        say(f"{codec}: the targets (ffprobe) and reference frames (the ffmpeg CLI)")
-        ptimes = {cam: frame_times(p) for cam, p in shards.items()}
-        targets = [{cam: (np.searchsorted(ptimes[cam], np.asarray(t) + TOL, "right") - 1).tolist()
-                    for cam, t in by_cam.items()} for by_cam in work]
-        refs = {cam: cli_reference(p, H, W, needed(t[cam] for t in targets))
-                for cam, p in shards.items()}
-        codecs[codec] = []
-        for name in CONTENDERS:
-            say(f"{codec}: {name}")
-            passes = [run_pass(name, lambda: CONTENDERS[name](shards), work, targets, refs)
-                      for _ in range(args.repeat)]
-            codecs[codec].append(summary(name, passes))
-        if args.latency_ms >= 0:
-            from stores import PassModel
+    from install_peers import install_lerobot
 
-            model = PassModel(args.data / "lerobot-remote", "lerobot", shard_root(shards),
-                              args.latency_ms)
-            try:
-                for name in REMOTE_ROWS:
-                    say(f"{codec}, remote model: {name}")
-                    passes = [run_pass(name, remote_opener(model, name, shards), work, targets,
-                                       refs) for _ in range(args.repeat)]
-                    remote.setdefault(codec, []).append(summary(name, passes))
-            finally:
-                model.stop()
-        notes.append(f"{codec} shards: " + ", ".join(
-            f"{p.stat().st_size / 2**20:.1f} MiB" for p in shards.values()))
-    results = {**header("lerobot.py", argv, time.perf_counter() - t_start, args),
-               "machine": machine(), "versions": versions(), "lengths": lengths,
-               "batches": [[list(r) for r in b] for b in
-                           make_batches(lengths, args.batches, args.seed)],
-               "codecs": codecs, "remote": remote, "notes": notes}
-    publish(args, "lerobot", render, results)
+    load_start = os.getloadavg()[0]
+    notes: list[str] = []
+    say("LeRobot's virtualenv")
+    lerobot_py = install_lerobot(args.data / "venv-lerobot")
+    if lerobot_py is None:
+        sys.exit("bench: LeRobot did not install (see above)")
+    root = args.data / "lerobot-real" / f"ds-{args.episodes}ep-s{args.seed}"
+    if not (root / "meta" / "info.json").exists():
+        say(f"LeRobot writes {args.episodes} episodes to {root}")
+        proc = subprocess.run([str(lerobot_py), str(BENCH / "lerobot_write.py"), str(root),
+                               "--episodes", str(args.episodes), "--seed", str(args.seed),
+                               "--video-mb", "4"], capture_output=True, text=True,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        if proc.returncode:
+            sys.exit(f"bench: LeRobot could not write the dataset: {proc.stderr[-2000:]}")
+        (root.parent / f"{root.name}.json").write_text(proc.stdout.strip().splitlines()[-1])
+    written = json.loads((root.parent / f"{root.name}.json").read_text())
+    say("expected frames (parquet + ffprobe) and the CLI's reference frames")
+    expect = expectations(root)
+    plan = plans(len(expect["ep_from"]), args)
+    work = args.data / "lerobot-real" / "work"
+    refs = work / f"refs-{root.name}-{args.seed}-{args.clip_batches}-{args.row_batches}-" \
+                  f"{args.plain_items}"
+    if not (refs / "done").exists():
+        from frames import references
+
+        refs.mkdir(parents=True, exist_ok=True)
+        info = json.loads((root / "meta" / "info.json").read_text())["features"]
+        jobs = {}
+        for fid, frames in needed(expect, plan).items():
+            rel = expect["files"][fid]
+            h, w = info[rel.split("/")[1]]["shape"][:2]
+            jobs[fid] = (root / rel, h, w, sorted(i for i in frames if i >= 0))
+        for fid, ref in references(jobs, 2).items():
+            ref.save(refs / f"{fid}.npz")
+        (refs / "done").touch()
+    lerobot_ver = subprocess.run([str(lerobot_py), "-c", "import lerobot, torch, torchcodec, av; "
+                                  "print(lerobot.__version__, torch.__version__, "
+                                  "torchcodec.__version__, av.__version__)"],
+                                 capture_output=True, text=True, cwd="/").stdout.split()
+
+    def spec(impl: str, backend: str | None, workload: str, workers: int,
+             root_arg: str, fx: dict | None = None) -> dict:
+        return {"impl": impl, "backend": backend, "repo_id": "fluxon/bench", "root": root_arg,
+                "fx": fx, "delta": CLIP if workload == "clip" else None, "workload": workload,
+                "workers": workers, "batches": plan[workload], "cameras": list(CAMERAS),
+                "refs": str(refs), "expect": expect}
+
+    results: dict[str, dict[str, Any]] = {}
+    for workload, workers in runs:
+        key = f"{workload} w{workers}"
+        results[key] = {}
+        passes: dict[str, list] = {name: [] for name in LOCAL}
+        for _ in range(args.repeat):
+            for name, (impl, backend) in LOCAL.items():  # interleaved
+                say(f"{key}: {name}")
+                py = lerobot_py if impl == "lerobot" else Path(sys.executable)
+                passes[name].append(run_client(py, spec(impl, backend, workload, workers,
+                                                        str(root.resolve())), work, "local"))
+        for name in LOCAL:
+            results[key][name] = summarise(passes[name])
+    if args.latency_ms >= 0:
+        from stores import RemoteStore
+
+        names = [str(p.relative_to(root.parent)) for p in sorted(root.rglob("*")) if p.is_file()]
+        say(f"S3 export: {len(names)} files into moto, {args.latency_ms:g} ms per request")
+        s3work = work / "s3"
+        s3work.mkdir(parents=True, exist_ok=True)
+        store = RemoteStore(s3work, "lerobot", root.parent, 50.0, s3=names)
+        try:
+            store.set_latency(args.latency_ms)
+            for workload, workers in runs:
+                key = f"{workload} w{workers}"
+                passes = {name: [] for name in REMOTE}
+                for _ in range(args.repeat):
+                    for name in REMOTE:
+                        if name.endswith("cold"):
+                            store.flush()
+                        say(f"{key}: {name}")
+                        passes[name].append(run_client(Path(sys.executable), spec(
+                            "fluxon", None, workload, workers, f"lerobot:{root.name}",
+                            store.fx()), work, "s3"))
+                for name in REMOTE:
+                    results[key][name] = summarise(passes[name])
+        finally:
+            store.stop()
+    notes.append(f"LeRobot-written dataset: {written['rows']} rows, {written['episodes']} "
+                 f"episodes; shard files per camera: " + ", ".join(
+                     f"{cam.rsplit('.', 1)[-1]} {len(v)}" for cam, v in written["shards"].items())
+                 + f"; written in {written['seconds']} s")
+    notes.append(f"Row times below their frame's pts: {expect['below_pts']} of "
+                 f"{len(CAMERAS) * len(expect['ep_from'])} (row, camera) times; the largest gap "
+                 f"to the nearest pts {expect['pts_gap_us']:.2f} µs")
+    notes.append(f"Load average (1 min) at the start {load_start:.1f}, at the end "
+                 f"{os.getloadavg()[0]:.1f}, on {os.cpu_count()} cores shared with other work")
+    out = {**header("lerobot.py", argv, time.perf_counter() - t_start, args),
+           "machine": machine(), "versions": versions(),
+           "lerobot_versions": dict(zip(("lerobot", "torch", "torchcodec", "av"), lerobot_ver)),
+           "dataset": {k: v for k, v in written.items() if k != "root"},
+           "runs": results, "notes": notes}
+    publish(args, "lerobot", render, out)
+
+
+# ---- the report ----
+
+UNITS = {"clip": "items/s", "rows16": "rows/s", "plain": "items/s"}
+WHAT = {"clip w0": "clip, 0 workers", "clip w2": "clip, 2 workers",
+        "rows16 w0": "16 consecutive rows, 0 workers", "rows16 w2": "16 consecutive rows, 2 workers",
+        "plain w0": "plain ds[i]"}
+
+
+def fmt(x: float | None, d: int = 1) -> str:
+    return "—" if x is None else f"{x:.{d}f}"
+
+
+def render(res: dict) -> str:
+    from harness import report_head, table
+
+    s = res["settings"]
+    runs = res["runs"]
+    names = list(dict.fromkeys(n for r in runs.values() for n in r))
+    out = [*report_head("LeRobot's LeRobotDataset vs fluxon_video.lerobot (bench/lerobot.py)",
+                        res),
+           "LeRobot side: " + ", ".join(f"{k} {v}" for k, v in res["lerobot_versions"].items())
+           + " (its own virtualenv, see bench/README.md).", "",
+           f"Items: clip = batches of 8 random rows, 16 frames of the front camera "
+           f"(delta_timestamps) + 1 of the wrist camera + state/action ({s['clip_batches']} "
+           f"batches); rows16 = batches of 16 consecutive rows, both cameras "
+           f"({s['row_batches']} batches); plain = ds[i] ({s['plain_items']} items). "
+           f"Throughput: items (rows) per second of one epoch, DataLoader start-up included, "
+           f"dataset construction excluded; median of {s['repeat']} run(s). S3 rows: moto "
+           f"behind the latency proxy at {s['latency_ms']:g} ms per request and 50 MB/s per "
+           "connection, read through the agent and Redis; ratios against LeRobot "
+           "(torchcodec) on the local files.", ""]
+    rows = []
+    for key, r in runs.items():
+        base = r.get(BASE, {}).get("items_per_s")
+        for name in names:
+            x = r.get(name)
+            if x is None:
+                continue
+            if "error" in x:
+                rows.append([WHAT[key], name, "FAILED: " + x["error"][:80], "", "", "", ""])
+                continue
+            c = x["check"]
+            ratio = x["items_per_s"] / base if base else None
+            rows.append([WHAT[key], name, fmt(x["items_per_s"], 2),
+                         "—" if ratio is None else f"{ratio:.2f}×",
+                         fmt(x["main_mib"], 0), fmt(x["worker_mib"], 0),
+                         f"{c['frames']} checked: {c['exact']} exact, {c['right']} right, "
+                         f"{c['wrong']} wrong" + (f", {c['pad_flags_wrong']} bad pad flags"
+                                                  if c.get("pad_flags_wrong") else "")])
+    out += [table(["workload", "contender", "items/s", "÷ LeRobot (torchcodec)",
+                   "peak RSS main MiB", "peak RSS per worker MiB", "frames vs ffmpeg CLI"],
+                  rows), ""]
+    goals = []
+    wrong = sum(x["check"]["wrong"] for r in runs.values() for n, x in r.items()
+                if n.startswith("fluxon") and "check" in x)
+    goals.append(["0 wrong frames (fluxon, every row)", f"{wrong} wrong",
+                  "met" if wrong == 0 else "missed"])
+    for key, r in runs.items():
+        base = r.get(BASE, {}).get("items_per_s")
+        for name, goal in (("fluxon", GOAL_LOCAL), ("fluxon S3 cold", GOAL_S3)):
+            x = r.get(name, {})
+            if base and x.get("items_per_s"):
+                ratio = x["items_per_s"] / base
+                goals.append([f"{name} ≥ {goal:g}× LeRobot (torchcodec), {WHAT[key]}",
+                              f"{ratio:.2f}×", "met" if ratio >= goal else "missed"])
+        lr, fx = r.get(BASE, {}), r.get("fluxon", {})
+        side = "worker_mib" if key.endswith("w2") else "main_mib"
+        if lr.get(side) and fx.get(side):
+            goals.append([f"fluxon peak RSS ≤ LeRobot's ({'per worker' if side == 'worker_mib' else 'main process'}), {WHAT[key]}",
+                          f"{fx[side]:.0f} vs {lr[side]:.0f} MiB",
+                          "met" if fx[side] <= lr[side] else "missed"])
+    out += ["## Goals", "", table(["goal", "measured", "status"], goals), ""]
+    examples = [f"{n} ({WHAT[k]}): {e}" for k, r in runs.items() for n, x in r.items()
+                for e in x.get("examples", [])[:2]]
+    if examples:
+        out += ["Wrong frames, first of each row:", "", *[f"- {e}" for e in examples], ""]
+    out += [f"- {n}" for n in res.get("notes", [])]
+    return "\n".join(out).rstrip() + "\n"
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(BENCH))
     main()

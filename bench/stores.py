@@ -190,8 +190,8 @@ class RemoteStore:
 
 class PassModel(RemoteStore):
     """bench/remote.py's store at L ms per request and 50 MB/s per connection, for the
-    scenarios that read their whole workload through it once per pass (bench/av_clips.py,
-    bench/lerobot.py): fluxon through the agent and Redis ("fluxon cold": Redis flushed,
+    scenarios that read their whole workload through it once per pass (bench/av_clips.py):
+    fluxon through the agent and Redis ("fluxon cold": Redis flushed,
     then a new patcher; "fluxon warm": a new patcher, Redis warm), the peers from the
     HTTP Range server (``url``)."""
 
