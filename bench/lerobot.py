@@ -151,7 +151,7 @@ def median(values: list[float]) -> float | None:
 
 
 def summarise(passes: list[dict]) -> dict[str, Any]:
-    ok = [p for p in passes if "error" in p and False or "items_per_s" in p]
+    ok = [p for p in passes if "items_per_s" in p]  # the passes that ran and were checked
     if not ok:
         return {"error": passes[0].get("error", "?"), "passes": passes}
     check = ok[-1]["check"]

@@ -217,39 +217,35 @@ def test_av_audio_verdict_names_exact_shifted_and_broken_audio():
     assert audio_verdict(broken, start, truth)["shift"] is None
 
 
-def test_lerobot_batches_rows_times_and_clusters():
-    from lerobot import (FPS, ROWS, clusters, episode_lengths, from_timestamps, make_batches,
-                         ratios, row_times)
+def test_lerobot_plans_and_summaries():
+    """bench/lerobot.py's workloads are seeded, of the sizes asked, 16 consecutive
+    rows in rows16; a row's summary is the median of the passes that ran."""
+    from types import SimpleNamespace
 
-    lengths = episode_lengths(5, seed=7)
-    assert lengths == episode_lengths(5, seed=7)  # seeded
-    assert all(10 * FPS <= n <= 30 * FPS and n % (2 * FPS) == 0 for n in lengths)
-    starts = from_timestamps(lengths)
-    assert starts[0] == 0.0 and starts[2] == (lengths[0] + lengths[1]) / FPS
-    for batch in make_batches(lengths, 20, seed=7):
-        assert len(batch) == ROWS
-        times = row_times(batch, starts)
-        assert np.allclose(np.diff(times), 1 / FPS)  # consecutive rows, even across episodes
-    # Times sorted and split where two targets are 10 s or more apart.
-    assert clusters([32.0, 1.0, 1.5, 12.0, 21.9]) == [[1, 2], [3, 4], [0]]
-    assert clusters([]) == []
-    rows = [{"contender": "fluxon", "batches_per_s": 10.0, "ok": True},
-            {"contender": "per-row opens (PyAV)", "batches_per_s": 0.5, "ok": True},
-            {"contender": "broken", "batches_per_s": None, "ok": False}]
-    assert ratios(rows) == {"fluxon": 1.0, "per-row opens (PyAV)": 20.0, "broken": None}
-    remote = [{"contender": "fluxon warm", "batches_per_s": 6.0, "ok": True},
-              {"contender": "Daft-style batched PyAV", "batches_per_s": 2.0, "ok": True}]
-    assert ratios(remote, "fluxon warm")["Daft-style batched PyAV"] == 3.0
-    from lerobot import goal_rows
-    assert goal_rows("h264", remote, "fluxon warm") == [
-        ["h264", "fluxon warm ÷ Daft-style batched PyAV >= 2×", "3.00×", "met"],
-        ["h264", "fluxon warm ÷ per-row opens (PyAV) >= 10×", "–", "n/a"]]
+    from lerobot import plans, summarise
+
+    args = SimpleNamespace(seed=7, clip_batches=3, row_batches=4, plain_items=5)
+    plan = plans(100, args)
+    assert plan == plans(100, args)  # seeded
+    assert [len(plan[k]) for k in ("clip", "rows16", "plain")] == [3, 4, 5]
+    assert all(len(batch) == 8 and all(0 <= r < 100 for r in batch) for batch in plan["clip"])
+    assert all(batch == list(range(batch[0], batch[0] + 16)) and batch[-1] < 100
+               for batch in plan["rows16"])
+    check = {"frames": 16, "wrong": 0, "pad_wrong": 0}
+    passes = [{"items_per_s": v, "rss": {"main_mib": m, "workers_mib": w}, "check": dict(check),
+               "examples": []}
+              for v, m, w in ((10.0, 500, [300, 310]), (30.0, 520, [290]), (20.0, 480, []))]
+    summary = summarise(passes + [{"error": "boom"}])
+    assert summary["items_per_s"] == 20.0 and summary["main_mib"] == 520
+    assert summary["worker_mib"] == 310
+    assert summarise([{"error": "boom"}])["error"] == "boom"
 
 
 def test_lerobot_help():
     out = subprocess.run([sys.executable, str(BENCH / "lerobot.py"), "--help"], check=True,
                          capture_output=True, text=True).stdout
-    for option in ("--quick", "--episodes", "--batches", "--codecs", "--out", "--latency-ms"):
+    for option in ("--quick", "--episodes", "--clip-batches", "--row-batches", "--plain-items",
+                   "--runs", "--out", "--latency-ms"):
         assert option in out
 
 
