@@ -176,12 +176,27 @@ def test_a_full_connection_table_is_a_503_with_retry_after_never_a_404(config_pa
     answers: list[tuple[int, bytes, dict[str, str]] | BaseException] = []
     lock = threading.Lock()
 
+    closed_unanswered: list[BaseException] = []
+
     def client() -> None:
-        try:
-            answer: tuple[int, bytes, dict[str, str]] | BaseException = get(agent, stat_query(),
-                                                                             timeout=20)
-        except Exception as exc:  # noqa: BLE001 - reported below
-            answer = exc
+        # A connection still idle when another client's request needs its place
+        # is closed by design (idle ones cannot keep out a request); on a loaded
+        # host a client can be that slow between its connect and its send. It
+        # gets no answer, and our client retries such a close (the agent retry
+        # window): once, here, and counted.
+        for attempt in range(2):
+            try:
+                answer: tuple[int, bytes, dict[str, str]] | BaseException = get(
+                    agent, stat_query(), timeout=20)
+            except http.client.RemoteDisconnected as exc:
+                if attempt == 0:
+                    with lock:
+                        closed_unanswered.append(exc)
+                    continue
+                answer = exc
+            except Exception as exc:  # noqa: BLE001 - reported below
+                answer = exc
+            break
         with lock:
             answers.append(answer)
 
@@ -196,6 +211,7 @@ def test_a_full_connection_table_is_a_503_with_retry_after_never_a_404(config_pa
         agent.stop()
     failures = [a for a in answers if isinstance(a, BaseException)]
     assert not failures, failures[:3]
+    assert len(closed_unanswered) <= 7, closed_unanswered[:3]  # a few slow starters at most
     statuses = [a[0] for a in answers if not isinstance(a, BaseException)]
     assert len(statuses) == 70 and set(statuses) == {200, 503}, statuses
     assert statuses.count(200) <= limit
