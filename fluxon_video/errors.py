@@ -8,9 +8,44 @@ written against other decoders.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class FluxonFsError(Exception):
-    """Base class of every fluxon_video error."""
+    """Base class of every fluxon_video error.
+
+    Besides its message, an error about a file says which one, as fields
+    (None where they do not apply or are not known): ``export`` and
+    ``relpath`` for a FluxonFS file, ``path`` for a local one, and ``reason``,
+    the message without the file's name (what went wrong)."""
+
+    export: str | None = None
+    relpath: str | None = None
+    path: str | None = None
+    reason: str | None = None
+
+
+@contextmanager
+def located(export: str | None = None, relpath: str | None = None,
+            path: str | os.PathLike[str] | None = None) -> Iterator[None]:
+    """Fill in which file the FluxonFsErrors raised inside are about (where the
+    raising code did not), and their reason: the message after the file's name."""
+    try:
+        yield
+    except FluxonFsError as exc:
+        if exc.export is None and exc.relpath is None and exc.path is None:
+            exc.export, exc.relpath = export, relpath
+            exc.path = None if path is None else os.fspath(path)
+        if exc.reason is None:
+            message = str(exc)
+            for name in (f"{exc.export}:{exc.relpath}", exc.path):
+                if name and message.startswith(f"{name}: "):
+                    message = message[len(name) + 2:]
+                    break
+            exc.reason = message
+        raise
 
 
 class FluxonFsConfigError(FluxonFsError, ValueError):
@@ -98,4 +133,4 @@ class FluxonFsSourceTypeError(FluxonFsBadRequestError, TypeError):
     binary file object or a range source): a TypeError, as other decoders raise."""
 
 
-__all__ = [name for name in dir() if name.startswith("FluxonFs")]
+__all__ = [name for name in dir() if name.startswith("FluxonFs")]  # (located: internal)

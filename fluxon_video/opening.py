@@ -19,7 +19,7 @@ from typing import Any
 from fluxon_video import defaults
 from fluxon_video.damage import check_policy
 from fluxon_video.errors import (FluxonFsBadRequestError, FluxonFsDecodeError,
-                                 FluxonFsNoVideoStreamError, FluxonFsSourceTypeError)
+                                 FluxonFsNoVideoStreamError, FluxonFsSourceTypeError, located)
 from fluxon_video.frame_index import FrameIndex, blob_kind
 from fluxon_video.fs.client import FluxonFsClient
 from fluxon_video.fs.config import ClientSettings, RequestIdentity
@@ -166,10 +166,12 @@ def open_video(source: Any, height: int | None = None, width: int | None = None,
     metadata, errors and frames as ``FluxonFsPatcher.open_video_reader``;
     ``settings`` sizes its page cache and fetch workers (ClientSettings)."""
     t0 = time.perf_counter()
-    options = ReaderOptions.check(height, width, num_threads, autorotate, on_damage, resize,
-                                  interpolation)
-    video = open_source(source, stream_choice(stream_index), settings or ClientSettings())
-    return options.make_reader(video, t0)
+    path = source if isinstance(source, (str, os.PathLike)) else None
+    with located(path=path):
+        options = ReaderOptions.check(height, width, num_threads, autorotate, on_damage, resize,
+                                      interpolation)
+        video = open_source(source, stream_choice(stream_index), settings or ClientSettings())
+        return options.make_reader(video, t0)
 
 
 class VideoOpener:
@@ -226,12 +228,14 @@ class VideoOpener:
                     interpolation: str = "bilinear") -> FluxonFsVideoReader:
         """A reader (see FluxonFsPatcher.open_video_reader for the arguments)."""
         t0 = time.perf_counter()
-        options = ReaderOptions.check(height, width, num_threads, autorotate, on_damage, resize,
-                                      interpolation)
-        ref = self.ref(export_name, relpath, identity)
-        video = open_fluxonfs_video(self.client, ref, stream_choice(stream_index),
-                                    for_reader=True)
-        return options.make_reader(video, t0, self.stats.add_read)
+        with located(export_name, relpath):
+            options = ReaderOptions.check(height, width, num_threads, autorotate, on_damage,
+                                          resize, interpolation)
+            ref = self.ref(export_name, relpath, identity)
+            with located(ref.export, ref.relpath):
+                video = open_fluxonfs_video(self.client, ref, stream_choice(stream_index),
+                                            for_reader=True)
+                return options.make_reader(video, t0, self.stats.add_read)
 
     def video_index(self, export_name: str | None, relpath: str,
                     identity: RequestIdentity | str | None, on_damage: str = "error",
@@ -239,7 +243,13 @@ class VideoOpener:
                     ) -> tuple[FrameIndex, FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
         """The frame index and metadata without a decoder, and what they cost."""
         t0 = time.perf_counter()
-        ref = self.ref(export_name, relpath, identity)
+        with located(export_name, relpath):
+            ref = self.ref(export_name, relpath, identity)
+        with located(ref.export, ref.relpath):
+            return self._video_index(ref, t0, on_damage, stream_index)
+
+    def _video_index(self, ref: Any, t0: float, on_damage: str, stream_index: int | None,
+                     ) -> tuple[FrameIndex, FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
         video = open_fluxonfs_video(self.client, ref, stream_choice(stream_index),
                                     for_reader=False)
         index = video.index

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -19,6 +20,7 @@ from fluxon_video.errors import (
     FluxonFsFrameIndexError,
     FluxonFsNoAudioStreamError,
     FluxonFsNoVideoStreamError,
+    located,
 )
 from fluxon_video.frame_index import FrameIndex
 from fluxon_video.frames import FrameBatch, as_torch, frame_durations
@@ -81,6 +83,23 @@ def place_rows(frames: np.ndarray, positions: np.ndarray) -> np.ndarray:
             frames[j] = frames[source[j]]
             j = source[j]
     return frames
+
+
+def _located(method: Any) -> Any:
+    """A reader method whose FluxonFsErrors say which file, as fields
+    (errors.located): export and relpath, or the local file's path."""
+
+    @functools.wraps(method)
+    def call(self: FluxonFsVideoReader, *args: Any, **kwargs: Any) -> Any:
+        if self.export_name is None:
+            named = isinstance(self.relpath, str) and not self.relpath.startswith("<")
+            where = {"path": self.relpath if named else None}  # "<bytes>": no path
+        else:
+            where = {"export": self.export_name, "relpath": self.relpath}
+        with located(**where):
+            return method(self, *args, **kwargs)
+
+    return call
 
 
 class FluxonFsVideoReader:
@@ -216,6 +235,7 @@ class FluxonFsVideoReader:
         self.metadata  # noqa: B018 - raises for a file without an index
         return timestamps_s(self._index(), self.on_damage, self.name)
 
+    @_located
     def indices_at_times(self, seconds: float | Sequence[float] | np.ndarray, *,
                          tolerance_s: float = TIME_TOLERANCE_S) -> list[int]:
         """For each time, the index of the frame it names: the frame whose pts
@@ -295,6 +315,7 @@ class FluxonFsVideoReader:
 
     # ---- audio on the frames' clock (fluxon_video/audio.py) ----
 
+    @_located
     def read_audio(self, start_s: float, end_s: float, spec: AudioSpec = AudioSpec(),
                    num_samples: int | None = None) -> AudioSamples:
         """The audio of ``[start_s, end_s)`` (``num_samples`` samples from its
@@ -417,6 +438,7 @@ class FluxonFsVideoReader:
     def closed(self) -> bool:
         return self._closed
 
+    @_located
     def read_frames_numpy(self, indices: Sequence[int] | np.ndarray,
                           out: np.ndarray | None = None) -> np.ndarray:
         """Frames at ``indices`` as uint8 ``(len(indices), height, width, 3)`` RGB.

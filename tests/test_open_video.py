@@ -213,3 +213,29 @@ def test_dir_shows_the_public_api():
     assert "open_video" in names and "FluxonFsPatcher" in names and "FrameBatch" in names
     assert not {"native", "opening", "reader", "fs", "logs", "metadata"} & set(names)
     assert all(hasattr(fluxon_video, name) for name in names)
+
+
+def test_errors_name_their_file_as_fields(media, tmp_path):
+    """Besides the message, an error about a file carries export and relpath (or
+    the local path) and the reason, as PyAV's errors carry filename and errno."""
+    missing = tmp_path / "missing.mp4"
+    with pytest.raises(errors.FluxonFsNotFoundError) as local:
+        fv.open_video(missing)
+    assert (local.value.path, local.value.export, local.value.relpath) == (str(missing), None, None)
+    assert local.value.reason == "no such file"
+    shutil.copy(media.path("h264_faststart.mp4"), tmp_path / "a.mp4")
+    with make_patcher(None, tmp_path) as patcher:
+        with pytest.raises(errors.FluxonFsNotFoundError) as remote:
+            patcher.open_video_reader("train", "sub/none.mp4", 36, 64)
+        assert (remote.value.export, remote.value.relpath, remote.value.path) == (
+            "train", "sub/none.mp4", None)
+        assert remote.value.reason and "train:" not in remote.value.reason
+        with patcher.open_video_reader("train", "a.mp4", 36, 64) as reader:
+            with pytest.raises(errors.FluxonFsFrameIndexError) as index:
+                reader.read_frames_numpy([10**6])
+            assert (index.value.export, index.value.relpath) == ("train", "a.mp4")
+            assert "out of range" in index.value.reason
+    with fv.open_video(media.path("h264_faststart.mp4").read_bytes()) as in_memory:
+        with pytest.raises(errors.FluxonFsFrameIndexError) as unnamed:
+            in_memory.read_frames_numpy([10**6])
+        assert unnamed.value.path is None and "out of range" in unnamed.value.reason
