@@ -14,6 +14,22 @@ LAYOUTS = ("NHWC", "NCHW")
 
 
 @dataclass(frozen=True)
+class Frame:
+    """One frame and when it is shown: ``data`` uint8 ``(H, W, 3)`` RGB,
+    ``pts_seconds`` and ``duration_seconds`` on the reader's timeline,
+    ``index`` its frame index (torchcodec's Frame, with numpy data)."""
+
+    data: np.ndarray
+    pts_seconds: float
+    duration_seconds: float
+    index: int
+
+    def __repr__(self) -> str:
+        return (f"Frame(data={shape_of(self.data)}, index={self.index}, "
+                f"pts_seconds={self.pts_seconds:.6g})")
+
+
+@dataclass(frozen=True)
 class FrameBatch:
     """Frames and when each is shown: ``data`` uint8 ``(N, H, W, 3)`` RGB,
     ``pts_seconds`` and ``duration_seconds`` float64 ``(N,)`` seconds on the
@@ -27,6 +43,16 @@ class FrameBatch:
 
     def __len__(self) -> int:
         return int(self.data.shape[0])
+
+    def __getitem__(self, key: int | slice) -> Frame | FrameBatch:
+        """``batch[k]``: the k-th frame (negative from the end) as a Frame;
+        ``batch[a:b]``: those frames as a FrameBatch."""
+        if isinstance(key, slice):
+            return FrameBatch(self.data[key], self.pts_seconds[key], self.duration_seconds[key],
+                              self.indices[key])
+        k = range(len(self))[key]  # an IndexError past either end, as a list's
+        return Frame(self.data[k], float(self.pts_seconds[k]), float(self.duration_seconds[k]),
+                     int(self.indices[k]))
 
     def to_torch(self, layout: str = "NHWC") -> Any:
         """``data`` as a torch uint8 tensor sharing its memory (NCHW: a permuted view)."""

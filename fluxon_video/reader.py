@@ -23,7 +23,7 @@ from fluxon_video.errors import (
     located,
 )
 from fluxon_video.frame_index import FrameIndex
-from fluxon_video.frames import FrameBatch, as_torch, frame_durations
+from fluxon_video.frames import Frame, FrameBatch, as_torch, frame_durations
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.indexing import share_learnt_index
 from fluxon_video.metadata import (
@@ -250,7 +250,7 @@ class FluxonFsVideoReader:
     # ---- torchcodec-style access: frames with their times ----
 
     def get_frames_at(self, indices: Sequence[int] | np.ndarray) -> FrameBatch:
-        """Frames at ``indices`` with their ``pts_s`` and ``duration_s``."""
+        """Frames at ``indices`` with their ``pts_seconds`` and ``duration_seconds``."""
         frames = self.read_frames_numpy(indices)
         count = len(self)
         chosen = np.asarray(indices, np.int64).reshape(-1)
@@ -263,6 +263,15 @@ class FluxonFsVideoReader:
                              tolerance_s: float = TIME_TOLERANCE_S) -> FrameBatch:
         """The frames on screen at each time (see ``indices_at_times``)."""
         return self.get_frames_at(self.indices_at_times(seconds, tolerance_s=tolerance_s))
+
+    def get_frame_at(self, index: int) -> Frame:
+        """Frame ``index`` (negative: from the end) with its time."""
+        return self.get_frames_at([index])[0]  # type: ignore[return-value]
+
+    def get_frame_played_at(self, seconds: float, *,
+                            tolerance_s: float = TIME_TOLERANCE_S) -> Frame:
+        """The frame on screen at ``seconds`` (see ``indices_at_times``)."""
+        return self.get_frames_played_at([seconds], tolerance_s=tolerance_s)[0]  # type: ignore
 
     def get_frames_in_range(self, start: int, stop: int, step: int = 1) -> FrameBatch:
         """Frames ``start, start + step, ...`` before ``stop`` (as ``range``)."""

@@ -11,7 +11,7 @@ from fluxon_video.fs.config import (
     RequestIdentity,
     load_config,
 )
-from fluxon_video.frames import FrameBatch
+from fluxon_video.frames import Frame, FrameBatch
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.metadata import FluxonFsAudioMetadata, FluxonFsVideoMetadata
 from fluxon_video.patcher import FluxonFsPatcher
@@ -26,6 +26,7 @@ from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats
 __all__ = [
     *_error_names,
     "AVClip",
+    "Frame",
     "AudioSamples",
     "AudioSpec",
     "ClientSettings",

@@ -130,3 +130,27 @@ def test_the_old_time_names_still_work_and_warn(media):
             reader.get_frames_played_in_range(start, stop_s=stop, stop_seconds=stop)
         with pytest.raises(TypeError, match="unexpected keyword argument 'begin'"):
             reader.get_frames_played_in_range(start, stop, begin=1)
+
+
+def test_single_frames_with_their_times(media):
+    """get_frame_at / get_frame_played_at and batch[k] give one Frame (torchcodec's
+    names), the CLI's pixels and ffprobe's time; slices stay batches."""
+    name = "h264_vfr.mkv"
+    path, expected = media.path(name), media.reference(name, H, W)
+    times = ffprobe_times(path)
+    with fv.open_video(path, H, W) as reader:
+        frame = reader.get_frame_at(-1)
+        assert isinstance(frame, fv.Frame) and frame.index == len(expected) - 1
+        assert np.array_equal(frame.data, expected[-1]) and frame.data.shape == (H, W, 3)
+        assert frame.pts_seconds == pytest.approx(times[-1], abs=1e-6)
+        played = reader.get_frame_played_at(times[7] + 1e-3)
+        assert played.index == 7 and np.array_equal(played.data, expected[7])
+        batch = reader.get_frames_at([2, 5, 9])
+        assert batch[1].index == 5 and batch[-1].index == 9
+        assert batch[1].duration_seconds == pytest.approx(float(batch.duration_seconds[1]))
+        assert [f.index for f in batch] == [2, 5, 9]
+        assert isinstance(batch[1:], fv.FrameBatch) and batch[1:].indices.tolist() == [5, 9]
+        with pytest.raises(IndexError):
+            batch[3]
+        with pytest.raises(errors.FluxonFsFrameIndexError):
+            reader.get_frame_at(len(expected))
