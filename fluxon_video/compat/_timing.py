@@ -19,16 +19,6 @@ import numpy as np
 from fluxon_video.frames import frame_durations
 
 
-def member(obj: Any, *names: str) -> Any:
-    """The first of ``names`` that ``obj`` has: our names are moving to
-    torchcodec's (the old ones stay a release as aliases that warn), so the
-    new one is tried first."""
-    for name in names:
-        if hasattr(obj, name):
-            return getattr(obj, name)
-    raise AttributeError(f"{type(obj).__name__} has none of {', '.join(names)}")
-
-
 def frame_index(reader: Any) -> Any:
     """The reader's frame index (its header and per-packet durations: what
     the public metadata does not carry)."""
@@ -45,7 +35,7 @@ class FrameTiming:
         self.end = float(metadata.end_stream_seconds)
         self.count = int(metadata.num_frames)
         self.keyframes = [int(k) for k in metadata.keyframe_indices]
-        self.pts = np.ascontiguousarray(member(reader, "timestamps_seconds", "timestamps_s")(),
+        self.pts = np.ascontiguousarray(reader.timestamps_s(),
                                         np.float64)
         index = frame_index(reader)
         self.header: dict[str, Any] = dict(index.header)
