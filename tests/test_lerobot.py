@@ -55,13 +55,19 @@ def table(path: Path) -> dict:
     return pq.read_table(path).to_pydict()
 
 
-def expected_item(root: Path, idx: int, delta: dict | None = None) -> dict:
-    """Row ``idx`` of the dataset as LeRobot defines it, from the files alone."""
+@lru_cache(maxsize=None)
+def tables_of(root: Path) -> tuple[dict, dict]:
+    """(the data rows, the episodes table) of a dataset, read by pyarrow once."""
     rows: dict[str, list] = {}
     for f in sorted((root / "data").rglob("*.parquet")):
         for k, v in table(f).items():
             rows.setdefault(k, []).extend(v)
-    eps = table(root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+    return rows, table(root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+
+
+def expected_item(root: Path, idx: int, delta: dict | None = None) -> dict:
+    """Row ``idx`` of the dataset as LeRobot defines it, from the files alone."""
+    rows, eps = tables_of(root)
     e = rows["episode_index"][idx]
     start, stop = eps["dataset_from_index"][e], eps["dataset_to_index"][e]
     want = {"index": idx, "episode_index": e, "task": TASKS[rows["task_index"][idx]]}
