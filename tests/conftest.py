@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fluxon_video.testing import AgentProcess, RedisServer, S3Server
@@ -32,7 +32,9 @@ def export_root(tmp_path_factory, media) -> Path:
     videos.mkdir(parents=True)
     for name in EXPORT_FILES:
         shutil.copy(media.path(name), videos / name)
-    (videos / "garbage.mp4").write_bytes(os.urandom(50_000))
+    # Seeded: some random byte strings probe as a container (an MP3 frame sync,
+    # a TS packet) and decode as damage instead of "not a recognised" one.
+    (videos / "garbage.mp4").write_bytes(np.random.default_rng(1).bytes(50_000))
     (videos / "a_directory.mp4").mkdir()
     secret = root.parent / "secret.mp4"
     shutil.copy(media.path("h264_faststart.mp4"), secret)
