@@ -40,6 +40,7 @@ from fluxon_video.fs.config import RequestIdentity
 from fluxon_video.fs.paths import check_relpath
 from fluxon_video.fs.uris import is_uri
 from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
+from fluxon_video.planning import split_in_two
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats
@@ -365,22 +366,18 @@ class FluxonFsVideoReaderPool:
     def _split_groups(self, groups: list[tuple[ReaderKey, list[int]]],
                       requests: Sequence[FluxonFsVideoReadRequest],
                       cpus: int) -> list[tuple[ReaderKey, list[int]]]:
-        """Give spare cores to big groups: a group whose requests fall into two
-        sets of GOPs that share none is read by two decoders at once (each
-        decodes only its own frames, so nothing is decoded twice). Only for
-        single-threaded decoders, and only when an idle reader already knows
-        where the keyframes are."""
+        """Give spare cores to big groups: a group is read by two readers at once
+        when fluxon_video/planning.py's rule (each request an item) splits it,
+        so nothing is decoded twice. Only for single-threaded decoders (a
+        threaded reader splits its own reads), and only when an idle reader
+        already knows where the keyframes are."""
         spare = cpus - len(groups)
         out: list[tuple[ReaderKey, list[int]]] = []
         for key, positions in groups:
             halves = None
             if spare > 0 and len(positions) >= 2 and key[4] == 1:
-                known = self._known_frames(key)
-                planned = None if known is None else _planned_indices(positions, requests, known)
-                if planned is not None:
-                    halves = _split_by_gop(positions, planned,
-                                           np.asarray(known[1].keyframe_indices, np.int64),
-                                           known[1].num_frames)
+                reader = self._idle_reader(key)
+                halves = None if reader is None else _split_requests(reader, positions, requests)
             if halves:
                 out.extend((key, half) for half in halves)
                 spare -= 1
@@ -388,19 +385,11 @@ class FluxonFsVideoReaderPool:
                 out.append((key, positions))
         return out
 
-    def _known_frames(self, key: ReaderKey
-                      ) -> tuple[FluxonFsVideoReader, FluxonFsVideoMetadata] | None:
-        """An idle reader for key and its metadata (keyframes, frame count), if any."""
+    def _idle_reader(self, key: ReaderKey) -> FluxonFsVideoReader | None:
+        """The most recently used idle reader for key, if any (left idle: for planning)."""
         state = self._local()
         with state.lock:
-            reader = next((r for r in reversed(state.idle) if state.idle[r] == key), None)
-        try:
-            metadata = reader.metadata if reader is not None else None
-        except FluxonFsError:
-            return None
-        if metadata is None:
-            return None
-        return reader, metadata
+            return next((r for r in reversed(state.idle) if state.idle[r] == key), None)
 
     def _read_group(self, key: ReaderKey, positions: list[int],
                     requests: Sequence[FluxonFsVideoReadRequest]
@@ -534,40 +523,30 @@ def _audio_of(reader: FluxonFsVideoReader, request: FluxonFsVideoReadRequest,
     return reader.read_audio(start_s, end_s, request.audio)
 
 
-def _planned_indices(positions: list[int], requests: Sequence[FluxonFsVideoReadRequest],
-                     known: tuple[FluxonFsVideoReader, FluxonFsVideoMetadata]
-                     ) -> dict[int, tuple[int, ...]] | None:
-    """Each position's frame indices as the idle reader ``known`` maps its times
-    (for planning only: the reader that reads them maps them again); None
-    when a time names no frame (the read raises that)."""
-    reader = known[0]
-    try:
-        return {p: _frames_of(reader, requests[p]) for p in positions}
-    except FluxonFsError:
-        return None
-
-
-def _split_by_gop(positions: list[int], planned: dict[int, tuple[int, ...]],
-                  keyframes: np.ndarray, frame_count: int) -> list[list[int]] | None:
-    """Two halves of positions (by first frame) whose GOPs do not overlap, or None."""
-    spans = []
+def _split_requests(reader: FluxonFsVideoReader, positions: list[int],
+                    requests: Sequence[FluxonFsVideoReadRequest]) -> list[list[int]] | None:
+    """A group's positions in two halves by the planning rule, each request's
+    frames one item, or None. Times are mapped by the idle ``reader`` for
+    planning only (the reader that reads them maps them again)."""
+    starts, ends, empty = [], [], []
     for position in positions:
-        indices = np.asarray(planned[position], np.int64)
-        if indices.size == 0:
-            spans.append((0, 0, position))
+        try:
+            spans = reader.decode_spans(_frames_of(reader, requests[position]))
+        except FluxonFsError:  # a time that names no frame: the read raises it
+            return None
+        if spans is None:
+            if requests[position].indices or requests[position].times_s:
+                return None  # the reader cannot plan, or an index is out of range
+            empty.append(position)  # no frames: no work, either half
             continue
-        indices = np.where(indices < 0, indices + frame_count, indices)
-        first = int(np.searchsorted(keyframes, indices.min(), side="right")) - 1
-        last = int(np.searchsorted(keyframes, indices.max(), side="right")) - 1
-        spans.append((first, last, position))
-    spans.sort()
-    middle = len(spans) // 2
-    for cut in sorted(range(1, len(spans)), key=lambda c: abs(c - middle)):
-        # The GOP before the right half's first one: open-GOP leading pictures
-        # may need it, so the halves must be a GOP apart to share no decoding.
-        if max(last for _, last, _ in spans[:cut]) < spans[cut][0] - 1:
-            return [[p for _, _, p in spans[:cut]], [p for _, _, p in spans[cut:]]]
-    return None
+        starts.append(int(spans[0].min()))
+        ends.append(int(spans[1].max()))
+    planned = [p for p in positions if p not in empty]
+    halves = split_in_two(np.asarray(starts), np.asarray(ends))
+    if halves is None:
+        return None
+    first, second = ([planned[k] for k in half] for half in halves)
+    return [sorted(first + empty), sorted(second)]
 
 
 def _name_requests(exc: FluxonFsError, positions: list[int]) -> BaseException:

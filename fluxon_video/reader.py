@@ -24,7 +24,6 @@ from fluxon_video.errors import (
 )
 from fluxon_video.frame_index import FrameIndex
 from fluxon_video.frames import Frame, FrameBatch, as_torch, frame_durations
-from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.indexing import share_learnt_index
 from fluxon_video.metadata import (
     FluxonFsAudioMetadata,
@@ -38,8 +37,10 @@ from fluxon_video.metadata import (
     timestamps_s,
 )
 from fluxon_video.logs import get_logger
+from fluxon_video.meter import ReadMeter, merge_halves
 from fluxon_video.native import require_native
 from fluxon_video.opened import OpenedVideo
+from fluxon_video.planning import place_rows, split_in_two
 from fluxon_video.renamed import NOT_GIVEN, renamed_arguments
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsVideoReadStats
@@ -48,43 +49,6 @@ from fluxon_video.validation import output_fits
 log = get_logger("reader")
 # Frames one step of iteration decodes: a forward decode, a bounded array.
 ITER_CHUNK = 16
-# A read splits over two decoders only when the smaller set has at least this
-# share of the decode work (below it the second thread buys little).
-MIN_SPLIT_SHARE = 0.2
-# Counters of one source both halves' stats include (they ran at once): the
-# larger stands for the read; the rest are each decoder's own and add up.
-SHARED_COUNTERS = ("page_hits", "page_misses", "first_frame_waits", "bytes_fetched", "decode_ms")
-
-
-def merge_halves(left: Any, right: Any) -> Any:
-    """One DecodeStats for a read split over two decoders."""
-    merged = {key: (max(value, getattr(right, key)) if key in SHARED_COUNTERS
-                    else value + getattr(right, key) if isinstance(value, (int, float))
-                    else value or getattr(right, key))
-              for key, value in left.as_dict().items()}
-    return type(left)(**merged)
-
-
-def place_rows(frames: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """Move row k of ``frames`` to row ``positions[k]`` in place, following the
-    permutation's cycles: one row of scratch instead of a second array."""
-    source = np.empty_like(positions)
-    source[positions] = np.arange(positions.size)
-    done = np.zeros(positions.size, bool)
-    for start in range(positions.size):
-        if done[start] or source[start] == start:
-            continue
-        held, j = frames[start].copy(), start
-        while True:
-            done[j] = True
-            if source[j] == start:
-                frames[j] = held
-                break
-            frames[j] = frames[source[j]]
-            j = source[j]
-    return frames
-
-
 def _located(method: Any) -> Any:
     """A reader method whose FluxonFsErrors say which file, as fields
     (errors.located): export and relpath, or the local file's path."""
@@ -142,12 +106,9 @@ class FluxonFsVideoReader:
         self._split_off = False   # True once a split read fell back to the sequential path
         self._audio: AudioTrack | None = None  # opened by the first audio read
         self._metadata: FluxonFsVideoMetadata | None = None
-        # Client counters already reported; the first read also reports what
-        # opening (the stat and the frame index) fetched.
-        self._counted = ReadCounters().snapshot()
         self.last_stats: FluxonFsVideoReadStats | None = None
-        self._index_source, self._index_ms = video.index_source, video.index_ms
-        self._open_round_trips = video.round_trips
+        self._meter = ReadMeter(video.source.counters, index_source=video.index_source,
+                                index_ms=video.index_ms, round_trips=video.round_trips)
         index = video.index
         try:
             self._make_decoder(index, self._byte_source)
@@ -168,7 +129,7 @@ class FluxonFsVideoReader:
             raise
         self.height: int = height
         self.width: int = width
-        self._open_ms = open_ms + (time.perf_counter() - t0) * 1e3 - self._index_ms
+        self._meter.opened(open_ms + (time.perf_counter() - t0) * 1e3 - self._meter.index_ms)
 
     def _prefetch_container(self, index: FrameIndex) -> None:
         """Queue the container bytes the open reads when the index does not carry
@@ -338,7 +299,7 @@ class FluxonFsVideoReader:
             after = self._byte_source.stats()
             cache = {k: after[k] - before[k] for k in ("page_hits", "page_misses",
                                                        "bytes_fetched")}
-            self._report(self._stats(None, 0, time.perf_counter() - t0, cache))
+            self._report(self._meter.read(None, 0, time.perf_counter() - t0, cache))
             return samples
 
     def _audio_track(self) -> AudioTrack:
@@ -463,51 +424,49 @@ class FluxonFsVideoReader:
             if self._video.audio_only:  # a clip of an audio-only file has no frames
                 if len(indices):
                     raise FluxonFsNoVideoStreamError(self._video.why_no_index)
-                self._report(self._stats(None, 0, time.perf_counter() - t0))
+                self._report(self._meter.read(None, 0, time.perf_counter() - t0))
                 return self._no_frames().data
             halves = self._gop_halves(indices) if out is None else None
             if halves is None:
                 frames, native = self._decoder.decode(indices, self.height, self.width, out)
             else:
                 frames, native = self._decode_halves(indices, *halves)
-            self._report(self._stats(native, len(frames), time.perf_counter() - t0))
+            self._report(self._meter.read(native, len(frames), time.perf_counter() - t0))
             return frames
 
     # ---- num_threads >= 2: two GOP sets on two decoders at once ----
 
     def _gop_halves(self, indices: Sequence[int] | np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Request positions in two sets whose frames start decoding at different
-        keyframes, the decode work (packets from each keyframe to its last target)
-        split evenly, the larger first; None when one decoder should read them all: one thread, one
-        GOP, a lopsided split, an index that is not trusted, damage, or a reader
-        that left the indexed path."""
-        index = self._decoder.index
-        if (self.num_threads < 2 or self.on_damage != "error" or self._split_off
-                or index is None or not index.trusted or index.pkt_damaged.any()):
+        """Request positions in two sets for two decoders (fluxon_video/planning.py's
+        rule, each frame an item), the larger first; None when one decoder should
+        read them all: one thread, a split the rule refuses, or no spans to plan by."""
+        if self.num_threads < 2:
+            return None
+        spans = self.decode_spans(indices)
+        return None if spans is None else split_in_two(*spans)
+
+    def decode_spans(self, indices: Sequence[int] | np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each frame's decode span for planning (fluxon_video/planning.py): the
+        decode position of the keyframe its decode starts at, and its own; None
+        when reads of this reader must stay on one decoder (an index that is not
+        trusted, damage, a reader that left the indexed path) or an index is out
+        of range (the read names it)."""
+        decoder = self._decoder  # no lock: the reader's read holds it when it plans
+        index = decoder.index if decoder is not None else None
+        if (self.on_damage != "error" or self._split_off or index is None
+                or not index.trusted or index.pkt_damaged.any()):
             return None
         wanted = np.asarray(indices).reshape(-1)
-        if wanted.size < 2 or wanted.dtype.kind not in "iu":
+        if wanted.size == 0 or wanted.dtype.kind not in "iu":
             return None
         count = index.frame_dec.size
         wanted = np.where(wanted < 0, wanted + count, wanted).astype(np.int64)
         if wanted.min() < 0 or wanted.max() >= count:
-            return None  # the decoder names the bad index
+            return None
         starts = index.frame_key[wanted]
-        if (starts < 0).any():
-            return None
-        keys, group = np.unique(starts, return_inverse=True)
-        if keys.size < 2:
-            return None
-        work = np.zeros(keys.size, np.int64)
-        np.maximum.at(work, group, index.frame_dec[wanted] - starts + 1)
-        before = np.cumsum(work)[:-1]  # the work left of each cut
-        cut = int(np.argmin(np.maximum(before, work.sum() - before)))
-        if min(before[cut], work.sum() - before[cut]) < MIN_SPLIT_SHARE * work.sum():
-            return None
-        first, second = np.flatnonzero(group <= cut), np.flatnonzero(group > cut)
-        # The larger share to the reader's decoder, whose frame threads make it the faster.
-        return (first, second) if before[cut] >= work.sum() - before[cut] else (second, first)
+        return None if (starts < 0).any() else (starts, index.frame_dec[wanted])
 
     def _decode_halves(self, indices: Sequence[int] | np.ndarray, left: np.ndarray,
                        right: np.ndarray) -> tuple[np.ndarray, Any]:
@@ -570,22 +529,6 @@ class FluxonFsVideoReader:
                      "and this reader stays on the sequential path", self.name, stats.fallback)
         if self._on_read is not None:
             self._on_read(stats)
-
-    def _stats(self, native: Any, returned: int, seconds: float,
-               cache: dict[str, int] | None = None) -> FluxonFsVideoReadStats:
-        """A read's stats: the decoder's, or for an audio read the page cache's
-        counts (``cache``), and what was fetched."""
-        after = self._range_source.counters.snapshot()
-        fetched = {k: after[k] - self._counted[k] for k in after}
-        self._counted = after
-        open_ms, self._open_ms = self._open_ms, 0.0
-        open_trips, self._open_round_trips = self._open_round_trips, 0
-        index_ms, self._index_ms = self._index_ms, 0.0
-        return FluxonFsVideoReadStats(
-            **(native.as_dict() if native is not None else cache or {}), **fetched,
-            open_ms=open_ms, index_ms=index_ms,
-            index_source=self._index_source, total_ms=seconds * 1e3, frames_returned=returned,
-            open_round_trips=open_trips)
 
     def close(self) -> None:
         """Release the decoder, page cache and fetch workers. Safe to call twice."""

@@ -123,3 +123,14 @@ def test_the_lerobot_client_sits_on_top():
         else:
             assert all(i in {"fluxon_video.fs.uris", "fluxon_video.fs.config"}
                        for i in imports if i.startswith("fluxon_video.fs")), (module, imports)
+
+
+def test_one_planner_and_one_meter_serve_the_reader_and_the_pool():
+    """How a read splits over decoders is one rule (fluxon_video/planning.py,
+    numpy only) that the reader and the pool both use; a read's stats come from
+    the meter, which knows only the counters and the stats record."""
+    graph = _arch_report().import_graph()
+    assert not {i for i in graph["fluxon_video.planning"] if i.startswith("fluxon_video")}
+    assert graph["fluxon_video.meter"] == {"fluxon_video.fs.counters", "fluxon_video.stats"}
+    for user in ("fluxon_video.reader", "fluxon_video.pool"):
+        assert "fluxon_video.planning" in graph[user], user

@@ -116,7 +116,7 @@ def test_two_threads_read_two_gop_sets_at_once_and_the_same_frames(media, name):
 def test_two_decoders_rows_go_to_their_places_in_one_array():
     """The split read's rows (left set, then right set) are put in request
     order in place: the same as numpy's scatter, for every permutation shape."""
-    from fluxon_video.reader import place_rows
+    from fluxon_video.planning import place_rows
 
     rng = np.random.default_rng(3)
     for n in (1, 2, 3, 7, 40):
