@@ -34,7 +34,7 @@ from fluxon_video._avio cimport (
 )
 from fluxon_video._demux cimport describe_audio, fx_avformat_open, only_stream
 from fluxon_video._errors cimport err_check
-from fluxon_video._pipeline cimport Pipeline
+from fluxon_video._pipeline cimport DemuxerLoan
 from fluxon_video.libav.avcodec cimport (
     AVCodec, AVCodecContext, AVPacket, av_packet_alloc, av_packet_free, av_packet_unref,
     avcodec_alloc_context3, avcodec_find_decoder, avcodec_flush_buffers, avcodec_free_context,
@@ -126,7 +126,7 @@ cdef class AudioDecoder:
     """
     cdef ByteSource source
     cdef object host            # the VideoDecoder whose demuxer this decoder shares, or None
-    cdef Pipeline pipe          # the host's pipeline, during a turn
+    cdef DemuxerLoan loan       # the host's demuxer, during a turn
     cdef AVIOContext *pb        # own, or the host's during a turn
     cdef AVFormatContext *fmt   # own, or the host's during a turn
     cdef AVCodecContext *codec
@@ -151,8 +151,6 @@ cdef class AudioDecoder:
     cdef readonly int resumed, lost_place, sought, started
     cdef bint needs_probe       # the container's header alone does not describe the stream
     cdef bint is_mov
-    cdef bint pipe_was_fresh   # the host's pipeline had read nothing when the turn began
-    cdef bint pipe_was_displaced  # ... had not read since the last turn (nor sought)
     cdef int codec_seek_preroll
     cdef int64_t tb_num, tb_den
     cdef object first_pts      # pts of the stream's first decoded sample (None: not known yet)
@@ -165,9 +163,11 @@ cdef class AudioDecoder:
     cdef int64_t exact_from
     cdef object carry           # (position, planes) of the last frame a read did not use up
     cdef object header_fields   # describe_audio's, read once at open
-    # Where the last turn left the host's pipeline (its count of opens).
-    cdef bint had_turn
+    # Where the last turn left the host's pipeline: its count of opens (0: no turn yet).
     cdef uint64_t left_opens
+    # The host's pipeline had read nothing when this turn began (a read from the
+    # start needs no seek); cleared once this decoder has put the demuxer there.
+    cdef bint fresh_turn
     # The last packet fed to the codec: its byte position, its rank among the
     # packets sharing that position (a Matroska lace), its pts, and the pts
     # of the last one fed that had one.
@@ -296,36 +296,24 @@ cdef class AudioDecoder:
         """Borrow the host's demuxer: it returns this decoder's stream only,
         packets as the CLI reads them; the host finds its place again (or
         seeks) before its next packet."""
-        cdef Pipeline pipe = self.host.guest_pipeline(self.needs_probe)
-        self.pipe = pipe
-        self.fmt, self.pb = pipe.fmt, pipe.pb
-        self.pipe_was_fresh = pipe.fresh
-        self.pipe_was_displaced = pipe.displaced
-        pipe.displaced = True
-        pipe.fresh = False
-        only_stream(self.fmt, self.stream_index)
-        self.fmt.flags &= ~AVFMT_FLAG_GENPTS
-        fx_avio_limit_readahead(self.pb, 0)
+        self.loan = DemuxerLoan.lend(self.host.guest_pipeline(self.needs_probe),
+                                     self.stream_index)
+        self.fmt, self.pb = self.loan.fmt, self.loan.pb
+        self.fresh_turn = self.loan.was_fresh
         return 0
 
     cdef bint _displaced(self):
         """Whether the host read from (so cleared ``displaced``) or reopened its
         demuxer since the last turn."""
-        return not (self.had_turn and self.pipe.opens == self.left_opens
-                    and self.pipe_was_displaced)
+        return self.loan.host_moved(self.left_opens)
 
     cdef void _end_turn(self):
         """Give the demuxer back as the host reads it."""
-        cdef Pipeline pipe = self.pipe
-        if pipe is None:
+        if self.loan is None:
             return
-        if pipe.is_open() and pipe.fmt == self.fmt:
-            only_stream(self.fmt, pipe.stream_index)
-            if pipe.genpts:
-                self.fmt.flags |= AVFMT_FLAG_GENPTS
-            self.left_opens = pipe.opens
-            self.had_turn = True
-        self.pipe = None
+        if self.loan.give_back():
+            self.left_opens = self.loan.opens_left
+        self.loan = None
         self.fmt = NULL
         self.pb = NULL
 
@@ -343,10 +331,10 @@ cdef class AudioDecoder:
                                     AVSEEK_FLAG_BACKWARD)
             if ret < 0:
                 self._raise(ret, "av_seek_frame")
-        elif not self.pipe_was_fresh:
-            self.pipe.release()
+        elif not self.fresh_turn:
+            self.loan.close_host()
             self._take_turn()
-        self.pipe_was_fresh = False
+        self.fresh_turn = False
         self._forget_fed()
         return 0
 
@@ -360,7 +348,7 @@ cdef class AudioDecoder:
         if not self.is_mov:
             # Matroska's Cues (AVI's, FLV's index) index the video: seek it to
             # that time, back.
-            index = self.pipe.stream_index
+            index = self.loan.host_stream()
             target = av_rescale_q(target, self.fmt.streams[self.stream_index].time_base,
                                   self.fmt.streams[index].time_base)
         with nogil:
@@ -626,8 +614,8 @@ cdef class AudioDecoder:
         the failure), the next read opens one anew (the host's pipeline, or our
         own) and starts as a read with nothing to continue."""
         if self.shares_demuxer:
-            if self.pipe is not None and self.pipe.is_open() and self.pipe.fmt == self.fmt:
-                self.pipe.release()
+            if self.loan is not None:
+                self.loan.close_host()
         elif self.owns_demuxer:
             avformat_close_input(&self.fmt)
             fx_avio_close(&self.pb)

@@ -89,3 +89,20 @@ cdef class Pipeline:
     cdef int send(self, bint draining, int *consecutive_errors, DecodeProgress *p) noexcept nogil
     cdef int receive(self, int *consecutive_errors, DecodeProgress *p) noexcept nogil
     cdef int seek(self, int64_t timestamp, DecodeProgress *p) noexcept nogil
+
+
+cdef class DemuxerLoan:
+    # A Pipeline's demuxer lent to an audio decoder (_audio.pyx) for one turn.
+    cdef Pipeline pipe
+    cdef AVFormatContext *fmt   # the pipeline's, while lent
+    cdef AVIOContext *pb
+    cdef readonly bint was_fresh       # the pipeline had read nothing when the turn began
+    cdef readonly bint was_displaced   # ... nor read since the last turn (nor sought)
+    cdef readonly uint64_t opens_left  # the pipeline's opens when the turn ended (0: none)
+
+    @staticmethod
+    cdef DemuxerLoan lend(Pipeline pipe, int guest_stream)
+    cdef bint give_back(self) noexcept
+    cdef bint host_moved(self, uint64_t opens_left_before) noexcept
+    cdef int host_stream(self) noexcept
+    cdef void close_host(self) noexcept

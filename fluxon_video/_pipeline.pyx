@@ -15,7 +15,7 @@ from libc.stdint cimport int64_t, uint64_t
 from fluxon_video._avio cimport (
     ByteSource, fx_avio_close, fx_avio_cursor, fx_avio_limit_readahead, fx_avio_open,
 )
-from fluxon_video._demux cimport fx_open_input, raise_missing_stream
+from fluxon_video._demux cimport fx_open_input, only_stream, raise_missing_stream
 from fluxon_video._errors cimport FX_ERROR_OUT_OF_MEMORY, err_check
 from fluxon_video._progress cimport now_ms
 from fluxon_video.libav.avcodec cimport (
@@ -319,3 +319,63 @@ cdef class Pipeline:
         self.last_pkt_dec = -1
         self.last_out_idx = -1
         return 0
+
+
+cdef class DemuxerLoan:
+    """The frames' demuxer (a Pipeline's), lent to an audio decoder for one
+    turn, so one demuxer reads both streams of a file as the ffmpeg CLI does.
+
+    The loan owns what a turn changes in the pipeline: lending marks it
+    displaced (its next read puts the demuxer back first) and no longer
+    fresh, makes the demuxer return the guest's stream only, without the
+    generated pts and readahead limit the frames' reads use; giving it back
+    returns the demuxer to the frames' stream and flags. The guest reads the
+    format context and never writes a pipeline field.
+    """
+
+    @staticmethod
+    cdef DemuxerLoan lend(Pipeline pipe, int guest_stream):
+        cdef DemuxerLoan loan = DemuxerLoan.__new__(DemuxerLoan)
+        loan.pipe = pipe
+        loan.fmt, loan.pb = pipe.fmt, pipe.pb
+        loan.was_fresh = pipe.fresh
+        loan.was_displaced = pipe.displaced
+        pipe.displaced = True
+        pipe.fresh = False
+        only_stream(loan.fmt, guest_stream)
+        loan.fmt.flags &= ~AVFMT_FLAG_GENPTS
+        fx_avio_limit_readahead(loan.pb, 0)
+        return loan
+
+    cdef bint give_back(self) noexcept:
+        """End the turn: the demuxer reads the frames' stream again. False when
+        the pipeline closed or reopened during the turn (nothing to give back)."""
+        cdef Pipeline pipe = self.pipe
+        cdef bint kept = pipe.is_open() and pipe.fmt == self.fmt
+        if kept:
+            only_stream(self.fmt, pipe.stream_index)
+            if pipe.genpts:
+                self.fmt.flags |= AVFMT_FLAG_GENPTS
+            self.opens_left = pipe.opens
+        self.fmt = NULL
+        self.pb = NULL
+        return kept
+
+    cdef bint host_moved(self, uint64_t opens_left_before) noexcept:
+        """Whether the frames moved the demuxer since the turn that ended with
+        the pipeline at ``opens_left_before`` opens (0: no such turn): it
+        reopened, or read (which clears ``displaced``)."""
+        return not (opens_left_before != 0 and self.pipe.opens == opens_left_before
+                    and self.was_displaced)
+
+    cdef int host_stream(self) noexcept:
+        """The frames' stream (their index, e.g. Matroska's Cues, seeks it)."""
+        return self.pipe.stream_index
+
+    cdef void close_host(self) noexcept:
+        """Close the lent demuxer (after a failed read, or to reopen it at the
+        start): the frames' next read, or the next turn, opens it anew."""
+        if self.fmt != NULL and self.pipe.is_open() and self.pipe.fmt == self.fmt:
+            self.pipe.release()
+        self.fmt = NULL
+        self.pb = NULL

@@ -427,6 +427,7 @@ def _run_read(args: argparse.Namespace) -> int:
     from fluxon_video.errors import FluxonFsConfigError
     from fluxon_video.ops.frames_out import AudioOut, read_frames
     from fluxon_video.ops.report import emit
+    from fluxon_video.options import ReadOptions
     from fluxon_video.ops.targets import parse_numbers, parse_size, resolve_target
 
     frames = parse_numbers(args.frames, int, "--frames")
@@ -446,12 +447,13 @@ def _run_read(args: argparse.Namespace) -> int:
     audio = None if args.audio is None else AudioOut(
         args.audio, (span[0], span[1]) if span else None, args.sample_rate, args.channels)
     height, width = parse_size(args.size)
+    options = ReadOptions(height, width, autorotate=args.autorotate, on_damage=args.on_damage,
+                          stream_index=args.stream, resize=args.resize,
+                          interpolation=args.interpolation)
     with _patcher(args) as patcher:
         export, relpath = resolve_target(patcher, args.target)
-        rows = read_frames(patcher, export, relpath, frames, times, height, width, args.out,
-                           args.format, args.autorotate, args.on_damage, args.stream,
-                           args.resize, args.interpolation, audio=audio,
-                           tolerance_s=args.tolerance_s)
+        rows = read_frames(patcher, export, relpath, frames, times, options, args.out,
+                           args.format, audio=audio, tolerance_s=args.tolerance_s)
     frame_rows = [row for row in rows if "frame" in row]
     emit(frame_rows, [("frame", "frame"), ("time_s", "time"), ("file", "file")], args.json)
     for row in rows:

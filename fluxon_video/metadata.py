@@ -179,7 +179,8 @@ def _frame_end_s(index: FrameIndex, times: np.ndarray, last: int) -> float:
     """When the last frame (its packet's decode position, -1: unknown) stops
     being shown: its pts plus its duration."""
     num, den = index.header.get("time_base", (1, 1))
-    duration = int(index.pkt_duration[last]) * num / den if last >= 0 else 0.0
+    durations = index.pkt_duration
+    duration = int(durations[last]) * num / den if last >= 0 and durations is not None else 0.0
     if duration <= 0:
         if times.shape[0] > 1:
             duration = float(np.median(np.diff(times)))
@@ -212,7 +213,7 @@ def build_metadata(index: FrameIndex, size_bytes: int, mtime_ns: int,
         end_stream_seconds=end,
         width=int(header.get("width", 0)),
         height=int(header.get("height", 0)),
-        sample_aspect_ratio=tuple(header.get("sample_aspect_ratio", (1, 1))),  # type: ignore[arg-type]
+        sample_aspect_ratio=tuple(header.get("sample_aspect_ratio", (1, 1))),
         rotation_deg=rotation_from_matrix(header.get("display_matrix")),
         codec=index.codec_name,
         pix_fmt=str(header.get("pix_fmt", "")),

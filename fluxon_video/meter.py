@@ -46,7 +46,7 @@ class ReadMeter:
         """A read's stats: the decoder's (``native``), or for an audio read the
         page cache's counts (``cache``), and what was fetched since the last."""
         now = self._counters.snapshot()
-        fetched = {k: now[k] - self._reported[k] for k in now}
+        fetched: dict[str, Any] = {k: now[k] - self._reported[k] for k in now}
         self._reported = now
         open_ms, self._open_ms = self._open_ms, 0.0
         open_trips, self._open_round_trips = self._open_round_trips, 0

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fluxon_video import index_cache
-from fluxon_video.errors import FluxonFsNoVideoStreamError
 from fluxon_video.frame_index import FrameIndex, blob_kind
 from fluxon_video.fs.config import ClientSettings, RequestIdentity
 from fluxon_video.fs.counters import ReadCounters
@@ -47,7 +46,8 @@ class PlainSource:
         self.counters = ReadCounters()
 
     def read_range(self, offset: int, length: int) -> bytes:
-        return self.inner.read_range(offset, length)
+        data: bytes = self.inner.read_range(offset, length)
+        return data
 
     def check_current(self) -> None:
         check = getattr(self.inner, "check_current", None)
@@ -79,9 +79,10 @@ def make_byte_source(range_source: VideoSource, page_size: int,
         name=range_source.name)
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpenedVideo:
-    """A file version opened for video (fluxon_video/opening.py opens it)."""
+    """A file version opened for video, complete: built once by
+    fluxon_video/opening.py's ``indexed_video`` and never changed."""
 
     source: VideoSource
     stream_index: int | None   # as asked (None: the default rule's)
@@ -91,20 +92,14 @@ class OpenedVideo:
     round_trips: int           # network round trips the open waited for
     page_size: int
     settings: ClientSettings
+    version: FileStat          # the file version the index and every read belong to
     byte_source: Any = None    # kept open for a reader (its scan's pages stay cached)
     # Which file: export and identity are None for a source read without FluxonFS.
     export: str | None = None
     relpath: str = ""
     identity: RequestIdentity | None = None
-    version: FileStat | None = None
     why_no_index: str = ""     # the scan's error when FFmpeg could not index the file
     audio_only: bool = False   # the scan found no video stream (the audio may still be read)
-
-    def no_index(self, why: list[Exception]) -> None:
-        """Keep why the scan gave no index (empty: it did not fail)."""
-        if why:
-            self.why_no_index = str(why[0])
-            self.audio_only = isinstance(why[0], FluxonFsNoVideoStreamError)
 
     def close(self) -> None:
         """Release what the source holds (a local file's descriptor). Safe twice."""

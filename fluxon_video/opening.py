@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from fluxon_video import defaults
@@ -33,13 +32,12 @@ from fluxon_video.identity import IdentityContext
 from fluxon_video.indexing import load_or_build_index, open_round_trips
 from fluxon_video.metadata import FluxonFsVideoMetadata, build_metadata
 from fluxon_video.native import require_native
-from fluxon_video.opened import OpenedVideo, PlainSource
+from fluxon_video.opened import OpenedVideo, PlainSource, VideoSource, make_byte_source
+from fluxon_video.options import ReadOptions, options_from
 from fluxon_video.reader import FluxonFsVideoReader
-from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.sources import BytesRangeSource, FileObjectRangeSource, LocalFileRangeSource
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
-from fluxon_video.validation import (Threads, check_output_size, positive_int, stream_choice,
-                                     thread_count)
+from fluxon_video.validation import Threads, stream_choice
 
 
 def open_fluxonfs_video(client: FluxonFsClient, ref: FileRef, stream_index: int | None, *,
@@ -50,54 +48,61 @@ def open_fluxonfs_video(client: FluxonFsClient, ref: FileRef, stream_index: int 
     counters = ReadCounters()
     opened = client.files.open(ref, blob_kind(stream_index), counters)
     file = opened.file
-    video = OpenedVideo(FluxonFsRangeSource(client, file, counters), stream_index, None,
-                        "none", 0.0, opened.round_trips, export.piece_size, client.config.client,
-                        export=file.export, relpath=file.relpath, identity=file.identity,
-                        version=file.version)
-    scanned: list[Any] = []  # the byte source the scan read, if one was made
-
-    def scan_source() -> Any:
-        scanned.append(video.make_byte_source())
-        return scanned[-1]
-
-    if for_reader:
-        video.byte_source = scan_source()
-    why: list[Exception] = []
-    try:
-        video.index, video.index_source, video.index_ms = load_or_build_index(
-            video.byte_source if for_reader else scan_source, video.source.name, stream_index,
-            stored=opened.blob, blobs=video.source, why_none=why)
-    except BaseException:
-        if video.byte_source is not None:
-            video.byte_source.close()
-        raise
-    video.round_trips = open_round_trips(opened.round_trips, video.index_source,
-                                         scanned[0] if scanned else None)
-    video.no_index(why)
-    return video
+    return indexed_video(FluxonFsRangeSource(client, file, counters), stream_index,
+                         export.piece_size, client.config.client, keep_open=for_reader,
+                         stored=opened.blob, stored_from="kv", stat_round_trips=opened.round_trips,
+                         export=file.export, relpath=file.relpath, identity=file.identity,
+                         version=file.version)
 
 
 def open_source(source: Any, stream_index: int | None, settings: ClientSettings,
                 page_size: int = defaults.PAGE_SIZE) -> OpenedVideo:
     """Open a video that is not in FluxonFS: a path, bytes, a file object or a
-    range source (fluxon_video/sources.py), with its frame index from a scan."""
+    range source (fluxon_video/sources.py), with its frame index from a scan
+    (or this process's index cache)."""
     plain = PlainSource(*as_range_source(source))
-    version = FileStat(plain.size, int(getattr(plain.inner, "mtime_ns", 0)))
-    video = OpenedVideo(plain, stream_index, None, "none", 0.0, 0, page_size, settings,
-                        relpath=plain.name, version=version)
     try:
-        video.byte_source = video.make_byte_source()
-        why: list[Exception] = []
-        video.index, video.index_source, video.index_ms = load_or_build_index(
-            video.byte_source, plain.name, stream_index, why_none=why, blobs=plain,
-            stored=plain.load_blob(blob_kind(stream_index)), stored_from="process")
-        video.no_index(why)
+        return indexed_video(plain, stream_index, page_size, settings, keep_open=True,
+                             stored=plain.load_blob(blob_kind(stream_index)),
+                             stored_from="process", stat_round_trips=None, relpath=plain.name,
+                             version=FileStat(plain.size,
+                                              int(getattr(plain.inner, "mtime_ns", 0))))
     except BaseException:
-        if video.byte_source is not None:
-            video.byte_source.close()
-        video.close()
+        plain.close()
         raise
-    return video
+
+
+def indexed_video(source: VideoSource, stream_index: int | None, page_size: int,
+                  settings: ClientSettings, *, keep_open: bool, stored: bytes | None,
+                  stored_from: str, stat_round_trips: int | None, **where: Any) -> OpenedVideo:
+    """The one open path: ``source``'s frame index (``stored``, else a scan),
+    and the OpenedVideo built complete from it. ``keep_open``: the byte source
+    the scan read stays open for the reader; ``stat_round_trips``: what the
+    stat and index fetch waited for (None: a source with no network, whose
+    opens count no round trips); ``where``: which file (OpenedVideo's fields)."""
+    scanned: list[Any] = []  # the byte source the scan read, if one was made
+
+    def scan_source() -> Any:
+        scanned.append(make_byte_source(source, page_size, settings))
+        return scanned[-1]
+
+    kept = scan_source() if keep_open else None
+    why: list[Exception] = []
+    try:
+        index, index_source, index_ms = load_or_build_index(
+            kept if kept is not None else scan_source, source.name, stream_index,
+            stored=stored, stored_from=stored_from, blobs=source, why_none=why)
+    except BaseException:
+        if kept is not None:
+            kept.close()
+        raise
+    round_trips = 0 if stat_round_trips is None else open_round_trips(
+        stat_round_trips, index_source, scanned[0] if scanned else None)
+    return OpenedVideo(source, stream_index, index, index_source, index_ms, round_trips,
+                       page_size, settings, byte_source=kept,
+                       why_no_index=str(why[0]) if why else "",
+                       audio_only=bool(why) and isinstance(why[0], FluxonFsNoVideoStreamError),
+                       **where)
 
 
 def as_range_source(source: Any) -> tuple[Any, bool]:
@@ -115,63 +120,40 @@ def as_range_source(source: Any) -> tuple[Any, bool]:
         f"(read_range and size), got {type(source).__name__}")
 
 
-@dataclass(frozen=True)
-class ReaderOptions:
-    """What a reader is asked for, checked: output size, threads, policies."""
-
-    height: int | None
-    width: int | None
-    num_threads: int
-    autorotate: bool
-    on_damage: str
-    resize: str
-    interpolation: str
-
-    @classmethod
-    def check(cls, height: int | None, width: int | None, num_threads: Threads, autorotate: bool,
-              on_damage: str, resize: str, interpolation: str) -> ReaderOptions:
-        require_native()
-        if height is not None and width is not None:
-            check_output_size(height, width)
-        return cls(None if height is None else positive_int("height", height),
-                   None if width is None else positive_int("width", width),
-                   thread_count(num_threads), bool(autorotate),
-                   check_policy(on_damage), check_resize(resize),
-                   check_interpolation(interpolation))
-
-    def make_reader(self, video: OpenedVideo, t0: float,
-                    on_read: Any = None) -> FluxonFsVideoReader:
-        """The reader of an opened video; if it cannot be made, what the open
-        holds is released (the reader releases it too if it got that far:
-        both are safe twice)."""
-        try:
-            return FluxonFsVideoReader(video, self.height, self.width, self.num_threads,
-                                       open_ms=(time.perf_counter() - t0) * 1e3,
-                                       autorotate=self.autorotate, on_read=on_read,
-                                       on_damage=self.on_damage, resize=self.resize,
-                                       interpolation=self.interpolation)
-        except BaseException:
-            video.byte_source.close()
-            video.close()
-            raise
+def make_reader(options: ReadOptions, video: OpenedVideo, t0: float,
+                on_read: Any = None) -> FluxonFsVideoReader:
+    """The reader of an opened video; if it cannot be made, what the open
+    holds is released (the reader releases it too if it got that far: both
+    are safe twice)."""
+    try:
+        return FluxonFsVideoReader(video, options, open_ms=(time.perf_counter() - t0) * 1e3,
+                                   on_read=on_read)
+    except BaseException:
+        video.byte_source.close()
+        video.close()
+        raise
 
 
 def open_video(source: Any, height: int | None = None, width: int | None = None,
                num_threads: Threads = 1, *, autorotate: bool = False, on_damage: str = "error",
                stream_index: int | None = None, resize: str = "stretch",
-               interpolation: str = "bilinear",
+               interpolation: str = "bilinear", options: ReadOptions | None = None,
                settings: ClientSettings | None = None) -> FluxonFsVideoReader:
     """A reader of a video outside FluxonFS: a local path, bytes, a seekable
     binary file object, or a range source. The same reader, methods,
     metadata, errors and frames as ``FluxonFsPatcher.open_video_reader``;
+    ``options`` (a ReadOptions) instead of the separate arguments;
     ``settings`` sizes its page cache and fetch workers (ClientSettings)."""
     t0 = time.perf_counter()
     path = source if isinstance(source, (str, os.PathLike)) else None
     with located(path=path):
-        options = ReaderOptions.check(height, width, num_threads, autorotate, on_damage, resize,
-                                      interpolation)
-        video = open_source(source, stream_choice(stream_index), settings or ClientSettings())
-        return options.make_reader(video, t0)
+        require_native()
+        options = options_from(options, "open_video", height=height, width=width,
+                               num_threads=num_threads, autorotate=autorotate,
+                               on_damage=on_damage, stream_index=stream_index, resize=resize,
+                               interpolation=interpolation)
+        video = open_source(source, options.stream_index, settings or ClientSettings())
+        return make_reader(options, video, t0)
 
 
 class VideoOpener:
@@ -220,22 +202,17 @@ class VideoOpener:
         self.config.export(export_name)
         return FileRef(export_name, check_relpath(relpath), self.identities.resolve(identity))
 
-    def open_reader(self, export_name: str | None, relpath: str, height: int | None,
-                    width: int | None, num_threads: Threads = 1, *,
-                    identity: RequestIdentity | str | None = None, autorotate: bool = False,
-                    on_damage: str = "error", stream_index: int | None = None,
-                    resize: str = "stretch",
-                    interpolation: str = "bilinear") -> FluxonFsVideoReader:
+    def open_reader(self, export_name: str | None, relpath: str, options: ReadOptions, *,
+                    identity: RequestIdentity | str | None = None) -> FluxonFsVideoReader:
         """A reader (see FluxonFsPatcher.open_video_reader for the arguments)."""
         t0 = time.perf_counter()
         with located(export_name, relpath):
-            options = ReaderOptions.check(height, width, num_threads, autorotate, on_damage,
-                                          resize, interpolation)
+            require_native()
             ref = self.ref(export_name, relpath, identity)
             with located(ref.export, ref.relpath):
-                video = open_fluxonfs_video(self.client, ref, stream_choice(stream_index),
+                video = open_fluxonfs_video(self.client, ref, options.stream_index,
                                             for_reader=True)
-                return options.make_reader(video, t0, self.stats.add_read)
+                return make_reader(options, video, t0, self.stats.add_read)
 
     def video_index(self, export_name: str | None, relpath: str,
                     identity: RequestIdentity | str | None, on_damage: str = "error",
@@ -262,10 +239,10 @@ class VideoOpener:
             video.survey()
         version = video.version
         metadata = build_metadata(index, version.size, version.mtime_ns, ref.name, on_damage)
+        fetched: dict[str, Any] = video.source.counters.snapshot()
         stats = FluxonFsVideoReadStats(index_source=video.index_source, index_ms=video.index_ms,
                                        total_ms=(time.perf_counter() - t0) * 1e3,
-                                       open_round_trips=video.round_trips,
-                                       **video.source.counters.snapshot())
+                                       open_round_trips=video.round_trips, **fetched)
         self.stats.add_read(stats, metadata=True)
         return index, metadata, stats
 

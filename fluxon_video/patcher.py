@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 import numpy as np
 
 from fluxon_video.errors import FluxonFsBadRequestError, FluxonFsClosedError, FluxonFsConfigError
+from fluxon_video.frame_index import FrameIndex
 from fluxon_video.fs.client import FluxonFsClient
 from fluxon_video.fs.config import (
     ClientSettings,
@@ -27,6 +28,7 @@ from fluxon_video.fs.warming import WarmResult
 from fluxon_video.identity import IdentityContext
 from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
 from fluxon_video.opening import VideoOpener
+from fluxon_video.options import ReadOptions, options_from
 from fluxon_video.pool import FluxonFsVideoReaderPool
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
@@ -100,7 +102,7 @@ class FluxonFsPatcher:
 
     @identity.setter
     def identity(self, identity: RequestIdentity | str) -> None:
-        self._identities.default = identity  # type: ignore[assignment]
+        self._identities.default = identity
 
     @contextlib.contextmanager
     def using_identity(self, identity: RequestIdentity | str) -> Iterator[RequestIdentity]:
@@ -139,7 +141,8 @@ class FluxonFsPatcher:
                           identity: RequestIdentity | str | None = None,
                           autorotate: bool = False, on_damage: str = "error",
                           stream_index: int | None = None, resize: str = "stretch",
-                          interpolation: str = "bilinear") -> FluxonFsVideoReader:
+                          interpolation: str = "bilinear",
+                          options: ReadOptions | None = None) -> FluxonFsVideoReader:
         """Open a reader on ``export_name:relpath`` producing ``height`` x ``width`` RGB frames.
 
         ``height=None, width=None``: the native size; one of them None keeps
@@ -162,12 +165,14 @@ class FluxonFsPatcher:
         ``"letterbox"`` scales it to fit inside, centred on black.
         ``interpolation``: ``"bilinear"``, ``"bicubic"``, ``"area"``,
         ``"nearest"`` or ``"lanczos"``. Each pair is one ffmpeg CLI command's
-        bytes (docs/api.md).
+        bytes (docs/api.md). ``options``: all of these but ``identity`` in one
+        ReadOptions value, instead of the separate arguments.
         """
-        return self._live().open_reader(export_name, relpath, height, width, num_threads,
-                                        identity=identity, autorotate=autorotate,
-                                        on_damage=on_damage, stream_index=stream_index,
-                                        resize=resize, interpolation=interpolation)
+        options = options_from(options, "open_video_reader", height=height, width=width,
+                               num_threads=num_threads, autorotate=autorotate,
+                               on_damage=on_damage, stream_index=stream_index, resize=resize,
+                               interpolation=interpolation)
+        return self._live().open_reader(export_name, relpath, options, identity=identity)
 
     def list_files(self, export_name: str | None, prefix: str = "", recursive: bool = True,
                    pattern: str | None = None, *,
@@ -231,7 +236,8 @@ class FluxonFsPatcher:
 
     def _video_index(self, export_name: str | None, relpath: str,
                      identity: RequestIdentity | str | None, on_damage: str = "error",
-                     stream_index: int | None = None) -> tuple:
+                     stream_index: int | None = None
+                     ) -> tuple[FrameIndex, FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
         return self._live().video_index(export_name, relpath, identity, on_damage, stream_index)
 
     def file_version(self, export_name: str | None, relpath: str, *,

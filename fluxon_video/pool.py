@@ -1,8 +1,7 @@
 """FluxonFsVideoReaderPool: a per-process LRU of readers, and batched reads.
 
-The entry point for data loaders. Readers are keyed by ``(export_name,
-relpath, height, width, num_threads, request_identity, resize, interpolation,
-stream_index)``. A reader is leased to one call at a time (concurrent calls
+The entry point for data loaders. Readers are keyed by ``ReaderKey(export_name,
+relpath, identity, options)``: ``options`` is the request's ReadOptions. A reader is leased to one call at a time (concurrent calls
 for one key open more readers); a leased reader is never closed by eviction;
 idle readers beyond ``max_readers`` are closed oldest first.
 
@@ -21,13 +20,14 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from fluxon_video.audio import AudioSamples, AudioSpec
 from fluxon_video.damage import check_policy
 from fluxon_video.defaults import TIME_TOLERANCE_S
+from fluxon_video.frame_index import FrameIndex
 from fluxon_video.errors import (
     FluxonFsClosedError,
     FluxonFsConfigError,
@@ -40,21 +40,27 @@ from fluxon_video.fs.config import RequestIdentity
 from fluxon_video.fs.paths import check_relpath
 from fluxon_video.fs.uris import is_uri
 from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
+from fluxon_video.options import ReadOptions, options_from
 from fluxon_video.planning import split_in_two
 from fluxon_video.reader import FluxonFsVideoReader
-from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats
-from fluxon_video.validation import (Threads, frame_indices, positive_int,
-                                     stream_choice, thread_count, time_tolerance,
+from fluxon_video.validation import (Threads, frame_indices, positive_int, time_tolerance,
                                      times_in_seconds)
 
 if TYPE_CHECKING:
     from fluxon_video.opening import VideoOpener
 
-# (export_name, relpath, height, width, num_threads, identity, resize, interpolation,
-# stream_index); None sizes: native/aspect; None stream: the default rule's.
-ReaderKey = tuple[str, str, "int | None", "int | None", int, RequestIdentity, str, str,
-                  "int | None"]
+
+
+class ReaderKey(NamedTuple):
+    """What makes two reads share a reader: the file, the identity, the options
+    (with the pool's autorotate and on_damage)."""
+
+    export_name: str
+    relpath: str
+    identity: RequestIdentity
+    options: ReadOptions
+
 
 # Errors that say nothing about the reader's health: it goes back to the pool.
 _ARGUMENT_ERRORS = (FluxonFsFrameIndexError, FluxonFsConfigError, TypeError)
@@ -74,13 +80,16 @@ class FluxonFsVideoReadRequest:
     ``times_s`` (instead of ``indices``): the frames by time, the frame each
     time names under ``tolerance_s`` (``reader.indices_at_times``; the
     reader that reads them maps them, so they are that file version's).
+    ``options``: a ReadOptions instead of height, width, num_threads,
+    stream_index, resize and interpolation (the pool's ``autorotate`` and
+    ``on_damage`` apply either way); ``request.options`` holds them after.
     """
 
     export_name: str
     relpath: str
-    height: int | None
-    width: int | None
-    num_threads: Threads
+    height: int | None = None
+    width: int | None = None
+    num_threads: Threads = 1
     indices: tuple[int, ...] = ()
     stream_index: int | None = None
     resize: str = "stretch"
@@ -89,6 +98,7 @@ class FluxonFsVideoReadRequest:
     audio_span_s: tuple[float, float] | None = None
     times_s: tuple[float, ...] | None = None
     tolerance_s: float = TIME_TOLERANCE_S
+    options: ReadOptions = None  # type: ignore[assignment]  # set from the fields when None
 
     def __post_init__(self) -> None:
         # A URI as the relpath (export_name None, or the export whose root holds
@@ -99,14 +109,16 @@ class FluxonFsVideoReadRequest:
             raise FluxonFsConfigError(f"export_name must be a non-empty string, got {self.export_name!r}")
         if not uri:
             object.__setattr__(self, "relpath", check_relpath(self.relpath))
-        for name in ("height", "width"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, positive_int(name, getattr(self, name)))
-        object.__setattr__(self, "num_threads", thread_count(self.num_threads))
+        # The reader's options are checked once, in ReadOptions; the separate
+        # fields mirror them (the pool's autorotate and on_damage apply).
+        options = options_from(self.options, "FluxonFsVideoReadRequest", height=self.height,
+                               width=self.width, num_threads=self.num_threads,
+                               stream_index=self.stream_index, resize=self.resize,
+                               interpolation=self.interpolation)
+        object.__setattr__(self, "options", options)
+        for name in ("height", "width", "num_threads", "stream_index", "resize", "interpolation"):
+            object.__setattr__(self, name, getattr(options, name))
         object.__setattr__(self, "indices", tuple(int(i) for i in frame_indices(self.indices)))
-        object.__setattr__(self, "stream_index", stream_choice(self.stream_index))
-        object.__setattr__(self, "resize", check_resize(self.resize))
-        object.__setattr__(self, "interpolation", check_interpolation(self.interpolation))
         if self.audio is not None and not isinstance(self.audio, AudioSpec):
             raise TypeError(f"audio must be an AudioSpec or None, got {type(self.audio).__name__}")
         if self.audio_span_s is not None:
@@ -210,9 +222,9 @@ class FluxonFsVideoReaderPool:
         if is_uri(relpath):  # one reader for a file, named by URI or by relpath
             export_name, relpath = self.opener.resolve(export_name, relpath, identity)
             relpath = check_relpath(relpath)
-        return (export_name, relpath, request.height, request.width,
-                request.num_threads, identity, request.resize, request.interpolation,
-                request.stream_index)
+        return ReaderKey(export_name, relpath, identity,
+                         request.options.replace(autorotate=self.autorotate,
+                                                 on_damage=self.on_damage))
 
     @contextmanager
     def _lease(self, key: ReaderKey) -> Iterator[tuple[FluxonFsVideoReader, bool]]:
@@ -229,12 +241,8 @@ class FluxonFsVideoReaderPool:
                 state.counters.peak_leased = max(state.counters.peak_leased, len(state.leased))
         reused = reader is not None
         if reader is None:
-            (export_name, relpath, height, width, num_threads, identity, resize, interpolation,
-             stream_index) = key
-            reader = self.opener.open_reader(export_name, relpath, height, width, num_threads,
-                                             identity=identity, autorotate=self.autorotate,
-                                             on_damage=self.on_damage, stream_index=stream_index,
-                                             resize=resize, interpolation=interpolation)
+            reader = self.opener.open_reader(key.export_name, key.relpath, key.options,
+                                             identity=key.identity)
             with state.lock:
                 state.leased.add(reader)
                 state.counters.readers_opened += 1
@@ -349,12 +357,12 @@ class FluxonFsVideoReaderPool:
         tasks = self._split_groups([(key, positions) for key, positions in groups.items()],
                                    requests, cpus)
         workers = min(len(tasks), cpus)
-        tasks = [(key, positions, requests) for key, positions in tasks]
         if workers <= 1:
-            outcomes = [self._read_group(*task) for task in tasks]
+            outcomes = [self._read_group(key, positions, requests) for key, positions in tasks]
         else:
             with concurrent.futures.ThreadPoolExecutor(workers, "fluxon-read-many") as executor:
-                futures = [executor.submit(self._read_group, *task) for task in tasks]
+                futures = [executor.submit(self._read_group, key, positions, requests)
+                           for key, positions in tasks]
                 concurrent.futures.wait(futures)
             outcomes = [future.result() for future in futures]  # the first error, in order
         results: list[FluxonFsVideoReadResult | None] = [None] * len(requests)
@@ -375,7 +383,7 @@ class FluxonFsVideoReaderPool:
         out: list[tuple[ReaderKey, list[int]]] = []
         for key, positions in groups:
             halves = None
-            if spare > 0 and len(positions) >= 2 and key[4] == 1:
+            if spare > 0 and len(positions) >= 2 and key.options.num_threads == 1:
                 reader = self._idle_reader(key)
                 halves = None if reader is None else _split_requests(reader, positions, requests)
             if halves:
@@ -433,7 +441,7 @@ class FluxonFsVideoReaderPool:
                 "closed": self._closed}
 
     def __setstate__(self, state: dict[str, object]) -> None:
-        self.__init__(state["opener"], state["max_readers"],  # type: ignore[misc, arg-type]
+        self.__init__(state["opener"], state["max_readers"],  # type: ignore[misc]
                       autorotate=state["autorotate"],
                       on_damage=state.get("on_damage", "error"))
         self._closed = bool(state["closed"])
@@ -457,7 +465,8 @@ class FluxonFsVideoReaderPool:
         """The video's metadata without opening a decoder (see FluxonFsPatcher.video_metadata)."""
         return self._video_index(export_name, relpath, stream_index)[1]
 
-    def _video_index(self, export_name: str, relpath: str, stream_index: int | None) -> tuple:
+    def _video_index(self, export_name: str, relpath: str, stream_index: int | None
+                     ) -> tuple[FrameIndex, FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
         self._local()
         if self._closed:
             raise FluxonFsClosedError("the reader pool is closed")

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -40,16 +40,19 @@ from fluxon_video.logs import get_logger
 from fluxon_video.meter import ReadMeter, merge_halves
 from fluxon_video.native import require_native
 from fluxon_video.opened import OpenedVideo
+from fluxon_video.options import ReadOptions
 from fluxon_video.planning import place_rows, split_in_two
 from fluxon_video.renamed import NOT_GIVEN, renamed_arguments
-from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsVideoReadStats
 from fluxon_video.validation import output_fits
 
 log = get_logger("reader")
 # Frames one step of iteration decodes: a forward decode, a bounded array.
 ITER_CHUNK = 16
-def _located(method: Any) -> Any:
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def _located(method: Method) -> Method:
     """A reader method whose FluxonFsErrors say which file, as fields
     (errors.located): export and relpath, or the local file's path."""
 
@@ -63,7 +66,7 @@ def _located(method: Any) -> Any:
         with located(**where):
             return method(self, *args, **kwargs)
 
-    return call
+    return cast(Method, call)
 
 
 class FluxonFsVideoReader:
@@ -77,23 +80,21 @@ class FluxonFsVideoReader:
     after it fails.
     """
 
-    def __init__(self, video: OpenedVideo, height: int | None, width: int | None,
-                 num_threads: int, *, open_ms: float, autorotate: bool = False,
-                 on_read: Callable[[FluxonFsVideoReadStats], None] | None = None,
-                 on_damage: str = "error", resize: str = "stretch",
-                 interpolation: str = "bilinear") -> None:
+    def __init__(self, video: OpenedVideo, options: ReadOptions, *, open_ms: float,
+                 on_read: Callable[[FluxonFsVideoReadStats], None] | None = None) -> None:
         _, self._decode = require_native()
         t0 = time.perf_counter()
-        self.on_damage = on_damage
-        self.resize = check_resize(resize)
-        self.interpolation = check_interpolation(interpolation)
+        self.options = options  # as asked (None sizes: native); height/width as resolved
+        self.on_damage = options.on_damage
+        self.resize = options.resize
+        self.interpolation = options.interpolation
         self.stream_index = video.stream_index  # as asked; metadata names the stream read
         self.export_name = video.export  # None: a source read without FluxonFS
         self.relpath = video.relpath
         self.identity = video.identity
         self.version = video.version
-        self.num_threads = num_threads
-        self.autorotate = autorotate
+        self.num_threads = options.num_threads
+        self.autorotate = options.autorotate
         self.name = video.source.name
         self._video = video
         self._range_source = video.source
@@ -110,20 +111,21 @@ class FluxonFsVideoReader:
         self._meter = ReadMeter(video.source.counters, index_source=video.index_source,
                                 index_ms=video.index_ms, round_trips=video.round_trips)
         index = video.index
+        height, width = options.height, options.width
         try:
-            self._make_decoder(index, self._byte_source)
+            decoder = self._make_decoder(index, self._byte_source)
             if index is not None:
                 self._prefetch_container(index)
                 if self.on_damage == "conceal":
-                    self._decoder.survey()  # once per file version: the KV keeps it
+                    decoder.survey()  # once per file version: the KV keeps it
                 self._metadata = build_metadata(index, self.version.size, self.version.mtime_ns,
                                                 self.name, self.on_damage)
-            if autorotate:
-                self._decoder.orient = self._orientation(index)
+            if self.autorotate:
+                decoder.orient = self._orientation(index)
             if video.audio_only:  # no frames to size: clips of it carry only audio
                 height, width = height or 0, width or 0
             elif height is None or width is None:
-                height, width = output_size(self.metadata, height, width, autorotate)
+                height, width = output_size(self.metadata, height, width, self.autorotate)
         except BaseException:
             self.close()
             raise
@@ -153,22 +155,25 @@ class FluxonFsVideoReader:
                 "display matrix asks for another angle (open it without autorotate)")
         return orient
 
-    def _make_decoder(self, index: FrameIndex | None, byte_source: Any = None) -> None:
-        """A decoder of this process over byte_source (a new one after fork)."""
+    def _make_decoder(self, index: FrameIndex | None, byte_source: Any = None) -> Any:
+        """A decoder of this process over byte_source (a new one after fork),
+        kept as the reader's and returned."""
         self._byte_source = (byte_source if byte_source is not None
                              else self._video.make_byte_source())
         self._close_helpers()  # over the byte source it replaces (or the parent's)
         # The decoder lives as long as the reader: a request ahead of where it
         # stands continues without seeking.
         orient = self._decoder.orient if self._decoder is not None else 0
-        self._decoder = self._decode.VideoDecoder(self._byte_source, self.num_threads, self.name,
-                                                  self.on_damage, self.stream_index)
-        self._decoder.index = index
-        self._decoder.index_learned = self._share_index
+        decoder = self._decode.VideoDecoder(self._byte_source, self.num_threads, self.name,
+                                            self.on_damage, self.stream_index)
+        self._decoder = decoder
+        decoder.index = index
+        decoder.index_learned = self._share_index
         if index is not None:
             self._byte_source.set_extents(index.open_extents)
-        self._decoder.orient = orient
-        self._decoder.scaling = (self.resize, self.interpolation)
+        decoder.orient = orient
+        decoder.scaling = (self.resize, self.interpolation)
+        return decoder
 
     def _share_index(self, index: FrameIndex) -> None:
         """The decoder learnt damage (or surveyed the file): every reader should know."""
@@ -274,7 +279,8 @@ class FluxonFsVideoReader:
         if isinstance(key, slice):
             return self.read_frames_numpy(range(*key.indices(len(self))))
         if isinstance(key, (int, np.integer)):
-            return self.read_frames_numpy([int(key)])[0]
+            frame: np.ndarray = self.read_frames_numpy([int(key)])[0]
+            return frame
         raise TypeError(f"{self.name}: frames are indexed by an int or a slice, "
                         f"got {type(key).__name__}")
 
@@ -400,7 +406,8 @@ class FluxonFsVideoReader:
         decoder = self._decoder
         if decoder is None:
             raise FluxonFsClosedError(f"{self.name}: the reader is closed")
-        return decoder.index
+        index: FrameIndex = decoder.index
+        return index
 
     # ---- reading ----
 
@@ -427,6 +434,7 @@ class FluxonFsVideoReader:
                 self._report(self._meter.read(None, 0, time.perf_counter() - t0))
                 return self._no_frames().data
             halves = self._gop_halves(indices) if out is None else None
+            frames: np.ndarray
             if halves is None:
                 frames, native = self._decoder.decode(indices, self.height, self.width, out)
             else:

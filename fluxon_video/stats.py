@@ -64,9 +64,10 @@ class FluxonFsVideoReadStats(DecodeStats):
 
     def __add__(self, other: FluxonFsVideoReadStats) -> FluxonFsVideoReadStats:
         """Counters and times summed; text fields from whichever side has one (other first)."""
-        return FluxonFsVideoReadStats(**{
+        summed: dict[str, Any] = {
             k: (getattr(other, k) or v) if isinstance(v, str) else v + getattr(other, k)
-            for k, v in asdict(self).items()})
+            for k, v in asdict(self).items()}
+        return FluxonFsVideoReadStats(**summed)
 
 
 @dataclass(frozen=True)

@@ -68,17 +68,15 @@ from fluxon_video.bad_items import (
     replacement_videos,
     unwrapped,
 )
-from fluxon_video.damage import check_policy
 from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video.errors import FluxonFsConfigError
 from fluxon_video.metadata import FluxonFsVideoMetadata, indices_at_times
+from fluxon_video.options import ReadOptions, options_from
 from fluxon_video.patcher import FluxonFsPatcher
 from fluxon_video.pool import (FluxonFsVideoReaderPool, FluxonFsVideoReadRequest,
                                FluxonFsVideoReadResult)
-from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.stats import FluxonFsProcessStats
-from fluxon_video.validation import (Threads, output_fits, positive_int, stream_choice,
-                                     thread_count, time_tolerance)
+from fluxon_video.validation import Threads, output_fits, positive_int, time_tolerance
 
 __all__ = ["FluxonFsNoReadableItemError", "HostDict", "HostList", "LoaderStats",
            "SameVideoBatchSampler", "StatsCollate", "VideoClipDataset", "collate_clips", "move_to"]
@@ -133,7 +131,8 @@ class VideoClipDataset(Dataset):
                  on_damage: str = "error", stream_index: int | None = None,
                  resize: str = "stretch", interpolation: str = "bilinear",
                  audio: AudioSpec | None = None, on_error: OnError = "raise",
-                 tolerance_s: float = TIME_TOLERANCE_S) -> None:
+                 tolerance_s: float = TIME_TOLERANCE_S,
+                 options: ReadOptions | None = None) -> None:
         if isinstance(source, FluxonFsVideoReaderPool):
             self._patcher, self._given_pool = None, source
         elif isinstance(source, FluxonFsPatcher):
@@ -163,22 +162,24 @@ class VideoClipDataset(Dataset):
         self.clip_duration_s = clip_duration_s
         self.fps = fps
         self.clips_per_video = positive_int("clips_per_video", clips_per_video)
-        self.height = None if height is None else positive_int("height", height)
-        self.width = None if width is None else positive_int("width", width)
+        # The readers' options, checked once; the attributes below mirror them.
+        self.options = options_from(options, "FluxonFsVideoDataset", height=height, width=width,
+                                    num_threads=num_threads, autorotate=autorotate,
+                                    on_damage=on_damage, stream_index=stream_index,
+                                    resize=resize, interpolation=interpolation)
+        self.height, self.width = self.options.height, self.options.width
         frames = self.clip_len if clip_duration_s is None else max(1, round(clip_duration_s * fps))
         # Its frames at the output size (at least the index and time kept per frame).
         output_fits(export_name, f"a clip of {frames} frames",
                     frames * max(3 * (self.height or 1) * (self.width or 1), 48))
-        self.num_threads = thread_count(num_threads)
+        self.num_threads = self.options.num_threads
         self.layout = layout
         self.seed = int(seed)
         self.epoch = 0
         self.max_readers = positive_int("max_readers", max_readers)
-        self.autorotate = bool(autorotate)
-        self.on_damage = check_policy(on_damage)
-        self.stream_index = stream_choice(stream_index)
-        self.resize = check_resize(resize)
-        self.interpolation = check_interpolation(interpolation)
+        self.autorotate, self.on_damage = self.options.autorotate, self.options.on_damage
+        self.stream_index = self.options.stream_index
+        self.resize, self.interpolation = self.options.resize, self.options.interpolation
         if audio is not None and (not isinstance(audio, AudioSpec) or clip_duration_s is None):
             raise ValueError("audio needs an AudioSpec and time-based clips (clip_duration_s "
                              "and fps): a clip's audio is the span of its duration")
@@ -356,9 +357,10 @@ class VideoClipDataset(Dataset):
     def _request(self, clip: Clip) -> FluxonFsVideoReadRequest:
         relpath, indices, when = clip
         return FluxonFsVideoReadRequest(
-            self.export_name, relpath, self.height, self.width, self.num_threads, tuple(indices),
-            self.stream_index, self.resize, self.interpolation, self.audio,
-            None if self.audio is None else (when[0], when[0] + self.clip_duration_s))
+            self.export_name, relpath, indices=tuple(indices), audio=self.audio,
+            audio_span_s=None if self.audio is None else (when[0],
+                                                          when[0] + self.clip_duration_s),
+            options=self.options)
 
     def _read(self, clips: dict[int, tuple[int, Clip]],
               out: list[dict[str, Any] | None]) -> dict[int, BaseException]:

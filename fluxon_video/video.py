@@ -14,6 +14,7 @@ from fluxon_video.fs.config import (
 from fluxon_video.frames import Frame, FrameBatch
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.metadata import FluxonFsAudioMetadata, FluxonFsVideoMetadata
+from fluxon_video.options import ReadOptions
 from fluxon_video.patcher import FluxonFsPatcher
 from fluxon_video.pool import (
     FluxonFsVideoReaderPool,
@@ -44,6 +45,7 @@ __all__ = [
     "FluxonFsVideoReadStats",
     "FrameBatch",
     "MissPolicy",
+    "ReadOptions",
     "RequestIdentity",
     "load_config",
 ]

@@ -134,3 +134,13 @@ def test_one_planner_and_one_meter_serve_the_reader_and_the_pool():
     assert graph["fluxon_video.meter"] == {"fluxon_video.fs.counters", "fluxon_video.stats"}
     for user in ("fluxon_video.reader", "fluxon_video.pool"):
         assert "fluxon_video.planning" in graph[user], user
+
+
+def test_the_audio_decoder_borrows_the_demuxer_through_a_loan():
+    """_audio.pyx takes turns on the frames' demuxer through _pipeline's
+    DemuxerLoan, which sets and restores the pipeline's state: the audio
+    decoder names no Pipeline field."""
+    audio = (ROOT / "fluxon_video" / "_audio.pyx").read_text()
+    assert "DemuxerLoan.lend(" in audio
+    assert not re.search(r"\bpipe\.\w+", audio)
+    assert "cdef Pipeline" not in audio

@@ -39,11 +39,11 @@ def test_lru_order_and_bound(patcher):
     with patcher.open_video_reader_pool(max_readers=2) as pool:
         pool.read_frames_numpy(**args(H264, [0]))
         pool.read_frames_numpy(**args(HEVC, [0]))
-        assert [k[1] for k in pool.idle_readers()] == [H264, HEVC]
+        assert [k.relpath for k in pool.idle_readers()] == [H264, HEVC]
         pool.read_frames_numpy(**args(H264, [1]))  # H264 becomes most recent
-        assert [k[1] for k in pool.idle_readers()] == [HEVC, H264]
+        assert [k.relpath for k in pool.idle_readers()] == [HEVC, H264]
         pool.read_frames_numpy(**args(VP9, [0]))  # evicts HEVC, the least recent
-        assert [k[1] for k in pool.idle_readers()] == [H264, VP9]
+        assert [k.relpath for k in pool.idle_readers()] == [H264, VP9]
         c = pool.counters()
         assert (c.readers_opened, c.leases_reused, c.readers_evicted) == (3, 1, 1)
 
@@ -58,7 +58,7 @@ def test_key_includes_size_threads_and_identity(patcher):
             assert not result.reader_reused
         assert pool.read_frames_numpy_with_stats(**args(H264, [0], export="shared")).reader_reused
         assert pool.counters().readers_opened == 4
-        assert {k[5].name for k in pool.idle_readers()} == {"alice", "bob"}
+        assert {k.identity.name for k in pool.idle_readers()} == {"alice", "bob"}
 
 
 def test_results_and_stats(media, patcher):
@@ -138,7 +138,7 @@ def test_eviction_never_closes_a_leased_reader(patcher):
         t.join()
     finally:
         fv.FluxonFsVideoReader.read_frames_numpy = real_read
-    assert [k[1] for k in pool.idle_readers()] == [H264]
+    assert [k.relpath for k in pool.idle_readers()] == [H264]
     pool.close()
 
 

@@ -238,7 +238,8 @@ def test_the_patcher_reader_and_the_pool_pass_them_through(mixed):
                 np.testing.assert_array_equal(
                     result.frames, cli_frames(mixed / request.relpath, request.resize,
                                               request.interpolation, 56, 56)[[0, 5]])
-            assert sorted(key[6:8] for key in pool.idle_readers()) == [
+            assert sorted((key.options.resize, key.options.interpolation)
+                          for key in pool.idle_readers()) == [
                 ("letterbox", "lanczos"), ("letterbox", "nearest"),
                 ("shorter_side_crop", "lanczos"), ("stretch", "bicubic")]
             frames = pool.read_frames_numpy(export_name="train", relpath="hevc.mp4", height=56,

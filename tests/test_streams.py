@@ -158,7 +158,8 @@ def test_the_pool_keys_readers_by_stream(root, reference):
         for request, result in zip(requests, results):
             stream = DEFAULT_STREAM if request.stream_index is None else request.stream_index
             assert np.array_equal(result.frames, reference(stream)[[5, 0]])
-        assert sorted(key[-1] for key in pool.idle_readers() if key[-1] is not None) == [0, 2, 3]
+        assert sorted(key.options.stream_index for key in pool.idle_readers()
+                      if key.options.stream_index is not None) == [0, 2, 3]
         lone = pool.read_frames_numpy(export_name="train", relpath=MULTI, height=H, width=W,
                                       num_threads=2, indices=[7], stream_index=3)
         assert np.array_equal(lone, reference(3)[[7]])

@@ -29,6 +29,7 @@ from fluxon_video.errors import (
 )
 from fluxon_video.fs.config import load_config
 from fluxon_video.opening import open_video
+from fluxon_video.options import ReadOptions
 from fluxon_video.patcher import FluxonFsPatcher
 from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.validation import Threads
@@ -167,6 +168,8 @@ def open_reader(source: Any, *, height: int | None = None, width: int | None = N
     if isinstance(source, io.TextIOBase):
         raise FluxonFsSourceTypeError(
             "the file object reads text (open(..., 'r')?); open it with 'rb'")
+    options = ReadOptions(height, width, num_threads, stream_index=stream_index,
+                          autorotate=autorotate)
     if isinstance(source, (str, os.PathLike)) and not isinstance(source, bytes):
         text = os.fspath(source)
         if isinstance(text, str):
@@ -175,12 +178,9 @@ def open_reader(source: Any, *, height: int | None = None, width: int | None = N
             target = _fluxonfs_target(text, patcher)
             if target is not None:
                 assert patcher is not None
-                return patcher.open_video_reader(target[0], target[1], height, width,
-                                                 num_threads, autorotate=autorotate,
-                                                 stream_index=stream_index)
+                return patcher.open_video_reader(target[0], target[1], options=options)
             source = _as_local(text)
-    return open_video(source, height, width, num_threads, autorotate=autorotate,
-                      stream_index=stream_index)
+    return open_video(source, options=options)
 
 
 class OwnsReader:

@@ -25,6 +25,7 @@ import numpy as np
 
 from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video.errors import FluxonFsIOError
+from fluxon_video.options import ReadOptions
 from fluxon_video.patcher import FluxonFsPatcher
 
 
@@ -83,19 +84,13 @@ def _writing(out: Path, what: str = "the frames") -> Iterator[None]:
 
 
 def read_frames(patcher: FluxonFsPatcher, export: str, relpath: str, frames: list[int],
-                times: list[float], height: int | None, width: int | None, out: Path | None,
-                fmt: str, autorotate: bool = False,
-                on_damage: str = "error", stream_index: int | None = None,
-                resize: str = "stretch",
-                interpolation: str = "bilinear",
+                times: list[float], options: ReadOptions, out: Path | None, fmt: str,
                 audio: AudioOut | None = None,
                 tolerance_s: float = TIME_TOLERANCE_S) -> list[dict[str, object]]:
     """Write the frames (and the frames ``times`` name under ``tolerance_s``) under
     ``out``; one row each. With ``audio``, also the WAV file of the span the
     frames cover (or ``audio.span_s``), and a row saying what it holds."""
-    with patcher.open_video_reader(export, relpath, height, width, autorotate=autorotate,
-                                   on_damage=on_damage, stream_index=stream_index,
-                                   resize=resize, interpolation=interpolation) as reader:
+    with patcher.open_video_reader(export, relpath, options=options) as reader:
         indices = list(frames) + (reader.indices_at_times(times, tolerance_s=tolerance_s)
                                   if times else [])
         rows: list[dict[str, object]] = []

@@ -1,0 +1,1 @@
+"""_pipeline is cimported by the other native units; it has no Python API."""
