@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
+from typing import Any, TypeVar, cast
+
 import numpy as np
 
-from fluxon_video.errors import FluxonFsBadRequestError, FluxonFsClosedError, FluxonFsConfigError
+from fluxon_video.errors import (FluxonFsBadRequestError, FluxonFsClosedError, FluxonFsConfigError,
+                                 located)
 from fluxon_video.frame_index import FrameIndex
 from fluxon_video.fs.client import FluxonFsClient
 from fluxon_video.fs.config import (
@@ -34,6 +38,28 @@ from fluxon_video.reader import FluxonFsVideoReader
 from fluxon_video.stats import FluxonFsProcessStats, FluxonFsVideoReadStats, StatsAccumulator
 from fluxon_video.validation import Threads
 
+
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def _about_a_file(method: Method) -> Method:
+    """A patcher call about ``(export_name, relpath)``: its FluxonFsErrors carry
+    them as fields (errors.located), as a reader's do."""
+
+    @functools.wraps(method)
+    def call(self: FluxonFsPatcher, export_name: str | None, relpath: str, *args: Any,
+             **kwargs: Any) -> Any:
+        with located(export_name, relpath):
+            return method(self, export_name, relpath, *args, **kwargs)
+
+    return cast(Method, call)
+
+
+def _located_entries(entries: Iterator[FluxonFsFileEntry],
+                     export_name: str) -> Iterator[FluxonFsFileEntry]:
+    """A listing whose errors, raised as its pages are fetched, name the export."""
+    with located(export_name):
+        yield from entries
 
 class FluxonFsPatcher:
     """Exports, the FluxonFS client and the current request identity of this process.
@@ -182,10 +208,12 @@ class FluxonFsPatcher:
         relpath (``*`` crosses ``/``); ``recursive=False`` lists one level,
         directories included (``is_dir``). ``prefix`` may be a URI (see ``resolve``);
         the entries' relpaths are the export's."""
-        export_name, prefix = self._live().resolve(export_name, prefix, identity) \
-            if prefix or export_name is None else (export_name, prefix)
-        return self.client.files.list_files(self._identities.resolve(identity), export_name,
-                                            prefix, recursive, pattern)
+        with located(export_name):
+            export_name, prefix = self._live().resolve(export_name, prefix, identity) \
+                if prefix or export_name is None else (export_name, prefix)
+            entries = self.client.files.list_files(self._identities.resolve(identity),
+                                                   export_name, prefix, recursive, pattern)
+        return _located_entries(entries, export_name)
 
     def video_metadata(self, export_name: str | None, relpath: str, *,
                        identity: RequestIdentity | str | None = None,
@@ -213,6 +241,7 @@ class FluxonFsPatcher:
                                                stream_index)
         return metadata, stats
 
+    @_about_a_file
     def video_timestamps_s(self, export_name: str | None, relpath: str, *,
                            identity: RequestIdentity | str | None = None,
                            on_damage: str = "error",
@@ -223,6 +252,7 @@ class FluxonFsPatcher:
         index, _, _ = self._video_index(export_name, relpath, identity, on_damage, stream_index)
         return timestamps_s(index, on_damage, f"{export_name}:{relpath}")
 
+    @_about_a_file
     def video_metadata_and_timestamps_s(
             self, export_name: str | None, relpath: str, *,
             identity: RequestIdentity | str | None = None, on_damage: str = "error",
@@ -240,12 +270,14 @@ class FluxonFsPatcher:
                      ) -> tuple[FrameIndex, FluxonFsVideoMetadata, FluxonFsVideoReadStats]:
         return self._live().video_index(export_name, relpath, identity, on_damage, stream_index)
 
+    @_about_a_file
     def file_version(self, export_name: str | None, relpath: str, *,
                      identity: RequestIdentity | str | None = None) -> FileStat:
         """The file's current version (size, mtime_ns, ctime_ns, inode), by an
         authorised stat (cached for the export's metadata TTL)."""
         return self._current(export_name, relpath, identity).version
 
+    @_about_a_file
     def read_range(self, export_name: str | None, relpath: str, offset: int, length: int, *,
                    identity: RequestIdentity | str | None = None) -> bytes:
         """Bytes [offset, offset + length) of the file's current version, through
@@ -253,6 +285,7 @@ class FluxonFsPatcher:
         return self.client.pieces.read_range(self._current(export_name, relpath, identity),
                                              offset, length, ReadCounters())
 
+    @_about_a_file
     def warm_file(self, export_name: str | None, relpath: str, *,
                   identity: RequestIdentity | str | None = None,
                   on_piece: Callable[[int, int], None] | None = None,

@@ -239,3 +239,22 @@ def test_errors_name_their_file_as_fields(media, tmp_path):
         with pytest.raises(errors.FluxonFsFrameIndexError) as unnamed:
             in_memory.read_frames_numpy([10**6])
         assert unnamed.value.path is None and "out of range" in unnamed.value.reason
+
+
+def test_the_patchers_calls_about_a_file_name_it_as_fields(media, tmp_path):
+    """Stats, range reads, warming, times and listings outside a reader carry
+    the export and relpath too (the export alone for a listing)."""
+    shutil.copy(media.path("h264_faststart.mp4"), tmp_path / "a.mp4")
+    with make_patcher(None, tmp_path) as patcher:
+        calls = {"file_version": lambda: patcher.file_version("train", "gone.mp4"),
+                 "read_range": lambda: patcher.read_range("train", "gone.mp4", 0, 10),
+                 "warm_file": lambda: patcher.warm_file("train", "gone.mp4"),
+                 "video_timestamps_s": lambda: patcher.video_timestamps_s("train", "gone.mp4")}
+        for name, call in calls.items():
+            with pytest.raises(errors.FluxonFsNotFoundError) as missing:
+                call()
+            assert (missing.value.export, missing.value.relpath) == ("train", "gone.mp4"), name
+            assert missing.value.reason and "train:" not in missing.value.reason, name
+        with pytest.raises(errors.FluxonFsError) as listing:
+            list(patcher.list_files("nosuch"))
+        assert listing.value.export == "nosuch" and listing.value.reason
