@@ -128,7 +128,7 @@ class Fluxon:
 
     def clip(self, t: float, indices: list[int]) -> tuple[np.ndarray, np.ndarray, float]:
         clip = self.reader.get_clip_played_in_range(t, t + SPAN_S, fps=FPS, sample_rate=RATE,
-                                                    channels=1, exact_audio=self.exact)
+                                                    num_channels=1, exact_audio=self.exact)
         return clip.frames.data, clip.audio.data[0], clip.audio_start_s
 
     def close(self) -> None:

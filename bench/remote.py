@@ -182,7 +182,7 @@ def fluxon_items(task: dict, pool: Any, patcher: Any, row: dict) -> Pass:
                 meta, s = got
                 one.add_stats(item["video"], {**{k: getattr(s, k) for k in METADATA_STATS},
                                               "index_source": s.index_source})
-                one.check_metadata(video, meta.num_frames, meta.average_fps, meta.duration_s)
+                one.check_metadata(video, meta.num_frames, meta.average_fps, meta.duration_seconds)
             continue
         requests = [FluxonFsVideoReadRequest(export, video["relpath"], SIZE, SIZE, threads,
                                              tuple(c)) for c in item["clips"]]
