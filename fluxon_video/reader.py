@@ -37,12 +37,13 @@ from fluxon_video.metadata import (
     timestamps_s,
 )
 from fluxon_video.logs import get_logger
-from fluxon_video.meter import ReadMeter, merge_halves
+from fluxon_video.meter import ReadMeter
 from fluxon_video.native import require_native
 from fluxon_video.opened import OpenedVideo
 from fluxon_video.options import ReadOptions
-from fluxon_video.planning import place_rows, split_in_two
+from fluxon_video.planning import split_in_two
 from fluxon_video.renamed import NOT_GIVEN, renamed_arguments
+from fluxon_video.split_read import SplitReads
 from fluxon_video.stats import FluxonFsVideoReadStats
 from fluxon_video.validation import output_fits
 
@@ -103,8 +104,9 @@ class FluxonFsVideoReader:
         self._closed = False
         self._byte_source: Any = video.byte_source
         self._decoder: Any = None
-        self._second: Any = None  # the second decoder of _decode_halves, made on first use
-        self._split_off = False   # True once a split read fell back to the sequential path
+        # Reads over two decoders: the second made on first use, over the current byte source.
+        self._split = SplitReads(lambda: self._decode.VideoDecoder(
+            self._byte_source, 1, self.name, self.on_damage, self.stream_index))
         self._audio: AudioTrack | None = None  # opened by the first audio read
         self._metadata: FluxonFsVideoMetadata | None = None
         self.last_stats: FluxonFsVideoReadStats | None = None
@@ -438,7 +440,9 @@ class FluxonFsVideoReader:
             if halves is None:
                 frames, native = self._decoder.decode(indices, self.height, self.width, out)
             else:
-                frames, native = self._decode_halves(indices, *halves)
+                wanted = np.asarray(indices).reshape(-1)
+                frames, native = self._split.decode(self._decoder, wanted, *halves,
+                                                    self.height, self.width)
             self._report(self._meter.read(native, len(frames), time.perf_counter() - t0))
             return frames
 
@@ -463,7 +467,7 @@ class FluxonFsVideoReader:
         of range (the read names it)."""
         decoder = self._decoder  # no lock: the reader's read holds it when it plans
         index = decoder.index if decoder is not None else None
-        if (self.on_damage != "error" or self._split_off or index is None
+        if (self.on_damage != "error" or self._split.off or index is None
                 or not index.trusted or index.pkt_damaged.any()):
             return None
         wanted = np.asarray(indices).reshape(-1)
@@ -476,59 +480,12 @@ class FluxonFsVideoReader:
         starts = index.frame_key[wanted]
         return None if (starts < 0).any() else (starts, index.frame_dec[wanted])
 
-    def _decode_halves(self, indices: Sequence[int] | np.ndarray, left: np.ndarray,
-                       right: np.ndarray) -> tuple[np.ndarray, Any]:
-        """The left set on the reader's decoder, the right one on a second,
-        single-threaded decoder over the same byte source, at once (both release
-        the GIL); each frame is decoded from its own keyframe either way, so the
-        bytes are those of one decoder (the frame-identity rule)."""
-        if self._second is None:
-            self._second = self._decode.VideoDecoder(self._byte_source, 1, self.name,
-                                                     self.on_damage, self.stream_index)
-        second, before = self._second, self._decoder.index
-        second.index, second.index_learned = before, self._share_index
-        second.orient, second.scaling = self._decoder.orient, self._decoder.scaling
-        wanted = np.asarray(indices).reshape(-1)
-        done: dict[str, Any] = {}
-
-        # Both decode into one array (the left set's rows, then the right's),
-        # put in request order after: peak memory is the output, as for one decoder.
-        frames = np.empty((wanted.size, self.height, self.width, 3), np.uint8)
-
-        def decode_right() -> None:
-            try:
-                done["right"] = second.decode(wanted[right], self.height, self.width,
-                                              frames[left.size:])
-            except BaseException as exc:  # noqa: BLE001 - raised on the reader's thread
-                done["error"] = exc
-
-        worker = threading.Thread(target=decode_right, name="fluxon-gop-half", daemon=True)
-        worker.start()
-        try:
-            _, stats_left = self._decoder.decode(wanted[left], self.height, self.width,
-                                                 frames[:left.size])
-        finally:
-            worker.join()
-            if second.index is not before or self._decoder.index is not before:
-                # A decoder learnt something of the file (damage): the reader's
-                # decoder keeps it, and reads stay on one decoder from now on.
-                if self._decoder.index is before:
-                    self._decoder.index = second.index
-                self._split_off = True
-        if "error" in done:
-            raise done["error"]
-        _, stats_right = done["right"]
-        if stats_left.fallback or stats_right.fallback:
-            self._split_off = True  # the index disagreed: one decoder from now on
-        return place_rows(frames, np.concatenate([left, right])), merge_halves(stats_left,
-                                                                                stats_right)
-
     def _close_helpers(self) -> None:
         """Close the audio track and the second decoder (opened on first use)."""
-        for helper in (self._audio, self._second):
-            if helper is not None:
-                helper.close()
-        self._audio = self._second = None
+        if self._audio is not None:
+            self._audio.close()
+        self._audio = None
+        self._split.close()
 
     def _report(self, stats: FluxonFsVideoReadStats) -> None:
         self.last_stats = stats
