@@ -56,17 +56,22 @@ def open_fluxonfs_video(client: FluxonFsClient, ref: FileRef, stream_index: int 
 
 
 def open_source(source: Any, stream_index: int | None, settings: ClientSettings,
-                page_size: int = defaults.PAGE_SIZE) -> OpenedVideo:
+                page_size: int = defaults.PAGE_SIZE, *,
+                index: FrameIndex | str = "load") -> OpenedVideo:
     """Open a video that is not in FluxonFS: a path, bytes, a file object or a
-    range source (fluxon_video/sources.py), with its frame index from a scan
-    (or this process's index cache)."""
+    range source (fluxon_video/sources.py), with its frame index from this
+    process's index cache or a scan (``index="load"``); ``index``: a
+    FrameIndex of this very file instead, or ``"none"`` (no index: the
+    sequential reference path)."""
     plain = PlainSource(*as_range_source(source))
     try:
         return indexed_video(plain, stream_index, page_size, settings, keep_open=True,
-                             stored=plain.load_blob(blob_kind(stream_index)),
+                             stored=plain.load_blob(blob_kind(stream_index))
+                             if index == "load" else None,
                              stored_from="process", stat_round_trips=None, relpath=plain.name,
                              version=FileStat(plain.size,
-                                              int(getattr(plain.inner, "mtime_ns", 0))))
+                                              int(getattr(plain.inner, "mtime_ns", 0))),
+                             index=index)
     except BaseException:
         plain.close()
         raise
@@ -74,12 +79,15 @@ def open_source(source: Any, stream_index: int | None, settings: ClientSettings,
 
 def indexed_video(source: VideoSource, stream_index: int | None, page_size: int,
                   settings: ClientSettings, *, keep_open: bool, stored: bytes | None,
-                  stored_from: str, stat_round_trips: int | None, **where: Any) -> OpenedVideo:
+                  stored_from: str, stat_round_trips: int | None,
+                  index: FrameIndex | str = "load", **where: Any) -> OpenedVideo:
     """The one open path: ``source``'s frame index (``stored``, else a scan),
     and the OpenedVideo built complete from it. ``keep_open``: the byte source
     the scan read stays open for the reader; ``stat_round_trips``: what the
     stat and index fetch waited for (None: a source with no network, whose
-    opens count no round trips); ``where``: which file (OpenedVideo's fields)."""
+    opens count no round trips); ``index``: ``"load"`` (``stored``, else a
+    scan), ``"none"`` (no index) or a FrameIndex given (neither);
+    ``where``: which file (OpenedVideo's fields)."""
     scanned: list[Any] = []  # the byte source the scan read, if one was made
 
     def scan_source() -> Any:
@@ -89,16 +97,22 @@ def indexed_video(source: VideoSource, stream_index: int | None, page_size: int,
     kept = scan_source() if keep_open else None
     why: list[Exception] = []
     try:
-        index, index_source, index_ms = load_or_build_index(
-            kept if kept is not None else scan_source, source.name, stream_index,
-            stored=stored, stored_from=stored_from, blobs=source, why_none=why)
+        loaded: FrameIndex | None
+        if isinstance(index, FrameIndex):
+            loaded, index_source, index_ms = index, "given", 0.0
+        elif index == "none":
+            loaded, index_source, index_ms = None, "none", 0.0
+        else:
+            loaded, index_source, index_ms = load_or_build_index(
+                kept if kept is not None else scan_source, source.name, stream_index,
+                stored=stored, stored_from=stored_from, blobs=source, why_none=why)
     except BaseException:
         if kept is not None:
             kept.close()
         raise
     round_trips = 0 if stat_round_trips is None else open_round_trips(
         stat_round_trips, index_source, scanned[0] if scanned else None)
-    return OpenedVideo(source, stream_index, index, index_source, index_ms, round_trips,
+    return OpenedVideo(source, stream_index, loaded, index_source, index_ms, round_trips,
                        page_size, settings, byte_source=kept,
                        why_no_index=str(why[0]) if why else "",
                        audio_only=bool(why) and isinstance(why[0], FluxonFsNoVideoStreamError),
