@@ -11,6 +11,7 @@ from fluxon_video.errors import FluxonFsConfigError
 from fluxon_video.renamed import add_renamed_attributes
 
 LAYOUTS = ("NHWC", "NCHW")
+DEFAULT_LAYOUT = "NHWC"
 
 
 @dataclass(frozen=True)
@@ -104,10 +105,15 @@ def frame_durations(times: np.ndarray, end_s: float) -> np.ndarray:
     return np.diff(np.append(times, end_s)) if times.size else times.copy()
 
 
-def as_torch(frames: np.ndarray, layout: str = "NHWC") -> Any:
-    """A zero-copy torch tensor of NHWC frames, in ``layout`` (NCHW is a view)."""
+def check_layout(layout: object) -> str:
     if layout not in LAYOUTS:
         raise FluxonFsConfigError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    return str(layout)
+
+
+def as_torch(frames: np.ndarray, layout: str = "NHWC") -> Any:
+    """A zero-copy torch tensor of NHWC frames, in ``layout`` (NCHW is a view)."""
+    check_layout(layout)
     import torch
 
     tensor = torch.from_numpy(frames)

@@ -1,7 +1,9 @@
 """ReadOptions: what a reader is asked for, checked once, in one value.
 
 Output size, decoder threads, resize mode and interpolation, the stream,
-autorotation and the damage policy. Building one checks every field (a bad
+autorotation and the damage policy; and two defaults of the reads, the torch
+layout and the audio spec (they do not change how a reader decodes, so the
+pool's readers are shared across them). Building one checks every field (a bad
 value is a FluxonFsConfigError or a TypeError naming it); after that, the
 patcher, ``open_video``, the pool (its reader key), the dataset, the compat
 layers and the CLI pass the same value down without checking again. Frozen
@@ -14,8 +16,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from fluxon_video.audio import AudioSpec
 from fluxon_video.damage import check_policy
 from fluxon_video.errors import FluxonFsConfigError
+from fluxon_video.frames import DEFAULT_LAYOUT, check_layout
 from fluxon_video.resize import check_interpolation, check_resize
 from fluxon_video.validation import (Threads, check_output_size, positive_int, stream_choice,
                                      thread_count)
@@ -29,7 +33,10 @@ class ReadOptions:
     ``interpolation`` ``"bilinear"``, ``"bicubic"``, ``"area"``, ``"nearest"``
     or ``"lanczos"``; ``stream_index`` the container stream (None: the
     default rule's); ``autorotate`` turns frames upright by the display
-    matrix; ``on_damage`` ``"error"``, ``"skip"`` or ``"conceal"``."""
+    matrix; ``on_damage`` ``"error"``, ``"skip"`` or ``"conceal"``;
+    ``layout`` the torch reads' default, ``"NHWC"`` or ``"NCHW"``; ``audio``
+    the audio reads' default AudioSpec (None: the stream's own rate and
+    channels; for the dataset, clips with audio in that spec)."""
 
     height: int | None = None
     width: int | None = None
@@ -39,6 +46,8 @@ class ReadOptions:
     stream_index: int | None = None
     autorotate: bool = False
     on_damage: str = "error"
+    layout: str = "NHWC"
+    audio: AudioSpec | None = None
 
     def __post_init__(self) -> None:
         checked = {
@@ -50,7 +59,11 @@ class ReadOptions:
             "stream_index": stream_choice(self.stream_index),
             "autorotate": bool(self.autorotate),
             "on_damage": check_policy(self.on_damage),
+            "layout": check_layout(self.layout),
+            "audio": self.audio,
         }
+        if self.audio is not None and not isinstance(self.audio, AudioSpec):
+            raise TypeError(f"audio must be an AudioSpec or None, got {type(self.audio).__name__}")
         if checked["height"] is not None and checked["width"] is not None:
             check_output_size(checked["height"], checked["width"])
         for name, value in checked.items():
@@ -59,6 +72,11 @@ class ReadOptions:
     def replace(self, **changes: Any) -> ReadOptions:
         """A copy with ``changes``, checked like a new one."""
         return dataclasses.replace(self, **changes)
+
+    def decoding(self) -> ReadOptions:
+        """The options that make a reader: without the reads' defaults (layout,
+        audio), so reads that differ only in those share one (the pool's key)."""
+        return self.replace(layout=DEFAULT_LAYOUT, audio=None)
 
 
 DEFAULT = ReadOptions()

@@ -223,8 +223,8 @@ class FluxonFsVideoReaderPool:
             export_name, relpath = self.opener.resolve(export_name, relpath, identity)
             relpath = check_relpath(relpath)
         return ReaderKey(export_name, relpath, identity,
-                         request.options.replace(autorotate=self.autorotate,
-                                                 on_damage=self.on_damage))
+                         request.options.decoding().replace(autorotate=self.autorotate,
+                                                            on_damage=self.on_damage))
 
     @contextmanager
     def _lease(self, key: ReaderKey) -> Iterator[tuple[FluxonFsVideoReader, bool]]:

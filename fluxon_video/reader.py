@@ -271,10 +271,10 @@ class FluxonFsVideoReader:
                                          tolerance_s=tolerance_s)
 
     def read_frames_torch(self, indices: Sequence[int] | np.ndarray,
-                          layout: str = "NHWC") -> Any:
+                          layout: str | None = None) -> Any:
         """Frames as a torch uint8 tensor sharing the decoded array's memory;
-        ``layout="NCHW"`` gives a permuted view (no copy)."""
-        return as_torch(self.read_frames_numpy(indices), layout)
+        ``layout="NCHW"`` gives a permuted view (no copy); None: the options'."""
+        return as_torch(self.read_frames_numpy(indices), layout or self.options.layout)
 
     def __getitem__(self, key: int | slice) -> np.ndarray:
         """``reader[i]`` is frame i ``(H, W, 3)``; ``reader[a:b:s]`` the frames of the slice."""
@@ -294,10 +294,12 @@ class FluxonFsVideoReader:
     # ---- audio on the frames' clock (fluxon_video/audio.py) ----
 
     @_located
-    def read_audio(self, start_s: float, end_s: float, spec: AudioSpec = AudioSpec(),
+    def read_audio(self, start_s: float, end_s: float, spec: AudioSpec | None = None,
                    num_samples: int | None = None) -> AudioSamples:
         """The audio of ``[start_s, end_s)`` (``num_samples`` samples from its
-        first, when given) as ``spec`` asks, from this reader's byte source."""
+        first, when given) as ``spec`` asks (None: the options' ``audio``, else
+        the stream's own rate and channels), from this reader's byte source."""
+        spec = spec or self.options.audio or AudioSpec()
         with self._lock:
             self._check_open()
             t0 = time.perf_counter()
@@ -332,11 +334,13 @@ class FluxonFsVideoReader:
                                   **renamed: Any) -> AudioSamples:
         """float32 ``(num_channels, samples)`` covering ``[start_seconds,
         stop_seconds)`` on the frames' clock, at ``sample_rate`` / ``num_channels``
-        (None: the stream's)."""
+        (None: the options' ``audio``'s, else the stream's)."""
         start_s, stop_s, channels = _renamed(self.get_audio_played_in_range, renamed,
                                              start_seconds, stop_seconds, num_channels)
-        return self.read_audio(start_s, stop_s, AudioSpec(sample_rate, channels, pad_audio,
-                                                          exact_audio))
+        default = self.options.audio or AudioSpec()
+        return self.read_audio(start_s, stop_s, AudioSpec(
+            sample_rate or default.sample_rate, channels or default.num_channels, pad_audio,
+            exact_audio))
 
     def get_clip_played_in_range(self, start_seconds: float = NOT_GIVEN,
                                  stop_seconds: float = NOT_GIVEN, *,

@@ -105,6 +105,10 @@ class VideoClipDataset(Dataset):
     num_channels=...)`` so clips of videos with different audio batch together.
     ``tolerance_s`` (time-based clips): a sample time within it of a frame's
     pts takes that frame (``reader.indices_at_times``; default 1e-4 s).
+    ``options``: a ReadOptions instead of height, width, num_threads,
+    autorotate, on_damage, stream_index, resize and interpolation; its
+    ``layout`` (NHWC or NCHW: THWC or TCHW here) and ``audio`` then stand for
+    ``layout`` and ``audio``.
 
     ``export_name`` must be one of the source's configured exports (checked
     here, not in a worker). ``on_error`` says what a bad item does (one whose
@@ -173,6 +177,12 @@ class VideoClipDataset(Dataset):
         output_fits(export_name, f"a clip of {frames} frames",
                     frames * max(3 * (self.height or 1) * (self.width or 1), 48))
         self.num_threads = self.options.num_threads
+        if options is not None and (layout != "THWC" or audio is not None):
+            raise FluxonFsConfigError("VideoClipDataset: pass options= or layout=/audio=, not "
+                                      "both (options.layout and options.audio stand for them)")
+        if options is not None:
+            layout = "T" + options.layout[1:]
+            audio = options.audio
         self.layout = layout
         self.seed = int(seed)
         self.epoch = 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -58,3 +60,49 @@ def test_options_and_separate_arguments_are_not_mixed(media):
         fv.FluxonFsVideoReadRequest("train", NAME, H, W, options=options)
     with pytest.raises(TypeError, match="options must be a ReadOptions"):
         fv.open_video(media.path(NAME), options={"height": H})
+
+
+@pytest.fixture(scope="module")
+def with_audio(tmp_path_factory):
+    path = tmp_path_factory.mktemp("options") / "av.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc2=s=64x36:r=10:d=2",
+                    "-f", "lavfi", "-i", "sine=frequency=440:sample_rate=24000:d=2",
+                    "-ac", "2", "-c:v", "libx264", "-c:a", "aac", "-shortest", str(path)],
+                   check=True)
+    return path
+
+
+def test_the_reads_defaults_come_from_the_options_and_do_not_split_the_pool(media, with_audio):
+    import torch  # noqa: F401 - the torch reads
+
+    spec = fv.AudioSpec(sample_rate=8000, num_channels=1)
+    options = fv.ReadOptions(H, W, layout="NCHW", audio=spec)
+    with fv.open_video(with_audio, options=options) as reader:
+        assert tuple(reader.read_frames_torch([0]).shape) == (1, 3, H, W)
+        assert tuple(reader.read_frames_torch([0], layout="NHWC").shape) == (1, H, W, 3)
+        default = reader.read_audio(0.5, 1.0)
+        np.testing.assert_array_equal(default.data, reader.read_audio(0.5, 1.0, spec).data)
+        assert (default.sample_rate, default.num_channels) == (8000, 1)
+        played = reader.get_audio_played_in_range(0.5, 1.0)
+        assert (played.sample_rate, played.num_channels) == (8000, 1)
+    with pytest.raises(TypeError, match="AudioSpec"):
+        fv.ReadOptions(audio={"sample_rate": 8000})
+    with pytest.raises(errors.FluxonFsConfigError, match="layout"):
+        fv.ReadOptions(layout="CHW")
+    with make_patcher(None, media.root) as patcher, patcher.open_video_reader_pool() as pool:
+        requests = [fv.FluxonFsVideoReadRequest("train", NAME, indices=(0,), options=o)
+                    for o in (fv.ReadOptions(H, W), options)]
+        for result in pool.read_many_numpy_with_stats(requests):
+            np.testing.assert_array_equal(result.frames, media.reference(NAME, H, W)[[0]])
+        assert len(pool.idle_readers()) == 1  # one reader: layout and audio are the reads'
+
+
+def test_the_dataset_takes_its_layout_from_the_options(media):
+    from fluxon_video.torch import VideoClipDataset
+
+    with make_patcher(None, media.root) as patcher:
+        dataset = VideoClipDataset(patcher, "train", [NAME], clip_len=4,
+                                   options=fv.ReadOptions(H, W, layout="NCHW"))
+        assert dataset.layout == "TCHW" and tuple(dataset[0]["frames"].shape) == (4, 3, H, W)
+        with pytest.raises(errors.FluxonFsConfigError, match="not both"):
+            VideoClipDataset(patcher, "train", [NAME], layout="TCHW", options=fv.ReadOptions())
