@@ -39,6 +39,7 @@ from fluxon_video.fs.concurrency import PerProcess
 from fluxon_video.fs.config import RequestIdentity
 from fluxon_video.fs.paths import check_relpath
 from fluxon_video.fs.uris import is_uri
+from fluxon_video.logs import get_logger
 from fluxon_video.metadata import FluxonFsVideoMetadata, timestamps_s
 from fluxon_video.options import ReadOptions, options_from
 from fluxon_video.planning import split_in_two
@@ -61,6 +62,8 @@ class ReaderKey(NamedTuple):
     identity: RequestIdentity
     options: ReadOptions
 
+
+log = get_logger("pool")
 
 # Errors that say nothing about the reader's health: it goes back to the pool.
 _ARGUMENT_ERRORS = (FluxonFsFrameIndexError, FluxonFsConfigError, TypeError)
@@ -330,7 +333,8 @@ class FluxonFsVideoReaderPool:
 
     def read_many_numpy_with_stats(
             self, requests: Sequence[FluxonFsVideoReadRequest],
-            max_workers: int | None = None) -> list[FluxonFsVideoReadResult]:
+            max_workers: int | None = None, *,
+            ahead: Sequence[FluxonFsVideoReadRequest] = ()) -> list[FluxonFsVideoReadResult]:
         """Results in request order; one native decode per reader key over the union of indices.
 
         Groups (distinct reader keys) are decoded concurrently on up to
@@ -339,21 +343,41 @@ class FluxonFsVideoReaderPool:
         before any decoding; on failure every group finishes, every reader
         goes back, and the first failing group's error (naming its requests)
         is raised.
+
+        ``ahead``: the next call's requests. While these decode, their readers
+        are opened and their pages fetched (``prefetch``, on a thread of its
+        own); those that share a reader with these are queued once these are
+        read. A failure there is left for the next call to raise.
         """
-        groups: dict[ReaderKey, list[int]] = {}
-        for position, request in enumerate(requests):
-            if not isinstance(request, FluxonFsVideoReadRequest):
-                raise TypeError(f"requests[{position}] is {type(request).__name__}, "
-                                "not a FluxonFsVideoReadRequest")
-            try:
-                self.opener.config.export(self.opener.resolve(request.export_name,
-                                                              request.relpath)[0])
-            except FluxonFsError as exc:
-                raise type(exc)(f"requests[{position}]: {exc}") from None
-            groups.setdefault(self._key(request), []).append(position)
+        groups = self._groups(requests)
         if max_workers is not None:
             positive_int("max_workers", max_workers)
         cpus = max_workers or os.cpu_count() or 1
+        # Keys are made here, on the caller's thread (its identity); the next
+        # call's readers that these use are queued only once these are read.
+        coming = self._groups(ahead, quiet=True)
+        early = {key: positions for key, positions in coming.items() if key not in groups}
+        later = {key: positions for key, positions in coming.items() if key in groups}
+        lookahead = threading.Thread(target=self._prefetch_quietly, args=(early, ahead),
+                                     name="fluxon-lookahead", daemon=True)
+        if early:
+            lookahead.start()
+        try:
+            outcomes = self._read_groups(groups, requests, cpus)
+        finally:
+            if early:
+                lookahead.join()
+        self._prefetch_quietly(later, ahead)
+        results: list[FluxonFsVideoReadResult | None] = [None] * len(requests)
+        for group_results in outcomes:
+            for position, result in group_results:
+                results[position] = result
+        return results  # type: ignore[return-value]
+
+    def _read_groups(self, groups: dict[ReaderKey, list[int]],
+                     requests: Sequence[FluxonFsVideoReadRequest], cpus: int
+                     ) -> list[list[tuple[int, FluxonFsVideoReadResult]]]:
+        """Each group's results, the groups on up to ``cpus`` threads."""
         tasks = self._split_groups([(key, positions) for key, positions in groups.items()],
                                    requests, cpus)
         workers = min(len(tasks), cpus)
@@ -365,11 +389,57 @@ class FluxonFsVideoReaderPool:
                            for key, positions in tasks]
                 concurrent.futures.wait(futures)
             outcomes = [future.result() for future in futures]  # the first error, in order
-        results: list[FluxonFsVideoReadResult | None] = [None] * len(requests)
-        for group_results in outcomes:
-            for position, result in group_results:
-                results[position] = result
-        return results  # type: ignore[return-value]
+        return outcomes
+
+    def _groups(self, requests: Sequence[FluxonFsVideoReadRequest], quiet: bool = False
+                ) -> dict[ReaderKey, list[int]]:
+        """Request positions by reader key, each request checked (its type, its
+        export). ``quiet``: requests that fail the checks are left out (the read
+        of them raises)."""
+        groups: dict[ReaderKey, list[int]] = {}
+        for position, request in enumerate(requests):
+            try:
+                if not isinstance(request, FluxonFsVideoReadRequest):
+                    raise TypeError(f"requests[{position}] is {type(request).__name__}, "
+                                    "not a FluxonFsVideoReadRequest")
+                try:
+                    self.opener.config.export(self.opener.resolve(request.export_name,
+                                                                  request.relpath)[0])
+                except FluxonFsError as exc:
+                    raise type(exc)(f"requests[{position}]: {exc}") from None
+                groups.setdefault(self._key(request), []).append(position)
+            except (FluxonFsError, TypeError):
+                if not quiet:
+                    raise
+        return groups
+
+    def _prefetch_quietly(self, groups: dict[ReaderKey, list[int]],
+                          requests: Sequence[FluxonFsVideoReadRequest]) -> None:
+        """``prefetch`` of ``groups``, its failure logged: their read raises it."""
+        try:
+            self._prefetch_groups(groups, requests)
+        except FluxonFsError as exc:
+            log.debug("lookahead of %d requests failed (%s); their read will say why",
+                      sum(map(len, groups.values())), exc)
+
+    def prefetch(self, requests: Sequence[FluxonFsVideoReadRequest]) -> int:
+        """Start fetching what ``read_many_numpy_with_stats(requests)`` will read,
+        and return the bytes queued. Each reader key's reader is opened now when
+        no idle one has it (the stat and the frame index come ahead too); the
+        pages of its requests' frames are queued on its fetch workers
+        (``reader.prefetch_frames``), and it goes back idle, the most recently
+        used, for the read that follows. Call it with the next batch while this
+        one decodes (the pool is thread-safe)."""
+        return self._prefetch_groups(self._groups(requests), requests)
+
+    def _prefetch_groups(self, groups: dict[ReaderKey, list[int]],
+                         requests: Sequence[FluxonFsVideoReadRequest]) -> int:
+        queued = 0
+        for key, positions in groups.items():
+            with self._lease(key) as (reader, _):
+                queued += reader.prefetch_frames(
+                    [i for p in positions for i in _frames_of(reader, requests[p])])
+        return queued
 
     def _split_groups(self, groups: list[tuple[ReaderKey, list[int]]],
                       requests: Sequence[FluxonFsVideoReadRequest],

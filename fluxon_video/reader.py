@@ -41,7 +41,7 @@ from fluxon_video.meter import ReadMeter
 from fluxon_video.native import require_native
 from fluxon_video.opened import OpenedVideo
 from fluxon_video.options import ReadOptions
-from fluxon_video.planning import split_in_two
+from fluxon_video.planning import decode_span_packets, page_runs, split_in_two
 from fluxon_video.renamed import NOT_GIVEN, renamed_arguments
 from fluxon_video.split_read import SplitReads
 from fluxon_video.stats import FluxonFsVideoReadStats
@@ -449,6 +449,37 @@ class FluxonFsVideoReader:
                                                     self.height, self.width)
             self._report(self._meter.read(native, len(frames), time.perf_counter() - t0))
             return frames
+
+    @_located
+    def prefetch_frames(self, indices: Sequence[int] | np.ndarray) -> int:
+        """Start fetching the bytes a read of ``indices`` will read, and return at
+        once: the pages of every packet from each frame's start keyframe to the
+        frame, through the same piece path (page cache, KV, agent or store),
+        queued for the fetch workers. Never more than the page cache holds;
+        nothing a read of them would not read. Bytes queued (0: nothing to
+        plan by, e.g. no trusted index or an index out of range; the read
+        itself then says why)."""
+        with self._lock:
+            self._check_open()
+            decoder = self._decoder
+            index = decoder.index if decoder is not None else None
+            if index is None or not index.trusted or (index.pkt_pos < 0).any():
+                return 0
+            wanted = np.asarray(indices).reshape(-1)
+            if wanted.size == 0 or wanted.dtype.kind not in "iu":
+                return 0
+            count = index.frame_dec.size
+            wanted = np.where(wanted < 0, wanted + count, wanted).astype(np.int64)
+            if wanted.min() < 0 or wanted.max() >= count or (index.frame_key[wanted] < 0).any():
+                return 0
+            packets = decode_span_packets(index.frame_key[wanted], index.frame_dec[wanted])
+            page: int = self._byte_source.page_size
+            first = index.pkt_pos[packets] // page
+            last = (index.pkt_pos[packets] + np.maximum(index.pkt_size[packets], 1) - 1) // page
+            queued = 0
+            for start, stop in page_runs(first, last):
+                queued += self._byte_source.prefetch(start * page, (stop - start + 1) * page)
+            return queued * page
 
     # ---- num_threads >= 2: two GOP sets on two decoders at once ----
 
