@@ -13,7 +13,8 @@ from harness import (DASH, KiB, MiB, Target, best, count, fill, grouped, kinds_o
 
 # The condition the goals are stated for.
 GOAL_LATENCY_MS, GOAL_BANDWIDTH_MBPS = 10.0, 50
-CACHE_RANK = {"cold": 0, "warm-kv": 1, "warm-kv+shared": 2, "warm-reader": 3}
+CACHE_RANK = {"cold": 0, "cold+lookahead": 1, "warm-kv": 2, "warm-kv+shared": 3,
+              "warm-reader": 4}
 S3_WORKLOADS = {"clips": "short videos (4-7.5 s), one random clip per video",
                 "long": "long videos (2 min, 720p and 1080p, 45-90 MB), random clips"}
 # Round trips before the first frame a cold read may take, by container layout.
@@ -216,7 +217,7 @@ VERSUS_BEST_PEER = [
     *((workload, cache, goal, f"random clip {what}per item: fluxon {{cache}} ÷ best exact peer")
       for workload, what in (("clips", ""), ("long", "of a long video "))
       for cache, goal in (("warm-kv", 3.0), ("warm-kv+shared", 3.0), ("warm-reader", 3.0),
-                          ("cold", 2.5))),
+                          ("cold", 2.5), ("cold+lookahead", 2.5))),
     *(("batched", cache, 5.0, "batched K clips of one video: fluxon read_many {cache} ÷ best "
                               "exact peer one by one") for cache in ("warm-kv", "cold"))]
 
@@ -268,6 +269,14 @@ def clip_context(run: Run, workload: str = "clips") -> list[Target]:
                    "ceiling of the rows above if the store cost nothing)", condition=run.cond,
             fluxon=f"local file {local['clips_per_s']:.2f} clips/s", other=named_rate(top),
             ratio=times(ratio(local, top))))
+    ahead = run.fluxon(workload, "cold+lookahead")
+    if ahead and warm and ahead["clips_per_s"] and warm["clips_per_s"]:
+        # Issue 38's goal: cold reads as fast as warm ones, the next item fetched ahead.
+        out.append(Target(
+            target=f"fluxon cold+lookahead ÷ fluxon warm-kv{where}", condition=run.cond,
+            fluxon=rate(ahead), other=f"warm-kv {warm['clips_per_s']:.2f} clips/s",
+            ratio=times(ratio(ahead, warm)) + run.round_ratios(ahead, warm), goal="≥ 0.9×",
+            status=met(ratio(ahead, warm), 0.9)))
     for cache in ("warm-kv", "warm-kv+shared"):
         flux = run.fluxon(workload, cache)
         if not (local and local["clips_per_s"] and flux and flux["clips_per_s"]):
