@@ -242,6 +242,9 @@ cdef class ByteSource:
             "evictions": s.evictions,
             "fetch_errors": s.fetch_errors,
             "fetch_waits": s.fetch_waits,
+            "ahead_pages": s.ahead_pages,
+            "ahead_hits": s.ahead_hits,
+            "ahead_wasted": s.ahead_wasted,
             "cached_pages": fx_pagecache_cached_pages(self.core.pc),
         }
 

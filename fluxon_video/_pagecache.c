@@ -35,6 +35,7 @@ static void evict_over_capacity(fx_pagecache *pc) {
         pc->slots[victim->index] = NULL;
         pc->ready_pages--;
         pc->stats.evictions++;
+        if (victim->ahead) pc->stats.ahead_wasted++;
         page_free(victim);
     }
 }
@@ -283,6 +284,10 @@ static fx_page *acquire_page(fx_pagecache *pc, fx_cursor *c, int64_t page) {
                 return NULL;
             }
         }
+        if (e->ahead) {
+            e->ahead = 0;
+            pc->stats.ahead_hits++;
+        }
         if (e->state == FX_PAGE_READY) {
             if (!counted) {
                 pc->stats.page_hits++;
@@ -505,7 +510,10 @@ int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length, 
     pthread_mutex_lock(&pc->mu);
     for (int64_t q = offset / pc->page_size; q <= last && queued < max_pages && !pc->closed; q++) {
         if (pc->slots[q] || page_in_extent(pc, q)) continue;
-        if (!queue_page(pc, q, 1)) break;
+        fx_page *e = queue_page(pc, q, 1);
+        if (!e) break;
+        e->ahead = 1;
+        pc->stats.ahead_pages++;
         queued++;
     }
     pthread_mutex_unlock(&pc->mu);
@@ -522,6 +530,7 @@ int64_t fx_pagecache_cancel_speculative(fx_pagecache *pc) {
             if (prev) prev->job_next = next;
             else pc->job_head = next;
             if (pc->job_tail == e) pc->job_tail = prev;
+            if (e->ahead) pc->stats.ahead_wasted++;
             pc->slots[e->index] = NULL;
             page_free(e);
             dropped++;

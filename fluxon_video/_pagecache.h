@@ -38,6 +38,7 @@ typedef struct fx_page {
     int state;
     int from_readahead; /* queued speculatively, nobody waited for it yet */
     int retried;        /* a failed readahead page gets one demand retry */
+    int ahead;          /* queued by fx_pagecache_prefetch and not read yet (lookahead) */
     int64_t job_seq;    /* which fetch job carries it: jobs are numbered as they start */
     int outside_trip;   /* queued before an outside wait ended: part of that round trip */
     uint8_t *data;
@@ -56,6 +57,9 @@ typedef struct fx_cache_stats {
     int64_t evictions;
     int64_t fetch_errors;
     int64_t fetch_waits;     /* waits for a job that started after the previous wait ended */
+    int64_t ahead_pages;     /* pages fx_pagecache_prefetch queued (a plan's, ahead of its reads) */
+    int64_t ahead_hits;      /* of them, pages a read then touched */
+    int64_t ahead_wasted;    /* of them, pages evicted or cancelled before any read touched them */
 } fx_cache_stats;
 
 /* Per-AVIOContext read position and error slot. */

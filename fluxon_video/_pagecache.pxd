@@ -17,6 +17,9 @@ cdef extern from "_pagecache.h" nogil:
         int64_t bytes_fetched
         int64_t readahead_pages
         int64_t readahead_cancelled
+        int64_t ahead_pages
+        int64_t ahead_hits
+        int64_t ahead_wasted
         int64_t evictions
         int64_t fetch_errors
         int64_t fetch_waits

@@ -17,6 +17,8 @@ from fluxon_video.stats import FluxonFsVideoReadStats
 # at once): the larger stands for the read; the others are each decoder's
 # own and add up.
 SHARED_COUNTERS = ("page_hits", "page_misses", "first_frame_waits", "bytes_fetched", "decode_ms")
+# The page cache's lookahead counters, reported per read.
+AHEAD_COUNTERS = ("ahead_pages", "ahead_hits", "ahead_wasted")
 
 
 class ReadMeter:
@@ -32,6 +34,7 @@ class ReadMeter:
         self._index_ms = index_ms
         self._open_round_trips = round_trips
         self._open_ms = 0.0
+        self._ahead_seen = dict.fromkeys(AHEAD_COUNTERS, 0)
 
     @property
     def index_ms(self) -> float:
@@ -42,11 +45,19 @@ class ReadMeter:
         self._open_ms = open_ms
 
     def read(self, native: Any, returned: int, seconds: float,
-             cache: dict[str, int] | None = None) -> FluxonFsVideoReadStats:
+             cache: dict[str, int] | None = None,
+             page_cache: dict[str, int] | None = None) -> FluxonFsVideoReadStats:
         """A read's stats: the decoder's (``native``), or for an audio read the
-        page cache's counts (``cache``), and what was fetched since the last."""
+        page cache's counts (``cache``), and what was fetched since the last;
+        ``page_cache``: the byte source's cumulative stats, for the lookahead's."""
         now = self._counters.snapshot()
         fetched: dict[str, Any] = {k: now[k] - self._reported[k] for k in now}
+        if page_cache is not None:
+            for name in AHEAD_COUNTERS:
+                total, seen = page_cache.get(name, 0), self._ahead_seen[name]
+                # A smaller total is a new byte source (after fork): all of it is new.
+                fetched[name] = total - seen if total >= seen else total
+                self._ahead_seen[name] = total
         self._reported = now
         open_ms, self._open_ms = self._open_ms, 0.0
         open_trips, self._open_round_trips = self._open_round_trips, 0

@@ -309,7 +309,7 @@ class FluxonFsVideoReader:
             after = self._byte_source.stats()
             cache = {k: after[k] - before[k] for k in ("page_hits", "page_misses",
                                                        "bytes_fetched")}
-            self._report(self._meter.read(None, 0, time.perf_counter() - t0, cache))
+            self._report(self._meter.read(None, 0, time.perf_counter() - t0, cache, after))
             return samples
 
     def _audio_track(self) -> AudioTrack:
@@ -447,7 +447,8 @@ class FluxonFsVideoReader:
                 wanted = np.asarray(indices).reshape(-1)
                 frames, native = self._split.decode(self._decoder, wanted, *halves,
                                                     self.height, self.width)
-            self._report(self._meter.read(native, len(frames), time.perf_counter() - t0))
+            self._report(self._meter.read(native, len(frames), time.perf_counter() - t0,
+                                          page_cache=self._byte_source.stats()))
             return frames
 
     @_located

@@ -61,6 +61,13 @@ class FluxonFsVideoReadStats(DecodeStats):
     backfills_queued: int = 0
     backfills_dropped: int = 0
     frames_returned: int = 0
+    # Pages fetched ahead of the reads that use them, since the reader's last
+    # read: queued by a read's own plan (the frame index's spans), by the
+    # open (container ranges) and by a lookahead (reader.prefetch_frames, the
+    # pool's prefetch, read_many's ahead).
+    ahead_pages: int = 0            # pages queued ahead
+    ahead_hits: int = 0             # pages queued ahead that a read then used
+    ahead_wasted: int = 0           # pages queued ahead, dropped before any read used them
 
     def __add__(self, other: FluxonFsVideoReadStats) -> FluxonFsVideoReadStats:
         """Counters and times summed; text fields from whichever side has one (other first)."""
@@ -99,6 +106,9 @@ class FluxonFsProcessStats:
     stat_requests: int = 0          # stats asked of the agent
     backfills_queued: int = 0
     backfills_dropped: int = 0
+    ahead_pages: int = 0            # lookahead: pages queued ahead, used by a read, dropped
+    ahead_hits: int = 0
+    ahead_wasted: int = 0
     open_ms: float = 0.0
     index_ms: float = 0.0
     decode_ms: float = 0.0

@@ -386,3 +386,20 @@ def test_peek_returns_only_cached_bytes_and_never_fetches():
         assert bs.peek(PAGE, PAGE + 1) is None  # reaches page 2
         assert bs.peek(len(DATA), 1) is None
         assert sum(source.calls.values()) == 2
+
+
+def test_lookahead_pages_are_counted_as_used_or_wasted():
+    """Pages prefetch() queued: a read that touches one counts a hit; one dropped
+    before any read touched it (cancelled here) counts as wasted."""
+    src = CountingSource(DATA, delay=1.0)  # page 0 stays in flight while we cancel
+    with make(src, fetch_workers=1) as bs:
+        # Pages apart: one fetch job each (a job takes a run of adjacent pages).
+        assert [bs.prefetch(page * PAGE, PAGE) for page in (0, 2, 4)] == [1, 1, 1]
+        deadline = time.monotonic() + 10
+        while not src.calls:  # the worker took page 0: it is in flight, not cancellable
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        assert bs.cancel_prefetch() == 2
+        assert bs.open_cursor().read(10) == DATA[:10]
+        stats = bs.stats()
+        assert (stats["ahead_pages"], stats["ahead_hits"], stats["ahead_wasted"]) == (3, 1, 2)

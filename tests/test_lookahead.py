@@ -52,6 +52,11 @@ def test_prefetched_frames_cost_no_byte_more_and_the_read_waits_less(media, indi
     # The pages came before the read asked: the read itself fetched that much less.
     assert ahead_read.bytes_fetched == plain_read.bytes_fetched - queued
     assert ahead_read.page_misses <= plain_read.page_misses
+    # A read queues its plan's pages itself (the decoder's own prefetch): the
+    # lookahead queued the same pages, only earlier, and none was dropped.
+    assert ahead_read.ahead_pages == plain_read.ahead_pages > 0
+    assert ahead_read.ahead_hits == plain_read.ahead_hits
+    assert ahead_read.ahead_wasted == plain_read.ahead_wasted == 0
 
 
 def test_the_pool_opens_and_fetches_the_next_batch_ahead(media):
