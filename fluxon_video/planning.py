@@ -75,20 +75,16 @@ def place_rows(frames: np.ndarray, positions: np.ndarray) -> np.ndarray:
 def decode_span_packets(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The decode positions a read goes through for items whose decode spans
     are ``[starts[k], ends[k]]``: their union, sorted (each packet once)."""
-    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
-    if starts.size == 0:
+    runs = page_runs(starts, ends)
+    if not runs:
         return np.zeros(0, np.int64)
-    order = np.argsort(starts, kind="stable")
-    first, last = starts[order], np.maximum.accumulate(ends[order])
-    new_run = np.concatenate([[True], first[1:] > last[:-1] + 1])
-    run_starts = first[new_run]
-    run_ends = last[np.concatenate([np.flatnonzero(new_run)[1:] - 1, [first.size - 1]])]
-    return np.concatenate([np.arange(a, b + 1) for a, b in zip(run_starts, run_ends)])
+    return np.concatenate([np.arange(a, b + 1, dtype=np.int64) for a, b in runs])
 
 
 def page_runs(first_pages: np.ndarray, last_pages: np.ndarray) -> list[tuple[int, int]]:
     """Runs ``(first, last)`` of consecutive pages covering every ``[first_pages[k],
-    last_pages[k]]``, in file order: the ranges to fetch, each page once."""
+    last_pages[k]]``, in file order: the ranges to fetch, each page once. (Any
+    inclusive integer intervals: overlapping or touching ones merge.)"""
     if len(first_pages) == 0:
         return []
     order = np.argsort(first_pages, kind="stable")

@@ -462,18 +462,13 @@ class FluxonFsVideoReader:
         itself then says why)."""
         with self._lock:
             self._check_open()
-            decoder = self._decoder
-            index = decoder.index if decoder is not None else None
+            index = self._decoder.index
             if index is None or not index.trusted or (index.pkt_pos < 0).any():
                 return 0
-            wanted = np.asarray(indices).reshape(-1)
-            if wanted.size == 0 or wanted.dtype.kind not in "iu":
+            spans = _frame_spans(index, indices)
+            if spans is None:
                 return 0
-            count = index.frame_dec.size
-            wanted = np.where(wanted < 0, wanted + count, wanted).astype(np.int64)
-            if wanted.min() < 0 or wanted.max() >= count or (index.frame_key[wanted] < 0).any():
-                return 0
-            packets = decode_span_packets(index.frame_key[wanted], index.frame_dec[wanted])
+            packets = decode_span_packets(*spans)
             page: int = self._byte_source.page_size
             first = index.pkt_pos[packets] // page
             last = (index.pkt_pos[packets] + np.maximum(index.pkt_size[packets], 1) - 1) // page
@@ -506,15 +501,7 @@ class FluxonFsVideoReader:
         if (self.on_damage != "error" or self._split.off or index is None
                 or not index.trusted or index.pkt_damaged.any()):
             return None
-        wanted = np.asarray(indices).reshape(-1)
-        if wanted.size == 0 or wanted.dtype.kind not in "iu":
-            return None
-        count = index.frame_dec.size
-        wanted = np.where(wanted < 0, wanted + count, wanted).astype(np.int64)
-        if wanted.min() < 0 or wanted.max() >= count:
-            return None
-        starts = index.frame_key[wanted]
-        return None if (starts < 0).any() else (starts, index.frame_dec[wanted])
+        return _frame_spans(index, indices)
 
     def _close_helpers(self) -> None:
         """Close the audio track and the second decoder (opened on first use)."""
@@ -562,6 +549,23 @@ class FluxonFsVideoReader:
         who = f" identity={self.identity.name}" if self.identity is not None else ""
         return (f"<FluxonFsVideoReader {self.name} {getattr(self, 'height', '?')}x"
                 f"{getattr(self, 'width', '?')}{who} {state}>")
+
+
+def _frame_spans(index: FrameIndex, indices: Sequence[int] | np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each frame's decode span in ``index``: the decode position of the keyframe
+    its decode starts at, and its own. None for no frames, indices that are not
+    integers or out of range, or a frame with no start keyframe (the read
+    itself says why)."""
+    wanted = np.asarray(indices).reshape(-1)
+    if wanted.size == 0 or wanted.dtype.kind not in "iu":
+        return None
+    count = index.frame_dec.size
+    wanted = np.where(wanted < 0, wanted + count, wanted).astype(np.int64)
+    if wanted.min() < 0 or wanted.max() >= count:
+        return None
+    starts = index.frame_key[wanted]
+    return None if (starts < 0).any() else (starts, index.frame_dec[wanted])
 
 
 def _renamed(method: Any, renamed: dict[str, Any], start: float, stop: float,
