@@ -1,8 +1,9 @@
 """FluxonFsVideoReaderPool: a per-process LRU of readers, and batched reads.
 
 The entry point for data loaders. Readers are keyed by ``ReaderKey(export_name,
-relpath, identity, options)``: ``options`` is the request's ReadOptions. A reader is leased to one call at a time (concurrent calls
-for one key open more readers); a leased reader is never closed by eviction;
+relpath, identity, options)``: ``options`` is the request's ReadOptions. A
+reader is leased to one call at a time (concurrent calls for one key open
+more readers); a leased reader is never closed by eviction;
 idle readers beyond ``max_readers`` are closed oldest first.
 
 Fork-safe like redis-py's connection pool: the pool remembers its pid, and in
@@ -50,7 +51,6 @@ from fluxon_video.validation import (Threads, frame_indices, positive_int, time_
 
 if TYPE_CHECKING:
     from fluxon_video.opening import VideoOpener
-
 
 
 class ReaderKey(NamedTuple):
@@ -359,13 +359,13 @@ class FluxonFsVideoReaderPool:
         early = {key: positions for key, positions in coming.items() if key not in groups}
         later = {key: positions for key, positions in coming.items() if key in groups}
         lookahead = threading.Thread(target=self._prefetch_quietly, args=(early, ahead),
-                                     name="fluxon-lookahead", daemon=True)
-        if early:
+                                     name="fluxon-lookahead", daemon=True) if early else None
+        if lookahead is not None:
             lookahead.start()
         try:
             outcomes = self._read_groups(groups, requests, cpus)
         finally:
-            if early:
+            if lookahead is not None:
                 lookahead.join()
         self._prefetch_quietly(later, ahead)
         results: list[FluxonFsVideoReadResult | None] = [None] * len(requests)
@@ -399,19 +399,25 @@ class FluxonFsVideoReaderPool:
         groups: dict[ReaderKey, list[int]] = {}
         for position, request in enumerate(requests):
             try:
-                if not isinstance(request, FluxonFsVideoReadRequest):
-                    raise TypeError(f"requests[{position}] is {type(request).__name__}, "
-                                    "not a FluxonFsVideoReadRequest")
-                try:
-                    self.opener.config.export(self.opener.resolve(request.export_name,
-                                                                  request.relpath)[0])
-                except FluxonFsError as exc:
-                    raise type(exc)(f"requests[{position}]: {exc}") from None
-                groups.setdefault(self._key(request), []).append(position)
+                key = self._checked_key(position, request)
             except (FluxonFsError, TypeError):
-                if not quiet:
-                    raise
+                if quiet:
+                    continue
+                raise
+            groups.setdefault(key, []).append(position)
         return groups
+
+    def _checked_key(self, position: int, request: Any) -> ReaderKey:
+        """``requests[position]``'s reader key, once its type and export are checked."""
+        if not isinstance(request, FluxonFsVideoReadRequest):
+            raise TypeError(f"requests[{position}] is {type(request).__name__}, "
+                            "not a FluxonFsVideoReadRequest")
+        try:
+            self.opener.config.export(self.opener.resolve(request.export_name,
+                                                          request.relpath)[0])
+        except FluxonFsError as exc:
+            raise type(exc)(f"requests[{position}]: {exc}") from None
+        return self._key(request)
 
     def _prefetch_quietly(self, groups: dict[ReaderKey, list[int]],
                           requests: Sequence[FluxonFsVideoReadRequest]) -> None:

@@ -167,7 +167,7 @@ class VideoClipDataset(Dataset):
         self.fps = fps
         self.clips_per_video = positive_int("clips_per_video", clips_per_video)
         # The readers' options, checked once; the attributes below mirror them.
-        self.options = options_from(options, "FluxonFsVideoDataset", height=height, width=width,
+        self.options = options_from(options, "VideoClipDataset", height=height, width=width,
                                     num_threads=num_threads, autorotate=autorotate,
                                     on_damage=on_damage, stream_index=stream_index,
                                     resize=resize, interpolation=interpolation)
