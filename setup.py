@@ -11,9 +11,9 @@ from setuptools import Extension, setup
 
 LIBAV_PACKAGES = ["libavformat", "libavcodec", "libavutil", "libswscale", "libswresample"]
 # Lowest layer first: the byte source, the container, the pipeline, conversion,
-# the decode paths, the decoder, the benchmark's floor.
+# the decode paths, the decoder, the benchmark's floor, frames to model layout.
 NATIVE_MODULES = ["_errors", "_avio", "_demux", "_pipeline", "_convert", "_decode_paths", "_decode",
-                  "_audio", "_floor"]
+                  "_audio", "_floor", "_layout"]
 DEBIAN_PACKAGES = ("libavformat-dev libavcodec-dev libavutil-dev libswscale-dev "
                    "libswresample-dev pkg-config")
 

@@ -132,18 +132,42 @@ def needed(expect: dict, plan: dict[str, list[list[int]]]) -> dict[int, set[int]
 
 # ---- runs ----
 
+def servers_cpu_s() -> float:
+    """CPU seconds so far of this bench's other children (redis, moto, the relays,
+    the agent): what the S3 rows' store costs the 2 cores the client decodes on."""
+    import psutil
+
+    total = 0.0
+    for p in psutil.Process().children(recursive=True):
+        try:
+            t = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
 def run_client(python: Path, spec: dict, work: Path, name: str) -> dict[str, Any]:
+    import resource
+
     path = work / f"spec-{name}.json"
     path.write_text(json.dumps(spec))
+    servers0 = servers_cpu_s()
+    own0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "PYTHONPATH": str(BENCH.parent) if spec["impl"] == "fluxon" else "",
            "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([str(python), str(BENCH / "lerobot_client.py"), str(path)],
                           capture_output=True, text=True, env=env, timeout=1800)
+    own1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode or not lines:
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1][:300]}
-    return json.loads(lines[-1])
+    # the client with its DataLoader workers (reaped by it), and the servers, over
+    # the whole run (dataset construction and the check pass included)
+    return {**json.loads(lines[-1]),
+            "client_cpu_s": own1.ru_utime + own1.ru_stime - own0.ru_utime - own0.ru_stime,
+            "servers_cpu_s": servers_cpu_s() - servers0}
 
 
 def median(values: list[float]) -> float | None:
@@ -162,6 +186,8 @@ def summarise(passes: list[dict]) -> dict[str, Any]:
             "main_mib": max(p["rss"]["main_mib"] for p in ok),
             "worker_mib": max((max(p["rss"]["workers_mib"], default=0) for p in ok),
                               default=0) or None,
+            "client_cpu_s": median([p["client_cpu_s"] for p in ok if "client_cpu_s" in p]),
+            "servers_cpu_s": median([p["servers_cpu_s"] for p in ok if "servers_cpu_s" in p]),
             "check": check, "examples": ok[-1]["examples"], "passes": passes}
 
 
@@ -333,19 +359,25 @@ def render(res: dict) -> str:
             if x is None:
                 continue
             if "error" in x:
-                rows.append([WHAT[key], name, "FAILED: " + x["error"][:80], "", "", "", ""])
+                rows.append([WHAT[key], name, "FAILED: " + x["error"][:80], "", "", "", "", ""])
                 continue
             c = x["check"]
             ratio = x["items_per_s"] / base if base else None
             rows.append([WHAT[key], name, fmt(x["items_per_s"], 2),
                          "—" if ratio is None else f"{ratio:.2f}×",
                          fmt(x["main_mib"], 0), fmt(x["worker_mib"], 0),
+                         f"{fmt(x.get('client_cpu_s'))} / {fmt(x.get('servers_cpu_s'))}"
+                         if name.startswith("fluxon S3") else fmt(x.get("client_cpu_s")),
                          f"{c['frames']} checked: {c['exact']} exact, {c['right']} right, "
                          f"{c['wrong']} wrong" + (f", {c['pad_flags_wrong']} bad pad flags"
                                                   if c.get("pad_flags_wrong") else "")])
     out += [table(["workload", "contender", "items/s", "÷ LeRobot (torchcodec)",
-                   "peak RSS main MiB", "peak RSS per worker MiB", "frames vs ffmpeg CLI"],
-                  rows), ""]
+                   "peak RSS main MiB", "peak RSS per worker MiB",
+                   "CPU-s: client / store's servers", "frames vs ffmpeg CLI"],
+                  rows), "",
+           "CPU-s: the whole client run (dataset construction and, with workers, the "
+           "untimed check pass included); for S3 rows also what redis, moto, the relays and "
+           "the agent used meanwhile, on the same 2 cores.", ""]
     goals = []
     wrong = sum(x["check"]["wrong"] for r in runs.values() for n, x in r.items()
                 if n.startswith("fluxon") and "check" in x)

@@ -15,6 +15,7 @@ decoded on parallel threads.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fluxon_video.defaults import TIME_TOLERANCE_S
+from fluxon_video._layout import frames_to_planes
 from fluxon_video.errors import FluxonFsConfigError, FluxonFsFrameIndexError
 from fluxon_video.lerobot.files import DatasetFiles
 from fluxon_video.lerobot.frames import ShardReaders
@@ -233,9 +235,15 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
     def _frames_tensor(self, frames: np.ndarray) -> Any:
         import torch
 
-        data = torch.from_numpy(np.ascontiguousarray(frames.transpose(0, 3, 1, 2)))
-        if not self.return_uint8:
-            data = data / 255.0  # float32, as LeRobot divides its uint8 frames
+        if self.return_uint8:
+            data = torch.from_numpy(np.ascontiguousarray(frames.transpose(0, 3, 1, 2)))
+        else:  # LeRobot's frames / 255 (float32), transposed in the same pass
+            n, h, w, c = frames.shape
+            # numpy asks for huge pages for large arrays: a fresh 59 MB clip
+            # faults in 2.5x faster than torch.empty's (bench: 14 vs 36 ms)
+            planes = np.empty((n, c, h, w), np.float32)
+            frames_to_planes(np.ascontiguousarray(frames), _unit_table(), planes)
+            data = torch.from_numpy(planes)
         return data.squeeze(0)
 
     def _finish(self, item: dict[str, Any]) -> None:
@@ -274,6 +282,15 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
     def __repr__(self) -> str:
         return (f"LeRobotDataset({self.repo_id!r}, {len(self)} rows of {self.num_episodes} "
                 f"episodes, cameras {self.meta.video_keys}, fps {self.fps})")
+
+
+@functools.cache
+def _unit_table() -> np.ndarray:
+    """uint8 -> float32 as LeRobot converts its frames (``uint8 tensor / 255``),
+    computed by torch itself so the table is that division, value for value."""
+    import torch
+
+    return (torch.arange(256, dtype=torch.uint8) / 255.0).numpy()
 
 
 def _tensor(torch: Any, value: Any) -> Any:

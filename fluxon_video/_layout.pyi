@@ -1,0 +1,5 @@
+"""Types of the frame layout converter (_layout.pyx)."""
+
+import numpy as np
+
+def frames_to_planes(frames: np.ndarray, table: np.ndarray, out: np.ndarray) -> None: ...

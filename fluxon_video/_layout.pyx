@@ -1,0 +1,35 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""Frames as a model takes them: uint8 NHWC rows to float32 NCHW planes in
+one pass, without the GIL.
+
+The values come from a 256-entry table the caller builds with the division
+it promises (``torch.arange(256, dtype=uint8) / 255.0`` for LeRobot's
+``frames / 255``), so each output is bit-identical to that division; the
+transpose and the conversion, two passes and a temporary in torch, become
+one read of the rows and one write of the planes.
+"""
+from libc.stdint cimport uint8_t
+
+
+def frames_to_planes(const uint8_t[:, :, :, ::1] frames, const float[::1] table,
+                     float[:, :, :, ::1] out):
+    """out[n, c, y, x] = table[frames[n, y, x, c]]; frames (N, H, W, C), out (N, C, H, W)."""
+    cdef Py_ssize_t n_frames = frames.shape[0], height = frames.shape[1]
+    cdef Py_ssize_t width = frames.shape[2], channels = frames.shape[3]
+    if table.shape[0] != 256:
+        raise ValueError(f"the table has {table.shape[0]} entries, not 256")
+    if (out.shape[0], out.shape[1], out.shape[2], out.shape[3]) != (
+            n_frames, channels, height, width):
+        raise ValueError(f"out is {tuple(out.shape)[:4]}, the frames need "
+                         f"{(n_frames, channels, height, width)}")
+    cdef Py_ssize_t n, y, x, c, plane = height * width
+    cdef const uint8_t *row
+    cdef float *dst
+    with nogil:
+        for n in range(n_frames):
+            for y in range(height):
+                row = &frames[n, y, 0, 0]
+                dst = &out[n, 0, y, 0]
+                for x in range(width):
+                    for c in range(channels):
+                        dst[c * plane + x] = table[row[x * channels + c]]
