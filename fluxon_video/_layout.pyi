@@ -2,4 +2,5 @@
 
 import numpy as np
 
-def frames_to_planes(frames: np.ndarray, table: np.ndarray, out: np.ndarray) -> None: ...
+def frames_to_planes(frames: np.ndarray, table: np.ndarray, out: np.ndarray,
+                     rows: np.ndarray | None = None) -> None: ...

@@ -14,11 +14,12 @@ and starts empty.
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -64,6 +65,9 @@ class ReaderKey(NamedTuple):
 
 
 log = get_logger("pool")
+
+# read_many's ``ahead``: the next call's requests, or what makes them
+Ahead = Sequence["FluxonFsVideoReadRequest"] | Callable[[], Sequence["FluxonFsVideoReadRequest"]]
 
 # Errors that say nothing about the reader's health: it goes back to the pool.
 _ARGUMENT_ERRORS = (FluxonFsFrameIndexError, FluxonFsConfigError, TypeError)
@@ -334,7 +338,7 @@ class FluxonFsVideoReaderPool:
     def read_many_numpy_with_stats(
             self, requests: Sequence[FluxonFsVideoReadRequest],
             max_workers: int | None = None, *,
-            ahead: Sequence[FluxonFsVideoReadRequest] = ()) -> list[FluxonFsVideoReadResult]:
+            ahead: Ahead = ()) -> list[FluxonFsVideoReadResult]:
         """Results in request order; one native decode per reader key over the union of indices.
 
         Groups (distinct reader keys) are decoded concurrently on up to
@@ -344,30 +348,31 @@ class FluxonFsVideoReaderPool:
         goes back, and the first failing group's error (naming its requests)
         is raised.
 
-        ``ahead``: the next call's requests. While these decode, their readers
-        are opened and their pages fetched (``prefetch``, on a thread of its
-        own); those that share a reader with these are queued once these are
-        read. A failure there is left for the next call to raise.
+        ``ahead``: the next call's requests, or a function that makes them
+        (called on the lookahead thread, so the next items' index loads are
+        ahead too). While these decode, their readers are opened and their
+        pages fetched (``prefetch``, on a thread of its own, in the caller's
+        context: its identity); those that share a reader with these are
+        queued once these are read. A failure there is left for the next
+        call to raise; the call returns once the lookahead has queued.
         """
         groups = self._groups(requests)
         if max_workers is not None:
             positive_int("max_workers", max_workers)
         cpus = max_workers or os.cpu_count() or 1
-        # Keys are made here, on the caller's thread (its identity); the next
-        # call's readers that these use are queued only once these are read.
-        coming = self._groups(ahead, quiet=True)
-        early = {key: positions for key, positions in coming.items() if key not in groups}
-        later = {key: positions for key, positions in coming.items() if key in groups}
-        lookahead = threading.Thread(target=self._prefetch_quietly, args=(early, ahead),
-                                     name="fluxon-lookahead", daemon=True) if early else None
-        if lookahead is not None:
+        read = threading.Event()
+        lookahead = None
+        if callable(ahead) or ahead:
+            lookahead = threading.Thread(target=contextvars.copy_context().run,
+                                         args=(self._look_ahead, ahead, groups, read),
+                                         name="fluxon-lookahead", daemon=True)
             lookahead.start()
         try:
             outcomes = self._read_groups(groups, requests, cpus)
         finally:
+            read.set()
             if lookahead is not None:
                 lookahead.join()
-        self._prefetch_quietly(later, ahead)
         results: list[FluxonFsVideoReadResult | None] = [None] * len(requests)
         for group_results in outcomes:
             for position, result in group_results:
@@ -418,6 +423,21 @@ class FluxonFsVideoReaderPool:
         except FluxonFsError as exc:
             raise type(exc)(f"requests[{position}]: {exc}") from None
         return self._key(request)
+
+    def _look_ahead(self, ahead: Ahead, current: dict[ReaderKey, list[int]],
+                    read: threading.Event) -> None:
+        """The lookahead thread: ``ahead``'s readers opened and pages queued,
+        those that share a reader with the current read once it is read (the
+        reader is busy until then)."""
+        try:
+            requests = ahead() if callable(ahead) else ahead
+        except Exception as exc:  # noqa: BLE001 - the next call makes them again, and raises
+            log.debug("lookahead: the next requests could not be made (%s)", exc)
+            return
+        coming = self._groups(requests, quiet=True)
+        self._prefetch_quietly({k: v for k, v in coming.items() if k not in current}, requests)
+        read.wait()
+        self._prefetch_quietly({k: v for k, v in coming.items() if k in current}, requests)
 
     def _prefetch_quietly(self, groups: dict[ReaderKey, list[int]],
                           requests: Sequence[FluxonFsVideoReadRequest]) -> None:

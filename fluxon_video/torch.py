@@ -39,6 +39,7 @@ imports torch; this module does.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import warnings
@@ -68,12 +69,13 @@ from fluxon_video.bad_items import (
     replacement_videos,
     unwrapped,
 )
+from fluxon_video.batch_plan import BatchPlan, PlannedSampler
 from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video.errors import FluxonFsConfigError
 from fluxon_video.metadata import FluxonFsVideoMetadata, indices_at_times
 from fluxon_video.options import ReadOptions, options_from
 from fluxon_video.patcher import FluxonFsPatcher
-from fluxon_video.pool import (FluxonFsVideoReaderPool, FluxonFsVideoReadRequest,
+from fluxon_video.pool import (Ahead, FluxonFsVideoReaderPool, FluxonFsVideoReadRequest,
                                FluxonFsVideoReadResult)
 from fluxon_video.stats import FluxonFsProcessStats
 from fluxon_video.validation import Threads, output_fits, positive_int, time_tolerance
@@ -197,6 +199,16 @@ class VideoClipDataset(Dataset):
         self.on_error = check_on_error(on_error)
         self.tolerance_s = time_tolerance(tolerance_s)
         self._local: _Local | None = None
+        self._plan: BatchPlan | None = None
+
+    def plan_batches(self, batch_sampler: PlannedSampler | None) -> None:
+        """Read ahead in the order of ``batch_sampler`` (one whose order follows
+        from its seed and epoch, as ``SameVideoBatchSampler``'s, which calls
+        this itself): while a batch decodes, the process's next batch has its
+        videos' indexes loaded, its readers opened and its bytes fetched
+        (``read_many``'s ``ahead``), within the readers' page caches. A batch
+        that is not the sampler's plans nothing. None: no lookahead."""
+        self._plan = None if batch_sampler is None else BatchPlan(batch_sampler)
 
     # ---- per process: the pool and what is known of each video ----
 
@@ -283,8 +295,11 @@ class VideoClipDataset(Dataset):
         video); a bad item as ``on_error`` says."""
         wanted = [int(i) for i in items]
         out: list[dict[str, Any] | None] = [None] * len(wanted)
+        upcoming = None if self._plan is None else self._plan.after(wanted)
+        ahead = () if not upcoming else functools.partial(self._requests_ahead, upcoming)
         if self.on_error == "raise":
-            self._read({p: (i, self.clip_with_times(i)) for p, i in enumerate(wanted)}, out)
+            self._read({p: (i, self.clip_with_times(i)) for p, i in enumerate(wanted)}, out,
+                       ahead)
             return out  # type: ignore[return-value]
         chains: dict[int, _Chain] = {}
         todo = dict(enumerate(wanted))  # position in the batch -> item to read there
@@ -295,11 +310,27 @@ class VideoClipDataset(Dataset):
                 if found is not None:
                     clips[position] = found
             todo = {}
-            for position, exc in self._read(clips, out).items():
+            for position, exc in self._read(clips, out, ahead).items():
                 nxt = self._bad(position, clips[position][0], wanted[position], exc, chains, out)
                 if nxt is not None:
                     todo[position] = nxt
+            ahead = ()  # replacements: the next batch is queued already
         return out  # type: ignore[return-value]
+
+    def _requests_ahead(self, items: list[int]) -> list[FluxonFsVideoReadRequest]:
+        """The next batch's requests, made on the lookahead thread (so its
+        videos' index loads are ahead too). An item of a known bad file, or
+        whose clip cannot be made, is left to its own read, which says why."""
+        bad = self._process().bad
+        requests = []
+        for i in items:
+            if bad.file_error(self.relpaths[i // self.clips_per_video]) is not None:
+                continue
+            try:
+                requests.append(self._request(self.clip_with_times(i)))
+            except Exception:  # noqa: BLE001 - raised by the read of that item
+                continue
+        return requests
 
     # ---- bad items (on_error "skip" or a callable) ----
 
@@ -372,16 +403,17 @@ class VideoClipDataset(Dataset):
                                                           when[0] + self.clip_duration_s),
             options=self.options)
 
-    def _read(self, clips: dict[int, tuple[int, Clip]],
-              out: list[dict[str, Any] | None]) -> dict[int, BaseException]:
-        """Read clips (position -> (item, clip)) into out with one batched call;
-        the bad ones' errors by position (on_error "raise": raised)."""
+    def _read(self, clips: dict[int, tuple[int, Clip]], out: list[dict[str, Any] | None],
+              ahead: Ahead = ()) -> dict[int, BaseException]:
+        """Read clips (position -> (item, clip)) into out with one batched call
+        (``ahead``: the next batch, fetched meanwhile); the bad ones' errors by
+        position (on_error "raise": raised)."""
         if not clips:
             return {}
         positions = list(clips)
         requests = [self._request(clips[p][1]) for p in positions]
         try:
-            results = self.pool.read_many_numpy_with_stats(requests)
+            results = self.pool.read_many_numpy_with_stats(requests, ahead=ahead)
         except Exception as exc:
             if self.on_error == "raise" or bad_kind(unwrapped(exc)) is None:
                 raise
@@ -484,7 +516,7 @@ class SameVideoBatchSampler(Sampler[list[int]]):
 
     def __init__(self, dataset: VideoClipDataset, batch_size: int, *, shuffle: bool = True,
                  seed: int = 0, drop_last: bool = False, num_replicas: int | None = None,
-                 rank: int | None = None) -> None:
+                 rank: int | None = None, lookahead: bool = True) -> None:
         self.dataset = dataset
         self.batch_size = positive_int("batch_size", batch_size)
         per_video = dataset.clips_per_video
@@ -498,6 +530,8 @@ class SameVideoBatchSampler(Sampler[list[int]]):
         self.epoch = 0
         self._iterations = 0  # since the last set_epoch
         self._warned = False
+        if lookahead:
+            dataset.plan_batches(self)
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch whose order the next iteration draws (as DistributedSampler's)."""
@@ -526,6 +560,9 @@ class SameVideoBatchSampler(Sampler[list[int]]):
                           "epoch repeats the last one's order of videos; call "
                           "sampler.set_epoch(epoch) (and dataset.set_epoch(epoch) for other "
                           "clips) before each epoch", UserWarning, stacklevel=2)
+        yield from self._batches()
+
+    def _batches(self) -> Iterator[list[int]]:
         per_video = self.dataset.clips_per_video
         batch: list[int] = []
         for video in self.videos():
@@ -535,6 +572,16 @@ class SameVideoBatchSampler(Sampler[list[int]]):
                 batch = []
         if batch and not self.drop_last:
             yield batch
+
+    def planned_batches(self) -> list[list[int]]:
+        """This epoch's batches, as iterating yields them (the dataset's lookahead
+        draws them again in each worker)."""
+        return list(self._batches())
+
+    def plan_version(self) -> tuple[int, int, bool, int, int, int]:
+        """What the order depends on: a change makes a worker draw it again."""
+        return (self.seed, self.epoch, self.shuffle, self.num_replicas, self.rank,
+                len(self.dataset.relpaths))
 
     def __len__(self) -> int:
         videos, replicas = len(self.dataset.relpaths), self.num_replicas

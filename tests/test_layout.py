@@ -21,6 +21,17 @@ def test_planes_equal_torchs_division(shape):
     assert np.array_equal(out, want.numpy())  # bit for bit, and no NaN left
 
 
+def test_rows_pick_frames_in_the_same_pass():
+    frames = np.random.default_rng(1).integers(0, 256, (5, 9, 11, 3), dtype=np.uint8)
+    rows = np.array([4, 0, 0, 2], np.int64)  # any order, repeats
+    out = np.full((4, 3, 9, 11), np.nan, np.float32)
+    frames_to_planes(frames, _unit_table(), out, rows)
+    want = torch.from_numpy(frames[rows]).permute(0, 3, 1, 2).type(torch.float32) / 255
+    assert np.array_equal(out, want.numpy())
+    with pytest.raises(IndexError, match="rows\\[1\\] = 5"):
+        frames_to_planes(frames, _unit_table(), out[:2], np.array([0, 5], np.int64))
+
+
 def test_the_table_is_torchs_division():
     table = _unit_table()
     assert table.dtype == np.float32 and table.shape == (256,)

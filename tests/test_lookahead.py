@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 import fluxon_video as fv
 from fluxon_video import errors
@@ -112,3 +113,109 @@ def test_a_batch_read_opens_and_fetches_the_next_one_meanwhile(media):
         pool.read_many_numpy_with_stats(now, ahead=missing)  # not this call's error
         with pytest.raises(errors.FluxonFsNotFoundError, match="gone.mp4"):
             pool.read_many_numpy_with_stats(missing)
+
+
+# ---- the dataset: the sampler's next batch, fetched while this one decodes ----
+
+DATASET_VIDEOS = [NAME, "hevc.mp4", "h264_moov_end.mp4", "vp9.webm"]
+
+
+def dataset_epoch(media, lookahead: bool):
+    """One epoch of SameVideoBatchSampler's batches (one video each), read as a
+    DataLoader with no workers reads them, from a cold store. After each batch:
+    the videos whose readers sit idle; the frames; the process's stats."""
+    from fluxon_video.torch import SameVideoBatchSampler, VideoClipDataset
+
+    with make_patcher(None, media.root, piece_size=16 << 10) as patcher:
+        ds = VideoClipDataset(patcher, "train", DATASET_VIDEOS, clip_len=4, stride=3,
+                              clips_per_video=2, height=H, width=W, seed=5)
+        sampler = SameVideoBatchSampler(ds, 2, seed=11, lookahead=lookahead)
+        sampler.set_epoch(1)
+        batches = list(sampler)
+        idle, frames = [], []
+        for batch in batches:
+            items = ds.__getitems__(batch)
+            frames.append([(item["relpath"], item["indices"].tolist(), item["frames"].numpy())
+                           for item in items])
+            idle.append({key.relpath for key in ds.pool.idle_readers()})
+        stats = ds.pool.stats()
+        ds.pool.close()
+        return batches, idle, frames, stats
+
+
+def test_a_dataset_opens_and_fetches_its_next_batch_while_one_decodes(media):
+    for name in DATASET_VIDEOS:
+        media.path(name)
+    batches, idle, frames, stats = dataset_epoch(media, lookahead=True)
+    _, idle_off, frames_off, stats_off = dataset_epoch(media, lookahead=False)
+    videos = [DATASET_VIDEOS[b[0] // 2] for b in batches]
+    assert len(set(videos)) == len(videos) == 4  # a video per batch
+    for k, video in enumerate(videos[1:], start=1):
+        assert video in idle[k - 1]  # its reader opened during the batch before
+        assert video not in idle_off[k - 1]
+    for got, plain in zip(frames, frames_off):  # the same clips, the CLI's frames
+        for (relpath, indices, pixels), (relpath2, indices2, pixels2) in zip(got, plain):
+            assert (relpath, indices) == (relpath2, indices2)
+            np.testing.assert_array_equal(pixels, media.reference(relpath, H, W)[indices])
+            np.testing.assert_array_equal(pixels, pixels2)
+    # Nothing fetched that the epoch did not read, each file's index loaded once.
+    assert stats.remote_bytes == stats_off.remote_bytes > 0
+    assert stats.metadata_calls == stats_off.metadata_calls
+    assert stats.ahead_wasted == 0
+
+
+class _Recorder(Dataset):
+    """Items that say which worker got which batch, and what its plan says comes next."""
+
+    def __init__(self, sampler) -> None:
+        from fluxon_video.batch_plan import BatchPlan
+
+        self.plan = BatchPlan(sampler)
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitems__(self, batch):
+        info = get_worker_info()
+        return [(info.id if info else -1, tuple(batch), self.plan.after(batch))]
+
+
+class _Batches:
+    """A planned batch sampler over a fixed order (what SameVideoBatchSampler gives)."""
+
+    def __init__(self, order) -> None:
+        self.order = order
+
+    def __iter__(self):
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def planned_batches(self):
+        return [list(b) for b in self.order]
+
+    def plan_version(self):
+        return 0
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_plan_names_the_batch_each_process_reads_next(workers):
+    """The DataLoader deals batches round robin: each process's plan names
+    the batch that process is then given; the last ones plan nothing, and a
+    batch the sampler never made plans nothing."""
+    order = [[i, i + 1] for i in range(0, 20, 2)] + [[0, 1]]  # one batch comes twice
+    sampler = _Batches(order)
+    loader = DataLoader(_Recorder(sampler), batch_sampler=sampler, num_workers=workers,
+                        collate_fn=lambda items: items[0],
+                        multiprocessing_context="fork" if workers else None)
+    got: dict[int, list[tuple]] = {}
+    nexts: dict[int, list] = {}
+    for worker, batch, after in loader:
+        got.setdefault(worker, []).append(batch)
+        nexts.setdefault(worker, []).append(after)
+    assert sum(map(len, got.values())) == len(order)
+    for worker, seen in got.items():
+        assert [list(b) for b in seen[1:]] == nexts[worker][:-1]  # each plan came true
+        assert nexts[worker][-1] is None  # the epoch's end plans nothing
+    assert _Recorder(sampler).plan.after([5, 6]) is None

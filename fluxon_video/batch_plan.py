@@ -1,0 +1,73 @@
+"""Which batch a process reads next, from its batch sampler's order.
+
+A DataLoader hands a worker one batch of indices at a time; what comes after
+it is the sampler's to know. A sampler whose order follows from its seed and
+epoch alone (``SameVideoBatchSampler``) can be drawn again in every worker,
+and a worker then knows its own next batch: with ``W`` workers, the
+DataLoader deals the batches round robin, so worker ``w`` reads batches
+``w, w + W, w + 2W, ...`` (the main process, with no workers, reads them
+all). The dataset reads that next batch's bytes while this one decodes.
+
+A batch that is not in the plan (another sampler, an epoch the worker's
+copy does not know) plans nothing: a lookahead never fetches bytes the
+reads would not read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Protocol
+
+
+class PlannedSampler(Protocol):
+    """A batch sampler that can list an epoch's batches without being iterated."""
+
+    def planned_batches(self) -> list[list[int]]: ...
+
+    def plan_version(self) -> Hashable: ...
+
+
+def _readers_of_batches() -> int:
+    """How many processes the batches are dealt to: the DataLoader's workers,
+    or 1 outside a worker."""
+    try:
+        from torch.utils.data import get_worker_info
+    except ImportError:  # pragma: no cover - torch is an extra
+        return 1
+    info = get_worker_info()
+    return 1 if info is None else info.num_workers
+
+
+class BatchPlan:
+    """The batches of one epoch and where this process is in them."""
+
+    def __init__(self, sampler: PlannedSampler) -> None:
+        self.sampler = sampler
+        self._version: Hashable = None
+        self._batches: list[tuple[int, ...]] = []
+        self._where: dict[tuple[int, ...], list[int]] = {}
+        self._last = -1
+
+    def after(self, batch: Sequence[int]) -> list[int] | None:
+        """The batch this process reads after ``batch``, or None (the epoch's
+        end, or ``batch`` is not one of the plan's)."""
+        version = self.sampler.plan_version()
+        if version != self._version or not self._batches:
+            self._batches = [tuple(b) for b in self.sampler.planned_batches()]
+            self._where = {}
+            for position, b in enumerate(self._batches):
+                self._where.setdefault(b, []).append(position)
+            self._version, self._last = version, -1
+        positions = self._where.get(tuple(int(i) for i in batch))
+        if not positions:
+            return None
+        # the same batch twice in an epoch: the first one after where we were
+        here = next((p for p in positions if p > self._last), positions[0])
+        self._last = here
+        following = here + _readers_of_batches()
+        return list(self._batches[following]) if following < len(self._batches) else None
+
+    def __getstate__(self) -> dict[str, object]:
+        # a worker draws the order again from the sampler (its seed, its epoch)
+        return {"sampler": self.sampler, "_version": None, "_batches": [], "_where": {},
+                "_last": -1}
