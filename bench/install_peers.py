@@ -92,6 +92,18 @@ def backport_312(source: str) -> str:
     return source
 
 
+DAFT_SPEC = "daft==0.7.26"
+
+
+def install_daft(python: Path) -> bool:
+    """Daft (its LeRobot reader, which decodes with PyAV) beside LeRobot in its
+    virtualenv, for bench/lerobot.py; False when it did not install."""
+    if subprocess.run([str(python), "-c", "import daft.datasets.lerobot"], cwd="/",
+                      capture_output=True).returncode == 0:
+        return True
+    return subprocess.run([str(python), "-m", "pip", "install", "-q", DAFT_SPEC]).returncode == 0
+
+
 def install_lerobot(venv: Path) -> Path | None:
     """LeRobot 0.6.1 in a virtualenv of its own, for bench/lerobot.py.
 

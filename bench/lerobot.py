@@ -15,7 +15,8 @@ the same seeded items:
 - plain:  ds[i] for random rows, one process
 
 Contenders: LeRobot's LeRobotDataset with video_backend torchcodec and pyav (local
-files), fluxon_video.lerobot.LeRobotDataset on the local files, and fluxon through an
+files), Daft 0.7.26's LeRobot reader (local files, 0-worker rows: it runs its own
+threads), fluxon_video.lerobot.LeRobotDataset on the local files, and fluxon through an
 S3 export (moto behind bench/range_server.py --proxy: L ms per request, 50 MB/s per
 connection; the agent reads the bucket, Redis in between): cold (Redis flushed) and
 warm (a new process, Redis warm). LeRobot reads no object store, so the S3 rows are
@@ -44,6 +45,7 @@ CAMERAS = {FRONT: (480, 640), WRIST: (240, 320)}
 CLIP = {FRONT: [(k - 15) / FPS for k in range(16)]}
 RUNS = [("clip", 0), ("clip", 2), ("rows16", 0), ("rows16", 2), ("plain", 0)]
 LOCAL = {"LeRobot (torchcodec)": ("lerobot", "torchcodec"), "LeRobot (pyav)": ("lerobot", "pyav"),
+         "Daft": ("daft", None),
          "fluxon": ("fluxon", None)}
 REMOTE = ("fluxon S3 cold", "fluxon S3 warm")
 BASE = "LeRobot (torchcodec)"
@@ -215,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.render:
         return publish(args, "lerobot", render)
     t_start = time.perf_counter()
-    from install_peers import install_lerobot
+    from install_peers import install_daft, install_lerobot
 
     load_start = os.getloadavg()[0]
     notes: list[str] = []
@@ -223,6 +225,9 @@ def main(argv: list[str] | None = None) -> None:
     lerobot_py = install_lerobot(args.data / "venv-lerobot")
     if lerobot_py is None:
         sys.exit("bench: LeRobot did not install (see above)")
+    if not install_daft(lerobot_py):
+        notes.append("Daft did not install: its rows are missing")
+        LOCAL.pop("Daft")
     root = args.data / "lerobot-real" / f"ds-{args.episodes}ep-s{args.seed}"
     if not (root / "meta" / "info.json").exists():
         say(f"LeRobot writes {args.episodes} episodes to {root}")
@@ -255,7 +260,8 @@ def main(argv: list[str] | None = None) -> None:
         (refs / "done").touch()
     lerobot_ver = subprocess.run([str(lerobot_py), "-c", "import lerobot, torch, torchcodec, av; "
                                   "print(lerobot.__version__, torch.__version__, "
-                                  "torchcodec.__version__, av.__version__)"],
+                                  "torchcodec.__version__, av.__version__); import daft; "
+                                  "print(daft.__version__)"],
                                  capture_output=True, text=True, cwd="/").stdout.split()
 
     def spec(impl: str, backend: str | None, workload: str, workers: int,
@@ -272,12 +278,15 @@ def main(argv: list[str] | None = None) -> None:
         passes: dict[str, list] = {name: [] for name in LOCAL}
         for _ in range(args.repeat):
             for name, (impl, backend) in LOCAL.items():  # interleaved
+                if impl == "daft" and workers:
+                    continue  # Daft runs its own threads, not DataLoader workers
                 say(f"{key}: {name}")
-                py = lerobot_py if impl == "lerobot" else Path(sys.executable)
+                py = Path(sys.executable) if impl == "fluxon" else lerobot_py
                 passes[name].append(run_client(py, spec(impl, backend, workload, workers,
                                                         str(root.resolve())), work, "local"))
         for name in LOCAL:
-            results[key][name] = summarise(passes[name])
+            if passes[name]:
+                results[key][name] = summarise(passes[name])
     if args.latency_ms >= 0:
         from stores import RemoteStore
 
@@ -314,7 +323,8 @@ def main(argv: list[str] | None = None) -> None:
                  f"{os.getloadavg()[0]:.1f}, on {os.cpu_count()} cores shared with other work")
     out = {**header("lerobot.py", argv, time.perf_counter() - t_start, args),
            "machine": machine(), "versions": versions(),
-           "lerobot_versions": dict(zip(("lerobot", "torch", "torchcodec", "av"), lerobot_ver)),
+           "lerobot_versions": dict(zip(("lerobot", "torch", "torchcodec", "av", "daft"),
+                                        lerobot_ver)),
            "dataset": {k: v for k, v in written.items() if k != "root"},
            "runs": results, "notes": notes}
     publish(args, "lerobot", render, out)
@@ -350,7 +360,11 @@ def render(res: dict) -> str:
            f"dataset construction excluded; median of {s['repeat']} run(s). S3 rows: moto "
            f"behind the latency proxy at {s['latency_ms']:g} ms per request and 50 MB/s per "
            "connection, read through the agent and Redis; ratios against LeRobot "
-           "(torchcodec) on the local files.", ""]
+           "(torchcodec) on the local files. Daft: its LeRobot reader "
+           "(`daft.datasets.lerobot.read`, one camera decoded per DataFrame), queried per "
+           "batch for the batch's rows (a clip's window clamped to its episode as LeRobot "
+           "pads); it gives uint8 HWC frames (no float conversion) and runs its own threads, "
+           "so it has 0-worker rows only.", ""]
     rows = []
     for key, r in runs.items():
         base = r.get(BASE, {}).get("items_per_s")

@@ -4,7 +4,8 @@
 
 SPEC: ``impl`` ("lerobot": LeRobot's own LeRobotDataset with ``backend`` torchcodec or
 pyav, run with the LeRobot virtualenv's python; "fluxon": fluxon_video.lerobot's, with
-``fx`` to read through FluxonFS), ``root``, ``delta`` (delta_timestamps or null),
+``fx`` to read through FluxonFS; "daft": Daft's LeRobot reader, ``daft.datasets.lerobot.read``
+with its cameras decoded, queried per batch, in the LeRobot virtualenv), ``root``, ``delta`` (delta_timestamps or null),
 ``workload`` ("loader": a DataLoader over ``batches`` as its batch_sampler with
 ``workers`` workers; "plain": ``ds[i]`` for every index of ``batches``), ``refs`` and
 ``expect`` (the frame check's references, see bench/lerobot.py). The timed pass is one
@@ -123,8 +124,51 @@ class Checker:
                 self.item(int(row), cam, frames[k], None if pad is None else pad[k])
 
 
+class DaftRows:
+    """Daft's LeRobot reader as a loader: a lazy DataFrame per camera (Daft decodes a
+    camera's frames in a batch UDF, 16 rows at a time, each shard opened once per
+    batch), queried for a batch's rows. Daft has no delta_timestamps: a clip's window
+    is the rows ``row + d`` clamped to the row's episode (LeRobot's padding), its
+    episode bounds taken from the bench's expectations (what a user computes from
+    the episodes table). Daft gives HWC uint8 frames; they are compared as they are
+    (no float conversion, no DataLoader: Daft runs its own threads)."""
+
+    def __init__(self, spec: dict) -> None:
+        from daft.datasets import lerobot
+
+        self.cams = spec["cameras"]
+        self.frames = {cam: lerobot.read(spec["root"], load_video_frames=cam)
+                       for cam in self.cams}
+        self.offsets = {c: [round(d * spec["expect"]["fps"]) for d in ds]
+                        for c, ds in (spec["delta"] or {}).items()}
+        self.ep_from = spec["expect"]["ep_from"]
+        self.ep_to = spec["expect"]["ep_to"]
+
+    def rows(self, cam: str, wanted: list[int]) -> dict[int, dict[str, Any]]:
+        from daft import col
+
+        df = self.frames[cam].where(col("index").is_in(sorted(set(wanted))))
+        table = df.select("index", cam, "observation.state", "action").to_pydict()
+        return {int(i): {"frame": f, "observation.state": st, "action": a}
+                for i, f, st, a in zip(table["index"], table[cam], table["observation.state"],
+                                       table["action"])}
+
+    def batch(self, indices: list[int]) -> dict[str, Any]:
+        out: dict[str, Any] = {"index": np.asarray(indices)}
+        for cam in self.cams:
+            windows = [[min(max(i + d, self.ep_from[i]), self.ep_to[i] - 1)
+                        for d in self.offsets.get(cam, [0])] for i in indices]
+            got = self.rows(cam, [r for w in windows for r in w])
+            # (B, T, C, H, W) as the checker reads LeRobot's batches
+            out[cam] = np.stack([np.stack([np.asarray(got[r]["frame"]) for r in w])
+                                 for w in windows]).transpose(0, 1, 4, 2, 3)
+        return out
+
+
 def dataset(spec: dict) -> Any:
     kw: dict[str, Any] = {"delta_timestamps": spec["delta"]}
+    if spec["impl"] == "daft":
+        return DaftRows(spec)
     if spec["impl"] == "lerobot":
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
@@ -144,6 +188,16 @@ def epoch(ds: Any, spec: dict, checker: Checker | None) -> tuple[float, int]:
     cams = spec["cameras"]
     batches = spec["batches"]
     elapsed, items = 0.0, 0
+    if isinstance(ds, DaftRows):
+        for batch in (batches if spec["workload"] != "plain" else [[i] for b in batches
+                                                                    for i in b]):
+            t0 = time.perf_counter()
+            got = ds.batch(batch)
+            elapsed += time.perf_counter() - t0
+            items += len(batch)
+            if checker is not None:
+                checker.batch(got, cams)
+        return elapsed, items
     if spec["workload"] == "plain":
         for batch in batches:
             for i in batch:
