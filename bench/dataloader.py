@@ -223,7 +223,7 @@ class LoaderBench:
     def loader(self, row: str) -> DataLoader:
         a = self.args
         contender, order = row.split(" ", 1)
-        batched = order == "batched"
+        batched = order.startswith("batched")
         common = {"num_workers": a.workers, "worker_init_fn": note_worker_up,
                   "persistent_workers": False,
                   "multiprocessing_context": a.context if a.workers else None}
@@ -234,8 +234,12 @@ class LoaderBench:
             dataset = PeerClips(contender, self.video_dir, self.plan, a.threads, batched)
             collate = TimedCollate(default_collate)
         if batched:  # SameVideoBatchSampler reads only relpaths and clips_per_video
+            # fluxon's dataset reads each worker's next batch ahead from the sampler's
+            # plan ("batched"), or not ("batched-no-lookahead", a cold row)
+            ahead = contender == "fluxon" and order == "batched"
+            sampled = dataset if contender == "fluxon" else self.fluxon_dataset(True)
             return DataLoader(dataset, batch_sampler=SameVideoBatchSampler(
-                self.fluxon_dataset(True), a.batch_size, seed=a.seed), collate_fn=collate,
+                sampled, a.batch_size, seed=a.seed, lookahead=ahead), collate_fn=collate,
                 **common)
         return DataLoader(dataset, batch_size=a.batch_size, shuffle=True, collate_fn=collate,
                           generator=torch.Generator().manual_seed(a.seed), **common)
@@ -342,7 +346,8 @@ class LoaderBench:
             # Rounds: cold epochs and a top-up that makes Redis warm again, then every row
             # warm, the row order rotating so that a busy moment does not hit one row.
             for r in range(a.repeat):
-                for row in ("fluxon per-clip", "fluxon batched") if a.cold else ():
+                for row in ("fluxon per-clip", "fluxon batched-no-lookahead",
+                            "fluxon batched") if a.cold else ():
                     self.timed(row, "cold", r == 0)
                 if a.cold:
                     self.top_up()
