@@ -19,7 +19,9 @@ files), Daft 0.7.26's LeRobot reader (local files, 0-worker rows: it runs its ow
 threads), fluxon_video.lerobot.LeRobotDataset on the local files, and fluxon through an
 S3 export (moto behind bench/range_server.py --proxy: L ms per request, 50 MB/s per
 connection; the agent reads the bucket, Redis in between): cold (Redis flushed) and
-warm (a new process, Redis warm). LeRobot reads no object store, so the S3 rows are
+warm (a new process, Redis warm); cold+lookahead: cold, the dataset told the DataLoader's
+batch order (``plan_batches``, as with a SeededBatchSampler) so each process fetches its
+next batch's bytes while one decodes. LeRobot reads no object store, so the S3 rows are
 compared with LeRobot on local files. Every frame is checked against the ffmpeg CLI's
 frame whose pts is nearest to the row's time (from_timestamp + the row's float32
 timestamp, LeRobot's rule), computed here from the parquet tables and ffprobe.
@@ -47,7 +49,7 @@ RUNS = [("clip", 0), ("clip", 2), ("rows16", 0), ("rows16", 2), ("plain", 0)]
 LOCAL = {"LeRobot (torchcodec)": ("lerobot", "torchcodec"), "LeRobot (pyav)": ("lerobot", "pyav"),
          "Daft": ("daft", None),
          "fluxon": ("fluxon", None)}
-REMOTE = ("fluxon S3 cold", "fluxon S3 warm")
+REMOTE = ("fluxon S3 cold", "fluxon S3 cold+lookahead", "fluxon S3 warm")
 BASE = "LeRobot (torchcodec)"
 GOAL_LOCAL, GOAL_S3 = 1.5, 2.0
 
@@ -302,14 +304,17 @@ def main(argv: list[str] | None = None) -> None:
                 passes = {name: [] for name in REMOTE}
                 for _ in range(args.repeat):
                     for name in REMOTE:
-                        if name.endswith("cold"):
+                        if name.endswith("lookahead") and workload == "plain":
+                            continue  # ds[i] has no next batch to plan
+                        if "cold" in name:
                             store.flush()
                         say(f"{key}: {name}")
-                        passes[name].append(run_client(Path(sys.executable), spec(
+                        passes[name].append(run_client(Path(sys.executable), {**spec(
                             "fluxon", None, workload, workers, f"lerobot:{root.name}",
-                            store.fx()), work, "s3"))
+                            store.fx()), "ahead": name.endswith("lookahead")}, work, "s3"))
                 for name in REMOTE:
-                    results[key][name] = summarise(passes[name])
+                    if passes[name]:
+                        results[key][name] = summarise(passes[name])
         finally:
             store.stop()
     notes.append(f"LeRobot-written dataset: {written['rows']} rows, {written['episodes']} "
@@ -399,7 +404,8 @@ def render(res: dict) -> str:
                   "met" if wrong == 0 else "missed"])
     for key, r in runs.items():
         base = r.get(BASE, {}).get("items_per_s")
-        for name, goal in (("fluxon", GOAL_LOCAL), ("fluxon S3 cold", GOAL_S3)):
+        for name, goal in (("fluxon", GOAL_LOCAL), ("fluxon S3 cold", GOAL_S3),
+                           ("fluxon S3 cold+lookahead", GOAL_S3)):
             x = r.get(name, {})
             if base and x.get("items_per_s"):
                 ratio = x["items_per_s"] / base

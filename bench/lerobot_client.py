@@ -165,6 +165,19 @@ class DaftRows:
         return out
 
 
+class FixedBatches:
+    """The bench's seeded batches as a planned sampler (dataset.plan_batches)."""
+
+    def __init__(self, batches: list[list[int]]) -> None:
+        self.batches = batches
+
+    def planned_batches(self) -> list[list[int]]:
+        return self.batches
+
+    def plan_version(self) -> int:
+        return 0
+
+
 def dataset(spec: dict) -> Any:
     kw: dict[str, Any] = {"delta_timestamps": spec["delta"]}
     if spec["impl"] == "daft":
@@ -211,6 +224,8 @@ def epoch(ds: Any, spec: dict, checker: Checker | None) -> tuple[float, int]:
         return elapsed, items
     from torch.utils.data import DataLoader
 
+    if spec.get("ahead"):  # the plan a SeededBatchSampler would give, as this fixed list
+        ds.plan_batches(FixedBatches(batches))
     loader = DataLoader(ds, batch_sampler=batches, num_workers=spec["workers"])
     t0 = time.perf_counter()
     for batch in loader:

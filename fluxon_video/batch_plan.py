@@ -15,8 +15,12 @@ reads would not read.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from typing import Protocol
+
+import numpy as np
+
+from fluxon_video.validation import positive_int
 
 
 class PlannedSampler(Protocol):
@@ -71,3 +75,44 @@ class BatchPlan:
         # a worker draws the order again from the sampler (its seed, its epoch)
         return {"sampler": self.sampler, "_version": None, "_batches": [], "_where": {},
                 "_last": -1}
+
+
+class SeededBatchSampler:
+    """Batches of ``range(length)`` in an order drawn from ``(seed, epoch)`` alone,
+    so a dataset can draw it again in every DataLoader worker and read each
+    worker's next batch ahead (``dataset.plan_batches(sampler)``). Give it to
+    the DataLoader as ``batch_sampler``, and call ``set_epoch(epoch)`` before
+    each epoch (as with DistributedSampler): the same epoch repeats its order.
+    ``shuffle`` False keeps the indices in order; ``drop_last`` drops a last
+    batch shorter than ``batch_size``."""
+
+    def __init__(self, length: int, batch_size: int, *, shuffle: bool = True, seed: int = 0,
+                 drop_last: bool = False) -> None:
+        self.length = positive_int("length", length)
+        self.batch_size = positive_int("batch_size", batch_size)
+        self.shuffle, self.seed, self.drop_last = bool(shuffle), int(seed), bool(drop_last)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch whose order the next iteration draws."""
+        self.epoch = int(epoch)
+
+    def planned_batches(self) -> list[list[int]]:
+        order = (np.random.default_rng([self.seed, self.epoch]).permutation(self.length)
+                 if self.shuffle else np.arange(self.length))
+        batches = [order[i:i + self.batch_size].tolist()
+                   for i in range(0, self.length, self.batch_size)]
+        if self.drop_last and len(batches[-1]) < self.batch_size:
+            batches.pop()
+        return batches
+
+    def plan_version(self) -> tuple[int, int, bool, int, int, bool]:
+        return (self.seed, self.epoch, self.shuffle, self.length, self.batch_size,
+                self.drop_last)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.planned_batches())
+
+    def __len__(self) -> int:
+        whole, rest = divmod(self.length, self.batch_size)
+        return whole + (1 if rest and not self.drop_last else 0)

@@ -69,7 +69,7 @@ from fluxon_video.bad_items import (
     replacement_videos,
     unwrapped,
 )
-from fluxon_video.batch_plan import BatchPlan, PlannedSampler
+from fluxon_video.batch_plan import BatchPlan, PlannedSampler, SeededBatchSampler
 from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video.errors import FluxonFsConfigError
 from fluxon_video.metadata import FluxonFsVideoMetadata, indices_at_times
@@ -81,7 +81,8 @@ from fluxon_video.stats import FluxonFsProcessStats
 from fluxon_video.validation import Threads, output_fits, positive_int, time_tolerance
 
 __all__ = ["FluxonFsNoReadableItemError", "HostDict", "HostList", "LoaderStats",
-           "SameVideoBatchSampler", "StatsCollate", "VideoClipDataset", "collate_clips", "move_to"]
+           "SameVideoBatchSampler", "SeededBatchSampler", "StatsCollate", "VideoClipDataset",
+           "collate_clips", "move_to"]
 
 LAYOUTS = ("THWC", "TCHW")
 

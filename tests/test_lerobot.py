@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import pickle
 import subprocess
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -268,3 +269,74 @@ def test_stats_and_unsupported_features(dataset_root, tmp_path):
     (copy / "meta" / "info.json").write_text(_json.dumps(info))
     with pytest.raises(fv.FluxonFsConfigError, match="observation.images.wrist"):
         LeRobotDataset("x", root=copy)
+
+
+class _PlannedBatches:
+    """A batch sampler with a fixed plan (what SeededBatchSampler gives, chosen here
+    so that the second batch reads a shard file the first one does not)."""
+
+    def __init__(self, order: list[list[int]]) -> None:
+        self.order = order
+
+    def __iter__(self):
+        return iter(self.order)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def planned_batches(self) -> list[list[int]]:
+        return self.order
+
+    def plan_version(self) -> int:
+        return 0
+
+
+def second_batch(dataset_root: Path, ahead: bool):
+    """Read a plan's first batch (rows of the front camera's file 0), then its
+    second (rows of file 1): file 1's bytes read before that read, and its items."""
+    front1 = "videos/observation.images.front/chunk-000/file-001.mp4"
+    order = [[0, 5], [40, 50], [10, 20]]
+    with LeRobotDataset("t", root=dataset_root, delta_timestamps=DELTA) as ds:
+        if ahead:
+            ds.plan_batches(_PlannedBatches(order))
+        ds.__getitems__(order[0])
+        shards = ds._shards
+        shards.wait_prefetch()
+        before = 0
+        if front1 in shards._readers:  # opened ahead; its pages arrive meanwhile
+            source = shards._readers[front1][0]._byte_source
+            deadline = time.monotonic() + 60
+            while (before := source.stats()["bytes_fetched"]) == 0:
+                assert time.monotonic() < deadline, "the pages fetched ahead never arrived"
+                time.sleep(0.01)
+        items = ds.__getitems__(order[1])
+        total = shards._readers[front1][0]._byte_source.stats()["bytes_fetched"]
+        return before, total, items
+
+
+def test_a_planned_sampler_reads_the_next_batch_ahead(dataset_root):
+    """plan_batches: while a batch decodes, the shard file of the next one is
+    opened and its frames' bytes fetched; never a byte the read does not read."""
+    before, total, items = second_batch(dataset_root, ahead=True)
+    before_off, total_off, items_off = second_batch(dataset_root, ahead=False)
+    assert before_off == 0 and 0 < before <= total
+    assert total == total_off  # nothing fetched that the read would not have
+    for idx, item, plain in zip([40, 50], items, items_off):
+        check_item(item, expected_item(dataset_root, idx, DELTA))
+        assert all(torch.equal(item[k], plain[k]) for k in item if torch.is_tensor(item[k]))
+
+
+def test_the_seeded_batch_sampler_draws_its_order_from_seed_and_epoch():
+    from fluxon_video.batch_plan import SeededBatchSampler
+
+    sampler = SeededBatchSampler(10, 4, seed=3)
+    first = list(sampler)
+    assert sorted(i for b in first for i in b) == list(range(10)) and len(sampler) == 3
+    assert [len(b) for b in first] == [4, 4, 2] and list(sampler) == first
+    assert pickle.loads(pickle.dumps(sampler)).planned_batches() == first  # a worker's copy
+    sampler.set_epoch(1)
+    assert list(sampler) != first
+    assert list(SeededBatchSampler(10, 4, shuffle=False, drop_last=True)) == [
+        [0, 1, 2, 3], [4, 5, 6, 7]]
+    with pytest.raises(fv.FluxonFsConfigError):
+        SeededBatchSampler(10, 0)

@@ -26,6 +26,7 @@ import numpy as np
 
 from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video._layout import frames_to_planes
+from fluxon_video.batch_plan import BatchPlan, PlannedSampler
 from fluxon_video.errors import FluxonFsConfigError, FluxonFsFrameIndexError
 from fluxon_video.lerobot.files import DatasetFiles
 from fluxon_video.lerobot.frames import ShardReaders
@@ -115,6 +116,16 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
             delta_timestamps, self.meta.fps, self.tolerance_s, self.meta.features)
         self._rows = self._load_rows()
         self._shards: ShardReaders | None = None
+        self._plan: BatchPlan | None = None
+
+    def plan_batches(self, batch_sampler: PlannedSampler | None) -> None:
+        """Read ahead in the order of ``batch_sampler``, one whose order follows
+        from its seed and epoch (``fluxon_video.batch_plan.SeededBatchSampler``,
+        given to the DataLoader as ``batch_sampler``): while a batch decodes,
+        each process opens the shard files of the batch the DataLoader deals it
+        next and fetches their frames' bytes. A batch the sampler did not make
+        plans nothing. None: no lookahead."""
+        self._plan = None if batch_sampler is None else BatchPlan(batch_sampler)
 
     # ---- loading ----
 
@@ -175,11 +186,14 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
         positions = [self._position(i) for i in indices]
         items, wanted = [], {}
         for p in positions:
-            item, times = self._row_item(p)
+            item, windows = self._row_item(p)
             items.append(item)
-            for key, (relpath, when) in times.items():
+            for key, (relpath, when) in self._camera_times(p, windows).items():
                 wanted.setdefault(relpath, []).append((len(items) - 1, key, when))
         shards = self._readers()
+        upcoming = None if self._plan is None else self._plan.after(list(indices))
+        if upcoming:
+            shards.prefetch(self._times_of(upcoming))
         frames = shards.read({relpath: np.concatenate([w for _, _, w in asks])
                               for relpath, asks in wanted.items()})
         for relpath, asks in wanted.items():
@@ -200,31 +214,54 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
                                           f"range for {n} rows")
         return i % n
 
-    def _row_item(self, p: int) -> tuple[dict[str, Any], dict[str, tuple[str, np.ndarray]]]:
-        """The row's columns (and windows), and per camera the file and times to read."""
-        import torch
+    def _times_of(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
+        """Per video file, the times the items at ``indices`` read (the lookahead's plan)."""
+        wanted: dict[str, list[np.ndarray]] = {}
+        for i in indices:
+            p = self._position(i)
+            for relpath, when in self._camera_times(p, self._windows(p)).values():
+                wanted.setdefault(relpath, []).append(when)
+        return {relpath: np.concatenate(times) for relpath, times in wanted.items()}
 
+    def _windows(self, p: int) -> dict[str, list[int]]:
+        """Each ``delta_timestamps`` key's rows (``index`` values), clamped to the episode."""
+        if self.delta_indices is None:
+            return {}
+        episode: Episode = self.meta.episodes[int(self._rows["episode_index"][p])]
+        absolute = int(self._rows["index"][p])
+        return {key: [min(max(absolute + d, episode.from_row), episode.to_row - 1)
+                      for d in offsets] for key, offsets in self.delta_indices.items()}
+
+    def _camera_times(self, p: int, windows: dict[str, list[int]]
+                      ) -> dict[str, tuple[str, np.ndarray]]:
+        """Per camera, the file and the times the item at position ``p`` reads."""
         rows = self._rows
         episode: Episode = self.meta.episodes[int(rows["episode_index"][p])]
-        absolute = int(rows["index"][p])
-        item = {key: _tensor(torch, column[p]) for key, column in rows.items()}
-        windows: dict[str, list[int]] = {}
-        if self.delta_indices is not None:
-            for key, offsets in self.delta_indices.items():
-                wanted = [absolute + d for d in offsets]
-                windows[key] = [min(max(w, episode.from_row), episode.to_row - 1) for w in wanted]
-                item[f"{key}_is_pad"] = torch.tensor(
-                    [not episode.from_row <= w < episode.to_row for w in wanted], dtype=torch.bool)
-                if key not in self.meta.video_keys:
-                    at = self._positions_of(windows[key])
-                    item[key] = torch.stack([_tensor(torch, rows[key][q]) for q in at])
         times = {}
         for key in self.meta.video_keys:
             relpath, start_s = episode.videos[key]
             at = self._positions_of(windows[key]) if key in windows else [p]
             # float32 row times, as LeRobot adds them: start (float64) + float(t)
             times[key] = (relpath, np.array([start_s + float(rows["timestamp"][q]) for q in at]))
-        return item, times
+        return times
+
+    def _row_item(self, p: int) -> tuple[dict[str, Any], dict[str, list[int]]]:
+        """The row's columns (and windows), and its windows' rows."""
+        import torch
+
+        rows = self._rows
+        episode: Episode = self.meta.episodes[int(rows["episode_index"][p])]
+        absolute = int(rows["index"][p])
+        item = {key: _tensor(torch, column[p]) for key, column in rows.items()}
+        windows = self._windows(p)
+        for key, offsets in (self.delta_indices or {}).items():
+            item[f"{key}_is_pad"] = torch.tensor(
+                [not episode.from_row <= absolute + d < episode.to_row for d in offsets],
+                dtype=torch.bool)
+            if key not in self.meta.video_keys:
+                at = self._positions_of(windows[key])
+                item[key] = torch.stack([_tensor(torch, rows[key][q]) for q in at])
+        return item, windows
 
     def _positions_of(self, absolute: list[int]) -> np.ndarray:
         """Positions in the loaded rows of ``index`` values (all loaded: an

@@ -8,6 +8,7 @@ several items ask for is decoded once.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections import OrderedDict
@@ -16,9 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from fluxon_video.errors import FluxonFsFrameIndexError
+from fluxon_video.errors import FluxonFsError, FluxonFsFrameIndexError
 from fluxon_video.lerobot.files import DatasetFiles
+from fluxon_video.logs import get_logger
 from fluxon_video.reader import FluxonFsVideoReader
+
+log = get_logger("lerobot")
 
 
 def nearest_frames(reader: FluxonFsVideoReader, times: np.ndarray, tolerance_s: float,
@@ -51,11 +55,43 @@ class ShardReaders:
         self._lock = threading.Lock()
         self._readers: OrderedDict[str, tuple[FluxonFsVideoReader, threading.Lock]] = OrderedDict()
         self._executor: ThreadPoolExecutor | None = None
+        self._ahead: threading.Thread | None = None
 
     def _check_fork(self) -> None:
         if self._pid != os.getpid():  # the parent's readers and threads are not ours
             self._pid, self._readers, self._executor = os.getpid(), OrderedDict(), None
-            self._lock = threading.Lock()
+            self._lock, self._ahead = threading.Lock(), None
+
+    def prefetch(self, wanted: dict[str, np.ndarray]) -> None:
+        """Start fetching what ``read(wanted)`` will read, on a thread of its own
+        (in the caller's context): each file's reader opened, the pages of its
+        frames queued on its fetch workers (``reader.prefetch_frames``), within
+        its page cache. A file a read is using is queued once that read is done
+        (its lock). A failure is logged: the read of those times says why."""
+        self._check_fork()
+        self.wait_prefetch()
+        ahead = threading.Thread(target=contextvars.copy_context().run,
+                                 args=(self._prefetch_all, wanted), daemon=True,
+                                 name="fluxon-lerobot-ahead")
+        self._ahead = ahead
+        ahead.start()
+
+    def wait_prefetch(self) -> None:
+        """Wait until the lookahead has queued its pages (they arrive later)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.join()
+
+    def _prefetch_all(self, wanted: dict[str, np.ndarray]) -> None:
+        for relpath, times in wanted.items():
+            try:
+                reader, lock = self._reader(relpath)
+                with lock:
+                    indices = nearest_frames(reader, times, self.tolerance_s,
+                                             self.files.name(relpath))
+                    reader.prefetch_frames(np.unique(indices))
+            except FluxonFsError as exc:
+                log.debug("lookahead of %s failed (%s); its read will say why", relpath, exc)
 
     def _reader(self, relpath: str) -> tuple[FluxonFsVideoReader, threading.Lock]:
         with self._lock:
@@ -99,6 +135,8 @@ class ShardReaders:
 
     def close(self) -> None:
         """Close the readers and stop the threads (idempotent)."""
+        if self._pid == os.getpid():
+            self.wait_prefetch()
         with self._lock:
             readers, self._readers = list(self._readers.values()), OrderedDict()
             executor, self._executor = self._executor, None
