@@ -99,13 +99,16 @@ def note_worker_up(worker_id: int) -> None:
 
 
 class TimedCollate:
-    """The inner collate, plus when this worker came up (time.monotonic, system-wide)."""
+    """The inner collate, plus when this worker came up (time.monotonic, system-wide), and
+    its CPU time and the clock when it made this batch (its CPU utilisation)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
     def __call__(self, items: list[dict[str, Any]]) -> dict[str, Any]:
-        return {**self.inner(items), "worker": {"pid": os.getpid(), "up": _WORKER_UP}}
+        return {**self.inner(items), "worker": {"pid": os.getpid(), "up": _WORKER_UP,
+                                                "cpu_s": time.process_time(),
+                                                "at": time.monotonic()}}
 
 
 class CpuMeter:
@@ -149,6 +152,9 @@ class Epoch:
     first_error: str | None
     other_cpu_cores: float
     fluxon_stats: dict | None = None
+    # each worker's CPU time over its life up to its last batch ÷ that span, in
+    # cores (1.0: a core kept busy), sorted
+    worker_cpu: list[float] = field(default_factory=list)
     check: dict | None = None
     redone: int = 0  # epochs thrown away first: other work loaded the machine
     clips_per_s: float = field(init=False)
@@ -173,6 +179,9 @@ def row_of(row: str, cache: str, epochs: list[Epoch]) -> dict[str, Any]:
             "other_cpu_cores": mid("other_cpu_cores"), "redone": sum(e.redone for e in epochs),
             "first_error": next((e.first_error for e in epochs if e.first_error), None),
             "fluxon_stats": first.fluxon_stats, "check": first.check,
+            # each worker's CPU utilisation (cores), medians over the epochs
+            "worker_cpu": [statistics.median(w) for w in zip(*[e.worker_cpu for e in epochs])]
+            if all(e.worker_cpu for e in epochs) else [],
             "epochs": [asdict(e) for e in epochs]}
 
 
@@ -260,13 +269,16 @@ class LoaderBench:
         exact = row.startswith("fluxon")
         result, by_codec, codec = CheckResult(exact), {}, {v.name: v.codec for v in self.videos}
         errors, items, first, ups, order = [], 0, None, {}, []
+        busy: dict[int, tuple[float, float]] = {}  # pid -> (CPU s, life s) at its latest batch
         cpu0, t0 = self.cpu.sample(), time.monotonic()
         for batch in loader:
             first = first if first is not None else time.monotonic() - t0
             items += len(batch["relpath"])
             stats.update(batch)
-            if batch["worker"]["up"] is not None:
-                ups[batch["worker"]["pid"]] = batch["worker"]["up"] - t0
+            worker = batch["worker"]
+            if worker["up"] is not None:
+                ups[worker["pid"]] = worker["up"] - t0
+                busy[worker["pid"]] = (worker["cpu_s"], worker["at"] - worker["up"])
             errors += [e for e in batch.get("error", []) if e]
             for frames, relpath, indices in zip(batch["frames"], batch["relpath"],
                                                 batch["indices"]) if check else ():
@@ -277,7 +289,8 @@ class LoaderBench:
         del loader
         out = Epoch(items, seconds, first, max(ups.values(), default=None), len(errors),
                     errors[0] if errors else None, self.cpu.other_cores(cpu0, seconds),
-                    stats.total().as_dict() if exact else None)
+                    stats.total().as_dict() if exact else None,
+                    worker_cpu=sorted(cpu / life for cpu, life in busy.values() if life > 0))
         if check:  # per codec too: a peer may fail on one codec
             out.check = {**result.as_dict(), "by_codec": {
                 c: {"ok": r.ok, "verdict": r.verdict(), "worst_mean_abs_diff":
@@ -329,14 +342,24 @@ class LoaderBench:
         work.mkdir(parents=True, exist_ok=True)
         peers = self.check_peers()
         rows = [f"{c} {o}" for o in ("per-clip", "batched") for c in ("fluxon", *peers)]
-        self.redis = RedisServer(work).start()
-        server = agent(work, EXPORT, self.video_dir, a.agent_latency_ms)
-        try:
+        if a.store == "s3":  # moto behind the latency relay (50 MB/s per connection)
+            from stores import RemoteStore
+
+            remote = RemoteStore(work, EXPORT, self.video_dir, 50.0,
+                                 s3=sorted({v.name for v in self.videos}))
+            remote.set_latency(a.agent_latency_ms)
+            self.redis, server, self.fx = remote.redis, remote, remote.fx()
+            servers = [remote.redis, remote.agent, remote.agent_relay, remote.range, remote.s3]
+        else:
+            self.redis = RedisServer(work).start()
+            server = agent(work, EXPORT, self.video_dir, a.agent_latency_ms)
             self.fx = store(EXPORT, self.video_dir, server.url, self.redis.url)
+            servers = [self.redis, server]
+        try:
             # One patcher for every fluxon dataset; never used in this process (each worker
             # builds its own client and readers on first use).
             self.patcher = make_patcher(self.fx)
-            self.cpu = CpuMeter([self.redis.proc.pid, server.proc.pid])
+            self.cpu = CpuMeter([p.proc.pid for p in servers])
             self.redis.client().flushall()
             for row in rows:  # untimed: Redis warm for fluxon, page cache and imports for peers
                 print(f"  {row} warm-up", flush=True)
@@ -380,7 +403,8 @@ class LoaderBench:
                            "decoder_threads": a.threads, "items": a.items,
                            "clip": f"{CLIP_LEN} frames, stride {STRIDE}, {SIZE}x{SIZE}",
                            "clips_per_video_batched": a.per_video},
-                "export": {"root": str(self.video_dir), "agent_latency_ms": a.agent_latency_ms}},
+                "export": {"root": str(self.video_dir), "agent_latency_ms": a.agent_latency_ms,
+                           "store": a.store}},
             "videos": [v.facts() for v in self.videos], "plan": self.plan,
             "warmup_fluxon_stats": getattr(self, "warmup_stats", None),
             "topup_fluxon_stats": getattr(self, "topup_stats", None),
@@ -413,6 +437,7 @@ def row_cells(r: dict[str, Any]) -> list[str]:
             f"{r['clips_per_s']:.1f} ({r['clips_per_s_min']:.1f}–{r['clips_per_s_max']:.1f})",
             num(r["epoch_s"]), num(r["workers_up_s"]), num(r["first_batch_s"]),
             f"{r['other_cpu_cores']:.2f}" + (f" ({r['redone']} redone)" if r["redone"] else ""),
+            " ".join(f"{c:.2f}" for c in r.get("worker_cpu", [])) or DASH,
             *fluxon, frames_cell(r)]
 
 
@@ -449,7 +474,8 @@ def markdown(results: dict[str, Any]) -> str:
         "dataloader", command=results["command"], generated=results["generated"],
         duration=f"{results['duration_s']:.0f}", summary=summary(results),
         table=table(["contender", "reads", "cache", "clips/s (min–max)", "epoch s",
-                     "workers up s", "first batch s", "other CPU", "fluxon reads",
+                     "workers up s", "first batch s", "other CPU", "worker CPU",
+                     "fluxon reads",
                      "KV hit/miss", "agent MiB", "index scan/KV", "frames"],
                     map(row_cells, results["rows"])),
         **{**s, **loader}, videos=len(videos), cores=c["machine"]["cores"],
@@ -478,7 +504,11 @@ def parse_args() -> argparse.Namespace:
                                                "the machine used more than this many cores"),
         ("--retries", int, 3, "at most this many redos per timed epoch"),
         ("--seed", int, 7, "clip plan and shuffle seed"),
-        ("--agent-latency-ms", float, 0.0, "latency the agent adds to every stat and read")])
+        ("--agent-latency-ms", float, 0.0, "latency the agent adds to every stat and read "
+                                            "(with --store s3: every S3 request)"),
+        ("--store", ("agent", "s3"), "agent", "agent: the agent reads the video folder; s3: "
+                                              "it reads moto's S3 server through the latency "
+                                              "relay")])
     ap.add_argument("--no-cold", dest="cold", action="store_false",
                     help="skip the cold (Redis flushed) fluxon epochs")
     args = finish(ap, ap.parse_args(), full, quick,

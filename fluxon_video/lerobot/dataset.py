@@ -192,10 +192,9 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
                 wanted.setdefault(relpath, []).append((len(items) - 1, key, when))
         shards = self._readers()
         upcoming = None if self._plan is None else self._plan.after(list(indices))
-        if upcoming:
-            shards.prefetch(self._times_of(upcoming))
         frames = shards.read({relpath: np.concatenate([w for _, _, w in asks])
-                              for relpath, asks in wanted.items()})
+                              for relpath, asks in wanted.items()},
+                             ahead=self._times_of(upcoming) if upcoming else None)
         for relpath, asks in wanted.items():
             decoded, rows = frames[relpath]
             start = 0

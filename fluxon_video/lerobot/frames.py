@@ -66,13 +66,18 @@ class ShardReaders:
         """Start fetching what ``read(wanted)`` will read, on a thread of its own
         (in the caller's context): each file's reader opened, the pages of its
         frames queued on its fetch workers (``reader.prefetch_frames``), within
-        its page cache. A file a read is using is queued once that read is done
-        (its lock). A failure is logged: the read of those times says why."""
+        its page cache. A failure is logged: the read of those times says why."""
         self._check_fork()
+        done = threading.Event()
+        done.set()
+        self._start_prefetch(wanted, set(), done)
+
+    def _start_prefetch(self, wanted: dict[str, np.ndarray], busy: set[str],
+                        read_done: threading.Event) -> None:
         self.wait_prefetch()
         ahead = threading.Thread(target=contextvars.copy_context().run,
-                                 args=(self._prefetch_all, wanted), daemon=True,
-                                 name="fluxon-lerobot-ahead")
+                                 args=(self._prefetch_all, wanted, busy, read_done),
+                                 daemon=True, name="fluxon-lerobot-ahead")
         self._ahead = ahead
         ahead.start()
 
@@ -82,8 +87,15 @@ class ShardReaders:
         if ahead is not None:
             ahead.join()
 
-    def _prefetch_all(self, wanted: dict[str, np.ndarray]) -> None:
-        for relpath, times in wanted.items():
+    def _prefetch_all(self, wanted: dict[str, np.ndarray], busy: set[str],
+                      read_done: threading.Event) -> None:
+        """The files no read is using first; the ``busy`` ones once the read is
+        done (a read's seeks drop the pages queued on its reader)."""
+        order = [r for r in wanted if r not in busy] + [r for r in wanted if r in busy]
+        for relpath in order:
+            if relpath in busy:
+                read_done.wait()
+            times = wanted[relpath]
             try:
                 reader, lock = self._reader(relpath)
                 with lock:
@@ -111,10 +123,23 @@ class ShardReaders:
             old.close()
         return entry
 
-    def read(self, wanted: dict[str, np.ndarray]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    def read(self, wanted: dict[str, np.ndarray], ahead: dict[str, np.ndarray] | None = None
+             ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """For each video file, its times' frames: (frames of the distinct
-        indices, in order; each time's row in them)."""
+        indices, in order; each time's row in them). ``ahead``: the next read's
+        times, fetched meanwhile (``prefetch``); a file both read is queued
+        once this read is done."""
         self._check_fork()
+        read_done = threading.Event()
+        if ahead:
+            self._start_prefetch(ahead, set(wanted), read_done)
+        try:
+            return self._read_all(wanted)
+        finally:
+            read_done.set()
+
+    def _read_all(self, wanted: dict[str, np.ndarray]
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         if len(wanted) <= 1 or self.parallel <= 1:
             return {relpath: self._read_one(relpath, times) for relpath, times in wanted.items()}
         with self._lock:
