@@ -253,12 +253,14 @@ cdef class ByteSource:
         return sorted(self.core.fetch_errors)
 
     def prefetch(self, int64_t offset, int64_t length):
-        """Queue the pages of a byte range for the fetch workers; returns how many."""
-        return fx_source_prefetch(self.pagecache(), offset, length)
+        """Queue the pages of a byte range for the fetch workers; returns how many.
+        They are planned: a decoder's seek does not drop them (cancel_prefetch does)."""
+        return fx_pagecache_prefetch(self.pagecache(), offset, length, 1 << 30, 1)
 
     def cancel_prefetch(self):
-        """Drop queued prefetch pages no worker has started; returns how many."""
-        return fx_source_cancel_prefetch(self.pagecache())
+        """Drop queued prefetch pages no worker has started, planned ones included;
+        returns how many."""
+        return fx_pagecache_cancel_speculative(self.pagecache(), 1)
 
     def set_extents(self, extents):
         """Serve these (offset, bytes) ranges without fetching: bytes of this file
@@ -394,12 +396,13 @@ cdef AVIOContext *fx_avio_open(ByteSource source) except NULL:
 
 cdef int64_t fx_source_prefetch(fx_pagecache *pc, int64_t offset, int64_t length) noexcept nogil:
     """Queue the pages of a byte range the decoder is about to read (speculative)."""
-    return fx_pagecache_prefetch(pc, offset, length, 1 << 30)
+    return fx_pagecache_prefetch(pc, offset, length, 1 << 30, 0)
 
 
 cdef int64_t fx_source_cancel_prefetch(fx_pagecache *pc) noexcept nogil:
-    """Drop queued speculative pages: the decoder moved elsewhere."""
-    return fx_pagecache_cancel_speculative(pc)
+    """Drop the decoder's queued speculative pages: it moved elsewhere (pages
+    planned ahead stay: the plan's read comes)."""
+    return fx_pagecache_cancel_speculative(pc, 0)
 
 
 cdef int64_t fx_source_fetch_waits(fx_pagecache *pc) noexcept nogil:

@@ -499,7 +499,8 @@ int64_t fx_pagecache_read(fx_pagecache *pc, fx_cursor *c, uint8_t *buf, int64_t 
     return done;
 }
 
-int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length, int64_t max_pages) {
+int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length, int64_t max_pages,
+                              int planned) {
     int64_t queued = 0;
     if (offset < 0) offset = 0;
     if (length <= 0 || offset >= pc->file_size) return 0;
@@ -513,6 +514,7 @@ int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length, 
         fx_page *e = queue_page(pc, q, 1);
         if (!e) break;
         e->ahead = 1;
+        e->planned = planned;
         pc->stats.ahead_pages++;
         queued++;
     }
@@ -520,13 +522,13 @@ int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length, 
     return queued;
 }
 
-int64_t fx_pagecache_cancel_speculative(fx_pagecache *pc) {
+int64_t fx_pagecache_cancel_speculative(fx_pagecache *pc, int include_planned) {
     int64_t dropped = 0;
     pthread_mutex_lock(&pc->mu);
     fx_page *prev = NULL, *e = pc->job_head;
     while (e) {
         fx_page *next = e->job_next;
-        if (e->from_readahead && e->state == FX_PAGE_QUEUED) {
+        if (e->from_readahead && e->state == FX_PAGE_QUEUED && (include_planned || !e->planned)) {
             if (prev) prev->job_next = next;
             else pc->job_head = next;
             if (pc->job_tail == e) pc->job_tail = prev;

@@ -39,6 +39,8 @@ typedef struct fx_page {
     int from_readahead; /* queued speculatively, nobody waited for it yet */
     int retried;        /* a failed readahead page gets one demand retry */
     int ahead;          /* queued by fx_pagecache_prefetch and not read yet (lookahead) */
+    int planned;        /* queued for a planned read (a lookahead, an index scan): a
+                         * decoder's seek does not drop it, only an explicit cancel */
     int64_t job_seq;    /* which fetch job carries it: jobs are numbered as they start */
     int outside_trip;   /* queued before an outside wait ended: part of that round trip */
     uint8_t *data;
@@ -152,10 +154,14 @@ int64_t fx_pagecache_peek(fx_pagecache *pc, int64_t offset, uint8_t *buf, int64_
 void fx_pagecache_note_wait(fx_pagecache *pc);
 
 /* Queue the absent pages of [offset, offset+length) as speculative jobs, at
- * most max_pages of them; returns how many were queued. */
-int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length, int64_t max_pages);
-/* Drop speculative jobs no worker has started (a far seek made them moot). */
-int64_t fx_pagecache_cancel_speculative(fx_pagecache *pc);
+ * most max_pages of them; returns how many were queued. planned: for a read
+ * planned ahead (kept by a decoder's seek, see below). */
+int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length, int64_t max_pages,
+                              int planned);
+/* Drop speculative jobs no worker has started: the decoder's own (a far seek
+ * made them moot), and with include_planned the planned ones too (the plan
+ * changed). */
+int64_t fx_pagecache_cancel_speculative(fx_pagecache *pc, int include_planned);
 
 void fx_pagecache_get_stats(fx_pagecache *pc, fx_cache_stats *out);
 int64_t fx_pagecache_cached_pages(fx_pagecache *pc);

@@ -57,8 +57,8 @@ cdef extern from "_pagecache.h" nogil:
     int64_t fx_pagecache_peek(fx_pagecache *pc, int64_t offset, uint8_t *buf, int64_t n)
     void fx_pagecache_note_wait(fx_pagecache *pc)
     int64_t fx_pagecache_prefetch(fx_pagecache *pc, int64_t offset, int64_t length,
-                                  int64_t max_pages)
-    int64_t fx_pagecache_cancel_speculative(fx_pagecache *pc)
+                                  int64_t max_pages, int planned)
+    int64_t fx_pagecache_cancel_speculative(fx_pagecache *pc, int include_planned)
     void fx_pagecache_get_stats(fx_pagecache *pc, fx_cache_stats *out)
     int64_t fx_pagecache_cached_pages(fx_pagecache *pc)
     int64_t fx_pagecache_fetch_waits(fx_pagecache *pc)

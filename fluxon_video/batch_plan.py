@@ -51,10 +51,18 @@ class BatchPlan:
         self._batches: list[tuple[int, ...]] = []
         self._where: dict[tuple[int, ...], list[int]] = {}
         self._last = -1
+        self._expected: tuple[int, ...] | None = None
+        # the last batch given was not the one planned for it: what was
+        # fetched ahead is for a batch that is not coming next
+        self.changed = False
 
     def after(self, batch: Sequence[int]) -> list[int] | None:
         """The batch this process reads after ``batch``, or None (the epoch's
-        end, or ``batch`` is not one of the plan's)."""
+        end, or ``batch`` is not one of the plan's); ``changed`` says whether
+        ``batch`` was the one planned."""
+        given = tuple(int(i) for i in batch)
+        self.changed = self._expected is not None and given != self._expected
+        self._expected = None
         version = self.sampler.plan_version()
         if version != self._version or not self._batches:
             self._batches = [tuple(b) for b in self.sampler.planned_batches()]
@@ -62,19 +70,22 @@ class BatchPlan:
             for position, b in enumerate(self._batches):
                 self._where.setdefault(b, []).append(position)
             self._version, self._last = version, -1
-        positions = self._where.get(tuple(int(i) for i in batch))
+        positions = self._where.get(given)
         if not positions:
             return None
         # the same batch twice in an epoch: the first one after where we were
         here = next((p for p in positions if p > self._last), positions[0])
         self._last = here
         following = here + _readers_of_batches()
-        return list(self._batches[following]) if following < len(self._batches) else None
+        if following >= len(self._batches):
+            return None
+        self._expected = self._batches[following]
+        return list(self._expected)
 
     def __getstate__(self) -> dict[str, object]:
         # a worker draws the order again from the sampler (its seed, its epoch)
         return {"sampler": self.sampler, "_version": None, "_batches": [], "_where": {},
-                "_last": -1}
+                "_last": -1, "_expected": None, "changed": False}
 
 
 class SeededBatchSampler:

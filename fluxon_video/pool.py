@@ -577,6 +577,14 @@ class FluxonFsVideoReaderPool:
     def counters(self) -> PoolCounters:
         return self._local().counters
 
+    def cancel_prefetch(self) -> int:
+        """Drop the pages queued ahead on the idle readers (``prefetch``, a read's
+        ``ahead``) that no fetch worker has started, and return how many: for a
+        plan that changed, whose next batch is not the one prefetched."""
+        state = self._local()
+        with state.lock:  # idle readers stay idle meanwhile: no read loses its pages
+            return sum(reader.cancel_prefetch() for reader in state.idle)
+
     def idle_readers(self) -> list[ReaderKey]:
         """Keys of idle readers, least recently used first (for inspection and tests)."""
         state = self._local()

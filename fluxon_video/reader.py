@@ -451,6 +451,15 @@ class FluxonFsVideoReader:
                                           page_cache=self._byte_source.stats()))
             return frames
 
+    def cancel_prefetch(self) -> int:
+        """Drop the pages queued ahead (``prefetch_frames``, readahead) that no
+        fetch worker has started, and return how many: the read they were for
+        is not coming. Pages fetching or fetched stay cached. 0 once closed."""
+        with self._lock:
+            if self._closed:
+                return 0
+            return int(self._byte_source.cancel_prefetch())
+
     @_located
     def prefetch_frames(self, indices: Sequence[int] | np.ndarray) -> int:
         """Start fetching the bytes a read of ``indices`` will read, and return at

@@ -297,6 +297,8 @@ class VideoClipDataset(Dataset):
         wanted = [int(i) for i in items]
         out: list[dict[str, Any] | None] = [None] * len(wanted)
         upcoming = None if self._plan is None else self._plan.after(wanted)
+        if self._plan is not None and self._plan.changed:
+            self.pool.cancel_prefetch()  # fetched ahead for a batch that is not coming
         ahead = () if not upcoming else functools.partial(self._requests_ahead, upcoming)
         if self.on_error == "raise":
             self._read({p: (i, self.clip_with_times(i)) for p, i in enumerate(wanted)}, out,

@@ -219,3 +219,78 @@ def test_the_plan_names_the_batch_each_process_reads_next(workers):
         assert [list(b) for b in seen[1:]] == nexts[worker][:-1]  # each plan came true
         assert nexts[worker][-1] is None  # the epoch's end plans nothing
     assert _Recorder(sampler).plan.after([5, 6]) is None
+
+
+def test_a_batch_other_than_the_planned_one_marks_the_plan_changed():
+    from fluxon_video.batch_plan import BatchPlan
+
+    plan = BatchPlan(_Batches([[0, 1], [2, 3], [4, 5], [6, 7]]))
+    assert plan.after([0, 1]) == [2, 3] and not plan.changed
+    assert plan.after([2, 3]) == [4, 5] and not plan.changed
+    assert plan.after([6, 7]) is None and plan.changed  # [4, 5] was planned
+    assert plan.after([9]) is None and not plan.changed  # nothing was planned
+
+
+def test_a_changed_plan_drops_the_pages_queued_for_it(media, tmp_path):
+    """The dataset fetched ahead for the planned batch; another batch comes: the
+    pages no fetch worker has started are dropped (counted as wasted), not fetched."""
+    from fluxon_video.testing import AgentProcess
+    from fluxon_video.torch import VideoClipDataset
+    from tests.helpers import agent_config_text
+
+    class FixedClips(VideoClipDataset):
+        """Items 0-1: two clips of a short video; 2-3: two clips far apart in the long one."""
+
+        def clip_with_times(self, i):
+            return [("hevc.mp4", [0, 4]), ("hevc.mp4", [8, 12]),
+                    (NAME, CLIPS[0]), (NAME, CLIPS[1])][i] + (None,)
+
+    for name in ("hevc.mp4", NAME):
+        media.path(name)
+    config = tmp_path / "agent.toml"
+    config.write_text(agent_config_text(media.root))
+    config.chmod(0o600)
+    # Each answer 800 ms late and one fetch worker: the first page job of the
+    # long video is in flight while the others still wait in the queue.
+    with AgentProcess(config, ["--inject-latency-ms", "800"]) as agent, \
+            make_patcher(agent.url, media.root, piece_size=16 << 10,
+                         client={"fetch_workers": 1}) as patcher:
+        ds = VideoClipDataset(patcher, "train", ["hevc.mp4", NAME], clip_len=2,
+                              clips_per_video=2, height=H, width=W)
+        ds.__class__ = FixedClips
+        ds.__getitems__([0, 1])  # the short video's reader and pages, before any plan
+        ds.plan_batches(_Batches([[0, 1], [2, 3]]))
+        ds.__getitems__([0, 1])  # opens the long video and queues its clips' pages
+        long_reader = next(r for r, key in ds.pool._local().idle.items() if key.relpath == NAME)
+        assert long_reader._byte_source.stats()["ahead_wasted"] == 0
+        again = ds.__getitems__([0, 1])  # not the planned [2, 3]
+        np.testing.assert_array_equal(again[1]["frames"].numpy(),
+                                      media.reference("hevc.mp4", H, W)[[8, 12]])
+        stats = long_reader._byte_source.stats()
+        assert stats["ahead_wasted"] > 0 and stats["readahead_cancelled"] > 0
+        ds.pool.close()
+
+
+def test_a_read_elsewhere_keeps_the_pages_planned_for_the_next_one(media, tmp_path):
+    """Pages queued for a planned read survive another read's seeks (they are
+    the plan's, not that decoder's speculation); only a cancel drops them."""
+    from fluxon_video.testing import AgentProcess
+    from tests.helpers import agent_config_text
+
+    media.path(NAME)
+    config = tmp_path / "agent.toml"
+    config.write_text(agent_config_text(media.root))
+    config.chmod(0o600)
+    ref = media.reference(NAME, H, W)
+    # Each answer 300 ms late and one fetch worker: CLIPS[0]'s pages in flight,
+    # CLIPS[1]'s queued behind them while CLIPS[0] is read (and its decoder seeks).
+    with AgentProcess(config, ["--inject-latency-ms", "300"]) as agent, \
+            make_patcher(agent.url, media.root, piece_size=16 << 10,
+                         client={"fetch_workers": 1}) as patcher, \
+            patcher.open_video_reader("train", NAME, H, W) as reader:
+        assert reader.prefetch_frames(CLIPS[0]) > 0 and reader.prefetch_frames(CLIPS[1]) > 0
+        np.testing.assert_array_equal(reader.read_frames_numpy(CLIPS[0]), ref[CLIPS[0]])
+        np.testing.assert_array_equal(reader.read_frames_numpy(CLIPS[1]), ref[CLIPS[1]])
+        stats = reader._byte_source.stats()
+        assert stats["ahead_wasted"] == 0 and stats["readahead_cancelled"] == 0
+        assert stats["ahead_hits"] > 0

@@ -81,6 +81,19 @@ class ShardReaders:
         self._ahead = ahead
         ahead.start()
 
+    def cancel_prefetch(self) -> int:
+        """Drop the pages queued ahead that no fetch worker has started, on every
+        reader (after the lookahead has queued); how many."""
+        self._check_fork()
+        self.wait_prefetch()
+        with self._lock:
+            entries = list(self._readers.values())
+        dropped = 0
+        for reader, lock in entries:
+            with lock:
+                dropped += reader.cancel_prefetch()
+        return dropped
+
     def wait_prefetch(self) -> None:
         """Wait until the lookahead has queued its pages (they arrive later)."""
         ahead, self._ahead = self._ahead, None
