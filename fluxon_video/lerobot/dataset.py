@@ -197,12 +197,17 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
         frames = shards.read({relpath: np.concatenate([w for _, _, w in asks])
                               for relpath, asks in wanted.items()},
                              ahead=self._times_of(upcoming) if upcoming else None)
+        places, tasks = [], []
         for relpath, asks in wanted.items():
             decoded, rows = frames[relpath]
             start = 0
             for item_no, key, when in asks:
-                items[item_no][key] = self._frames_tensor(decoded, rows[start:start + len(when)])
+                places.append((item_no, key))
+                tasks.append((decoded, rows[start:start + len(when)]))
                 start += len(when)
+        # the conversions release the GIL: the decode threads share them out
+        for (item_no, key), tensor in zip(places, shards.map(self._frames_tensor, tasks)):
+            items[item_no][key] = tensor
         for item in items:
             self._finish(item)
         return items

@@ -12,8 +12,9 @@ import contextvars
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from fluxon_video.logs import get_logger
 from fluxon_video.reader import FluxonFsVideoReader
 
 log = get_logger("lerobot")
+T = TypeVar("T")
 
 
 def nearest_frames(reader: FluxonFsVideoReader, times: np.ndarray, tolerance_s: float,
@@ -155,14 +157,25 @@ class ShardReaders:
                   ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         if len(wanted) <= 1 or self.parallel <= 1:
             return {relpath: self._read_one(relpath, times) for relpath, times in wanted.items()}
+        executor = self._threads()
+        futures = {relpath: executor.submit(self._read_one, relpath, times)
+                   for relpath, times in wanted.items()}
+        return {relpath: future.result() for relpath, future in futures.items()}
+
+    def map(self, fn: Callable[..., T], tasks: list[tuple[Any, ...]]) -> list[T]:
+        """``fn(*task)`` for each task, in order, on the decode threads: for work
+        that releases the GIL (turning a batch's frames into tensors)."""
+        self._check_fork()
+        if len(tasks) <= 1 or self.parallel <= 1:
+            return [fn(*task) for task in tasks]
+        return list(self._threads().map(lambda task: fn(*task), tasks))
+
+    def _threads(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self.parallel,
                                                     thread_name_prefix="fluxon-lerobot")
-            executor = self._executor
-        futures = {relpath: executor.submit(self._read_one, relpath, times)
-                   for relpath, times in wanted.items()}
-        return {relpath: future.result() for relpath, future in futures.items()}
+            return self._executor
 
     def _read_one(self, relpath: str, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         reader, lock = self._reader(relpath)
