@@ -15,8 +15,8 @@ reads would not read.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator, Sequence
-from typing import Protocol
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -56,13 +56,17 @@ class BatchPlan:
         # fetched ahead is for a batch that is not coming next
         self.changed = False
 
-    def after(self, batch: Sequence[int]) -> list[int] | None:
+    def after(self, batch: Sequence[int],
+              on_change: Callable[[], object] | None = None) -> list[int] | None:
         """The batch this process reads after ``batch``, or None (the epoch's
         end, or ``batch`` is not one of the plan's); ``changed`` says whether
-        ``batch`` was the one planned."""
+        ``batch`` was not the one planned, and then ``on_change`` is called
+        (to drop what was fetched ahead for the planned one)."""
         given = tuple(int(i) for i in batch)
         self.changed = self._expected is not None and given != self._expected
         self._expected = None
+        if self.changed and on_change is not None:
+            on_change()
         version = self.sampler.plan_version()
         if version != self._version or not self._batches:
             self._batches = [tuple(b) for b in self.sampler.planned_batches()]
@@ -82,10 +86,10 @@ class BatchPlan:
         self._expected = self._batches[following]
         return list(self._expected)
 
-    def __getstate__(self) -> dict[str, object]:
-        # a worker draws the order again from the sampler (its seed, its epoch)
-        return {"sampler": self.sampler, "_version": None, "_batches": [], "_where": {},
-                "_last": -1, "_expected": None, "changed": False}
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a worker starts a plan of its own: it draws the order again from the
+        # sampler (its seed, its epoch)
+        return BatchPlan, (self.sampler,)
 
 
 class SeededBatchSampler:

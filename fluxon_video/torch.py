@@ -296,9 +296,8 @@ class VideoClipDataset(Dataset):
         video); a bad item as ``on_error`` says."""
         wanted = [int(i) for i in items]
         out: list[dict[str, Any] | None] = [None] * len(wanted)
-        upcoming = None if self._plan is None else self._plan.after(wanted)
-        if self._plan is not None and self._plan.changed:
-            self.pool.cancel_prefetch()  # fetched ahead for a batch that is not coming
+        upcoming = None if self._plan is None else self._plan.after(
+            wanted, on_change=self.pool.cancel_prefetch)
         ahead = () if not upcoming else functools.partial(self._requests_ahead, upcoming)
         if self.on_error == "raise":
             self._read({p: (i, self.clip_with_times(i)) for p, i in enumerate(wanted)}, out,

@@ -191,9 +191,8 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
             for key, (relpath, when) in self._camera_times(p, windows).items():
                 wanted.setdefault(relpath, []).append((len(items) - 1, key, when))
         shards = self._readers()
-        upcoming = None if self._plan is None else self._plan.after(list(indices))
-        if self._plan is not None and self._plan.changed:
-            shards.cancel_prefetch()  # fetched ahead for a batch that is not coming
+        upcoming = None if self._plan is None else self._plan.after(
+            list(indices), on_change=shards.cancel_prefetch)
         frames = shards.read({relpath: np.concatenate([w for _, _, w in asks])
                               for relpath, asks in wanted.items()},
                              ahead=self._times_of(upcoming) if upcoming else None)

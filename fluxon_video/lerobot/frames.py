@@ -12,7 +12,7 @@ import contextvars
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -64,21 +64,16 @@ class ShardReaders:
             self._pid, self._readers, self._executor = os.getpid(), OrderedDict(), None
             self._lock, self._ahead = threading.Lock(), None
 
-    def prefetch(self, wanted: dict[str, np.ndarray]) -> None:
+    def prefetch(self, wanted: dict[str, np.ndarray], last: Collection[str] = ()) -> None:
         """Start fetching what ``read(wanted)`` will read, on a thread of its own
         (in the caller's context): each file's reader opened, the pages of its
         frames queued on its fetch workers (``reader.prefetch_frames``), within
-        its page cache. A failure is logged: the read of those times says why."""
+        its page cache; the files in ``last`` (a read holds their readers) after
+        the others. A failure is logged: the read of those times says why."""
         self._check_fork()
-        done = threading.Event()
-        done.set()
-        self._start_prefetch(wanted, set(), done)
-
-    def _start_prefetch(self, wanted: dict[str, np.ndarray], busy: set[str],
-                        read_done: threading.Event) -> None:
         self.wait_prefetch()
         ahead = threading.Thread(target=contextvars.copy_context().run,
-                                 args=(self._prefetch_all, wanted, busy, read_done),
+                                 args=(self._prefetch_all, wanted, last),
                                  daemon=True, name="fluxon-lerobot-ahead")
         self._ahead = ahead
         ahead.start()
@@ -102,14 +97,10 @@ class ShardReaders:
         if ahead is not None:
             ahead.join()
 
-    def _prefetch_all(self, wanted: dict[str, np.ndarray], busy: set[str],
-                      read_done: threading.Event) -> None:
-        """The files no read is using first; the ``busy`` ones once the read is
-        done (a read's seeks drop the pages queued on its reader)."""
-        order = [r for r in wanted if r not in busy] + [r for r in wanted if r in busy]
-        for relpath in order:
-            if relpath in busy:
-                read_done.wait()
+    def _prefetch_all(self, wanted: dict[str, np.ndarray], last: Collection[str]) -> None:
+        # Each reader's lock keeps the lookahead and a read apart; pages queued
+        # before a read are the plan's and survive its seeks.
+        for relpath in sorted(wanted, key=lambda r: r in last):
             times = wanted[relpath]
             try:
                 reader, lock = self._reader(relpath)
@@ -142,19 +133,10 @@ class ShardReaders:
              ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """For each video file, its times' frames: (frames of the distinct
         indices, in order; each time's row in them). ``ahead``: the next read's
-        times, fetched meanwhile (``prefetch``); a file both read is queued
-        once this read is done."""
+        times, fetched meanwhile (``prefetch``); the files both read last."""
         self._check_fork()
-        read_done = threading.Event()
         if ahead:
-            self._start_prefetch(ahead, set(wanted), read_done)
-        try:
-            return self._read_all(wanted)
-        finally:
-            read_done.set()
-
-    def _read_all(self, wanted: dict[str, np.ndarray]
-                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+            self.prefetch(ahead, last=wanted.keys())
         if len(wanted) <= 1 or self.parallel <= 1:
             return {relpath: self._read_one(relpath, times) for relpath, times in wanted.items()}
         executor = self._threads()
