@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import time
 from typing import Any, Protocol
 
@@ -24,7 +25,7 @@ class BlobStore(Protocol):
 def load_or_build_index(byte_source: Any, name: str, stream_index: int | None = None, *,
                         stored: bytes | None = None, blobs: BlobStore | None = None,
                         why_none: list[Exception] | None = None, stored_from: str = "kv",
-                        ) -> tuple[FrameIndex | None, str, float]:
+                        head: bytes | None = None) -> tuple[FrameIndex | None, str, float]:
     """(index or None, where it came from: ``stored_from`` ("kv", or "process" for
     index_cache.py's) | "scan" | "none", milliseconds).
 
@@ -35,7 +36,9 @@ def load_or_build_index(byte_source: Any, name: str, stream_index: int | None = 
     The scan reads ``byte_source``: a ByteSource, or a callable that makes
     one (then only when scanning, and closed after). A file the scan cannot
     read gets no index: the sequential decode then reports the precise error,
-    and ``why_none`` (when given) gets the scan's.
+    and ``why_none`` (when given) gets the scan's. ``head``: the file's first
+    bytes when the open brought them (the byte source serves them): where an
+    MP4's index lies is read from them instead of probed.
     """
     t0 = time.perf_counter()
     index = FrameIndex.from_bytes(stored) if stored else None
@@ -45,9 +48,9 @@ def load_or_build_index(byte_source: Any, name: str, stream_index: int | None = 
     try:
         if callable(byte_source):
             with byte_source() as made:
-                index = _scan(made, name, stream_index)
+                index = _scan(made, name, stream_index, head)
         else:
-            index = _scan(byte_source, name, stream_index)
+            index = _scan(byte_source, name, stream_index, head)
     except FluxonFsDecodeError as exc:
         if isinstance(exc, FluxonFsNoVideoStreamError) and stream_index is not None:
             raise  # the stream asked for is not there: no decode will find it
@@ -110,12 +113,16 @@ def tail_probe_bytes(size: int) -> int:
     return min(max(size // 64, TAIL_PROBE_MIN), TAIL_PROBE_MAX)
 
 
-def _scan(byte_source: Any, name: str, stream_index: int | None) -> FrameIndex:
+def _scan(byte_source: Any, name: str, stream_index: int | None,
+          head: bytes | None = None) -> FrameIndex:
     from fluxon_video import _demux
 
     size, page = byte_source.size, byte_source.page_size
     if name.lower().endswith(WHOLE_FILE_SCANS):
         byte_source.prefetch(0, size)  # in parallel batches, not page 0 first
+    elif name.lower().endswith(MOOV_MAY_TRAIL) and head and _index_after_head(
+            byte_source, name, head):
+        pass
     elif name.lower().endswith(MOOV_MAY_TRAIL):
         probe = tail_probe_bytes(size)
         if size <= page + probe:
@@ -137,3 +144,54 @@ def _scan(byte_source: Any, name: str, stream_index: int | None) -> FrameIndex:
     # index (no fetch; only pages still cached), so later opens need none.
     index.record_open_extents(byte_source.size, byte_source.peek)
     return index
+
+
+def mp4_moov_range(head: bytes, size: int) -> tuple[int, int] | None:
+    """Where an MP4's moov box lies, from its top-level boxes walked in ``head``
+    (the file's first bytes; the file is ``size`` bytes): (offset, length).
+    Past the head, the rest of the file from the first box the head does not
+    show (a moov that follows the media: everything after the mdat). None
+    where the walk cannot tell: not MP4 boxes, or no moov anywhere."""
+    offset = 0
+    while offset + 8 <= len(head):
+        box, kind = struct.unpack_from(">I4s", head, offset)
+        header = 8
+        if box == 1:  # a 64-bit size follows the type
+            if offset + 16 > len(head):
+                break
+            box, header = struct.unpack_from(">Q", head, offset + 8)[0], 16
+        elif box == 0:  # the last box: to the end of the file
+            box = size - offset
+        if box < header or offset + box > size or not kind.isascii():
+            return None
+        if kind == b"moov":
+            return offset, box
+        offset += box
+    return (offset, size - offset) if offset < size else None
+
+
+def _index_after_head(byte_source: Any, name: str, head: bytes) -> bool:
+    """Fetch an MP4's moov where its head says it is, while the scan parses the
+    head: nothing when the moov is in the head, the moov's bytes when it follows
+    the media. False: the head does not tell (the probe then guesses)."""
+    size, page = byte_source.size, byte_source.page_size
+    found = mp4_moov_range(head, size)
+    if found is None:
+        return False
+    start, length = found
+    if start + length <= len(head):
+        return True
+    if size - start > max(TAIL_PROBE_MAX, size // 16):
+        return False  # more media after the first mdat, not a trailing moov alone
+    if start < len(head):  # a moov the head holds only the start of
+        byte_source.prefetch(len(head), start + length - len(head))
+        return True
+    # From the page the moov starts in: the scan reads the media's last bytes
+    # before it too, and every byte read can be cached as a piece (a piece read
+    # in part is not).
+    start -= start % page
+    try:
+        byte_source.fetch_extent(start, size - start)
+    except FluxonFsIOError as exc:  # ahead of the scan, which reads those bytes again
+        log.debug("%s: reading the moov at %d failed (%s); the scan reads it", name, start, exc)
+    return True

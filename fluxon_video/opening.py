@@ -48,11 +48,13 @@ def open_fluxonfs_video(client: FluxonFsClient, ref: FileRef, stream_index: int 
     counters = ReadCounters()
     opened = client.files.open(ref, blob_kind(stream_index), counters)
     file = opened.file
+    if opened.head is not None:
+        client.pieces.backfill_head(file, opened.head, counters)
     return indexed_video(FluxonFsRangeSource(client, file, counters), stream_index,
                          export.piece_size, client.config.client, keep_open=for_reader,
                          stored=opened.blob, stored_from="kv", stat_round_trips=opened.round_trips,
-                         export=file.export, relpath=file.relpath, identity=file.identity,
-                         version=file.version)
+                         head=opened.head, export=file.export, relpath=file.relpath,
+                         identity=file.identity, version=file.version)
 
 
 def open_source(source: Any, stream_index: int | None, settings: ClientSettings,
@@ -80,18 +82,23 @@ def open_source(source: Any, stream_index: int | None, settings: ClientSettings,
 def indexed_video(source: VideoSource, stream_index: int | None, page_size: int,
                   settings: ClientSettings, *, keep_open: bool, stored: bytes | None,
                   stored_from: str, stat_round_trips: int | None,
-                  index: FrameIndex | str = "load", **where: Any) -> OpenedVideo:
+                  index: FrameIndex | str = "load", head: bytes | None = None,
+                  **where: Any) -> OpenedVideo:
     """The one open path: ``source``'s frame index (``stored``, else a scan),
     and the OpenedVideo built complete from it. ``keep_open``: the byte source
     the scan read stays open for the reader; ``stat_round_trips``: what the
     stat and index fetch waited for (None: a source with no network, whose
     opens count no round trips); ``index``: ``"load"`` (``stored``, else a
-    scan), ``"none"`` (no index) or a FrameIndex given (neither);
-    ``where``: which file (OpenedVideo's fields)."""
+    scan), ``"none"`` (no index) or a FrameIndex given (neither); ``head``:
+    the file's first bytes, already fetched (with a cold open's stat): the byte
+    sources serve them without a fetch; ``where``: which file (OpenedVideo's
+    fields)."""
     scanned: list[Any] = []  # the byte source the scan read, if one was made
 
     def scan_source() -> Any:
         scanned.append(make_byte_source(source, page_size, settings))
+        if head:
+            scanned[-1].set_extents([(0, head)])
         return scanned[-1]
 
     kept = scan_source() if keep_open else None
@@ -105,7 +112,8 @@ def indexed_video(source: VideoSource, stream_index: int | None, page_size: int,
         else:
             loaded, index_source, index_ms = load_or_build_index(
                 kept if kept is not None else scan_source, source.name, stream_index,
-                stored=stored, stored_from=stored_from, blobs=source, why_none=why)
+                stored=stored, stored_from=stored_from, blobs=source, why_none=why,
+                head=head)
     except BaseException:
         if kept is not None:
             kept.close()

@@ -58,6 +58,7 @@ class FluxonFsVideoReadStats(DecodeStats):
     stat_requests: int = 0          # stats asked of the agent (first read: the open's)
     remote_reads: int = 0           # reads from the agent (or in-process export)
     remote_bytes: int = 0
+    head_bytes: int = 0             # of remote_bytes: the first piece with a cold open's stat
     backfills_queued: int = 0
     backfills_dropped: int = 0
     frames_returned: int = 0
@@ -101,6 +102,7 @@ class FluxonFsProcessStats:
     kv_corrupt: int = 0
     remote_reads: int = 0
     remote_bytes: int = 0           # bytes from the agent (or in-process export)
+    head_bytes: int = 0             # of them, first pieces that came with an open's stat
     kv_bytes: int = 0               # bytes served by KV hits
     kv_round_trips: int = 0
     stat_requests: int = 0          # stats asked of the agent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import ssl
@@ -174,6 +175,36 @@ def test_metrics_bytes_served_match_what_a_patcher_read(agent_config, export_roo
     assert sample(after, "fluxon_agent_io_threads") == 3
 
 
+def test_a_stat_with_its_head_is_one_version_and_counted_as_served(agent_config, export_root):
+    data = (export_root / VIDEO).read_bytes()
+    version = version_query(export_root, VIDEO)
+    with AgentProcess(agent_config) as agent:
+        for length in (1000, len(data) + 5):
+            status, body, headers = get(agent.url + "/v1/stat", export="train", path=VIDEO,
+                                        head=length)
+            line, _, head = body.partition(b"\n")
+            answered = json.loads(line)
+            assert status == 200 and headers["Content-Type"] == "application/octet-stream"
+            assert {k: answered[k] for k in version} == version
+            assert answered["head"] == len(head) == min(length, len(data))
+            assert head == data[:length]
+        for bad in (0, -1, "x", 64 * 1024 * 1024 + 1):
+            assert get(agent.url + "/v1/stat", export="train", path=VIDEO, head=bad)[0] == 400
+        assert get(agent.url + "/v1/stat", token=IDENTITIES["bob"], export="train", path=VIDEO,
+                   head=10)[0] == 403
+        samples = scrape(agent)
+    # The file's bytes, not the stat's line.
+    assert sample(samples, "fluxon_agent_served_bytes_total", export="train") == 1000 + len(data)
+    # And through the route, as a trainer asks it.
+    with AgentProcess(agent_config) as agent:
+        route = route_to(agent.url)
+        try:
+            st, head = route.stat_head("train", VIDEO, IDENTITIES["alice"], 4096)
+        finally:
+            route.close()
+    assert head == data[:4096] and st.size == len(data) and st.inode == version["inode"]
+
+
 def test_each_app_has_its_own_registry(agent_config):
     config = load_config(agent_config)
     first, second = make_app(config), make_app(config)  # no "duplicated timeseries"
@@ -232,12 +263,14 @@ def test_https_round_trip_reads_exact_frames(tls_agent, export_root, media):
     reference = media.reference(CLIP, 144, 256)
     assert metadata.num_frames == len(reference)
     assert np.array_equal(frames, reference[[0, 5, 47, -1]])
-    assert stats.remote_reads > 0  # the bytes came over HTTPS from the agent
+    # The bytes came over HTTPS from the agent (this small file's all with the
+    # stat of the cold open: its first piece holds it whole).
+    assert stats.remote_bytes > 0
     # And the agent's own routes over HTTPS, verified against the certificate.
     context = ssl.create_default_context(cafile=tls_agent.ca_bundle)
     assert get(tls_agent.url + "/healthz", token=None, context=context)[:2] == (200, b"ok")
-    assert sample(scrape(tls_agent, context), "fluxon_agent_requests_total",
-                  route="/v1/read", status="200") >= 1
+    served = scrape(tls_agent, context)
+    assert sample(served, "fluxon_agent_served_bytes_total", export="train") == stats.remote_bytes
 
 
 def test_a_plain_http_client_gets_no_data_from_the_tls_agent(tls_agent):

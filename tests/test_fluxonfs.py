@@ -19,7 +19,6 @@ from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.file_ref import FileRef, VersionedFile
 from fluxon_video.fs.kv import piece_key
 from fluxon_video.fs.routes import AgentRoute
-from fluxon_video.indexing import tail_probe_bytes
 from fluxon_video.testing import AgentProcess, RedisServer
 from tests.helpers import IDENTITIES, make_patcher, run_in_threads
 
@@ -42,8 +41,10 @@ def test_frames_through_agent_and_redis_equal_the_cli(media, agent, export_root,
     with make_patcher(agent.url, export_root, redis_url) as patcher:
         frames, stats = read(patcher, [0, 17, 71, 17])
     np.testing.assert_array_equal(frames, ref[[0, 17, 71, 17]])
-    assert stats.remote_bytes == (export_root / VIDEO).stat().st_size
-    assert stats.kv_misses >= 1 and stats.kv_hits == 0
+    size = (export_root / VIDEO).stat().st_size
+    assert stats.remote_bytes == size and stats.kv_hits == 0
+    # The file is smaller than a piece: all of it came with the cold open's stat.
+    assert stats.head_bytes == size and stats.remote_reads == 0
     assert stats.range_reads > 0 and stats.frames_returned == 4
 
 
@@ -64,15 +65,14 @@ def test_second_node_reads_nothing_from_the_agent(media, agent, export_root, red
     assert cold_stats.remote_bytes > 0
     assert warm_stats.remote_bytes == 0 and warm_stats.remote_reads == 0
     # The same pieces, less those holding only the container header (the
-    # index carries it): the cold scan fetched them.
-    assert 1 < warm_stats.kv_hits <= cold_stats.kv_misses
+    # index carries it): the cold open's stat brought the first, the cold read
+    # fetched the others.
+    assert cold_stats.head_bytes == 32 << 10
+    assert 1 < warm_stats.kv_hits <= cold_stats.kv_misses + 1
     if policy is MissPolicy.RemoteRead:
-        # Every miss is backfilled, but for a piece the scan's probe of the file's
-        # end read only in part (smaller than a piece, it does not start on one).
-        size = (export_root / relpath).stat().st_size
-        probe_start = size - tail_probe_bytes(size)
-        partial = probe_start % (32 << 10) != 0 and tail_probe_bytes(size) < 32 << 10
-        assert cold_stats.backfills_queued == cold_stats.kv_misses - partial
+        # Every miss is backfilled, and the head. (The head told the scan where
+        # the index is: no probe of the file's end read a piece in part.)
+        assert cold_stats.backfills_queued == cold_stats.kv_misses + 1
 
 
 def test_many_concurrent_clients(media, agent, export_root, redis_url):

@@ -159,7 +159,10 @@ def test_a_dataset_opens_and_fetches_its_next_batch_while_one_decodes(media):
             np.testing.assert_array_equal(pixels, media.reference(relpath, H, W)[indices])
             np.testing.assert_array_equal(pixels, pixels2)
     # Nothing fetched that the epoch did not read, each file's index loaded once.
-    assert stats.remote_bytes == stats_off.remote_bytes > 0
+    # (Fewer is possible: a reader opened ahead finds the first piece that a cold
+    # open's stat brought already in the KV, where one opened on demand may race
+    # its backfill.)
+    assert 0 < stats.remote_bytes <= stats_off.remote_bytes
     assert stats.metadata_calls == stats_off.metadata_calls
     assert stats.ahead_wasted == 0
 

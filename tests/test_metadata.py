@@ -501,7 +501,7 @@ def test_second_process_gets_metadata_from_the_kv(agent, export_root, redis_url,
     with make_patcher(agent.url, export_root, redis_url) as patcher:
         first, stats = patcher.video_metadata_with_stats("train", relpath)
         assert stats.index_source == "scan"
-        assert stats.remote_reads > 0 and stats.remote_bytes > 0
+        assert stats.remote_bytes > 0  # from the agent (with the stat, or read)
         with patcher.open_video_reader_pool() as pool:
             assert pool.video_metadata("train", relpath) == patcher.video_metadata("train", relpath)
     context = multiprocessing.get_context("spawn")

@@ -121,6 +121,29 @@ def test_a_read_names_the_etag_it_opened(bucket):
         origin.read_range("scratch/if_match.bin", "n", 10, 5, version)
 
 
+def test_a_cold_open_takes_the_head_with_the_stat_unless_fetches_are_claimed(media, bucket):
+    """Claimed fetches (the object-store default) fetch every piece once across
+    nodes, so no stat brings one; without claims, the stat brings the first."""
+    from fluxon_video.fs.object_origin import ObjectStoreOrigin
+
+    expected = media.reference("h264_moov_end.mp4", H, W)
+    size = media.path("h264_moov_end.mp4").stat().st_size
+    piece = 16 << 10
+    for claims in (None, False):
+        with s3_patcher(bucket, single_flight_across_nodes=claims, piece_size=piece) as patcher:
+            with patcher.open_video_reader("train", "clips/h264_moov_end.mp4", H, W) as reader:
+                assert np.array_equal(reader.read_frames_numpy([0, 70]), expected[[0, 70]])
+                stats = reader.last_stats
+        assert stats.head_bytes == (0 if claims is None else piece)
+    # The origin's head: of the version its HEAD named, the whole object when shorter.
+    export = FluxonFsExport("train", ROOT, allow=["alice"], store=bucket.store_options())
+    origin = ObjectStoreOrigin(export)
+    version, head = origin.stat_head("clips/h264_moov_end.mp4", "n", 1000)
+    assert version.size == size and head == media.path("h264_moov_end.mp4").read_bytes()[:1000]
+    version, head = origin.stat_head("clips/h264_moov_end.mp4", "n", size + 5)
+    assert len(head) == size
+
+
 def test_missing_and_deleted_objects(bucket):
     key = "train/scratch/deleted.mp4"
     bucket.upload(BUCKET, {key: b"\0" * 5000})

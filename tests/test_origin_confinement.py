@@ -105,12 +105,18 @@ def swapping(root: Path, outside: Path) -> Iterator[list[int]]:
 
 def race_reads(storage: ExportStorage, outside: Path, seconds: float) -> tuple[int, int]:
     """(reads that served INSIDE, stats or reads that reached the file outside) of
-    stat + read_chunk of CLIP in a loop for ``seconds``. Other refusals (the
-    name missing for an instant, a path leading out) are expected."""
+    stat + read_chunk and stat_head of CLIP in a loop for ``seconds``. Other
+    refusals (the name missing for an instant, a path leading out) are expected."""
     served = leaked = 0
     outside_inode = (outside / CLIP).stat().st_ino
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
+        try:
+            head_version, head = storage.stat_head("train", CLIP, len(INSIDE), TOKEN)
+            leaked += head_version.inode == outside_inode or head == OUTSIDE
+            served += head == INSIDE
+        except errors.FluxonFsError:
+            pass
         try:
             version = storage.stat("train", CLIP, TOKEN)
             if version.inode == outside_inode:  # its stat is a leak already
@@ -184,6 +190,12 @@ def test_the_agent_under_the_swap_serves_nothing_outside(tmp_path):
             served += status == 200 and data == INSIDE
             status, body = http_get(f"{agent.url}/v1/list?" + urlencode({"export": "train"}))
             leaked += b"outside_only" in body
+            status, body = http_get(f"{agent.url}/v1/stat?" + urlencode(
+                {"export": "train", "path": CLIP, "head": len(INSIDE)}))
+            if status == 200:
+                line, _, head = body.partition(b"\n")
+                leaked += json.loads(line)["inode"] == outside_inode or head == OUTSIDE
+                served += head == INSIDE
     assert leaked == 0, f"{leaked} stats, reads or listings reached outside the root"
     assert swaps[0] > 100 and served > 0, (swaps, served)
 
@@ -277,6 +289,7 @@ def test_symlinks_inside_the_root_are_served(storage, agent, relpath):
     "videos/deep/dir_up/deep/dir_up/escape_rel.mp4"])
 def test_symlinks_leading_out_are_refused(storage, agent, tree, relpath):
     for call in (lambda: storage.stat("train", relpath, TOKEN),
+                 lambda: storage.stat_head("train", relpath, 8, TOKEN),
                  lambda: storage.read_chunk("train", relpath, 0, 8, FileStat(4096, 0), TOKEN)):
         with pytest.raises(errors.FluxonFsPermissionError,
                            match="resolves outside the export root") as info:
@@ -313,11 +326,15 @@ def test_missing_and_non_regular_files_keep_their_answers(storage, tree):
         storage.stat("train", "videos/nope.mp4", TOKEN)
     with pytest.raises(errors.FluxonFsNotFoundError, match="no such file"):
         storage.stat("train", "videos/clip.mp4/below", TOKEN)  # a file used as a directory
+    with pytest.raises(errors.FluxonFsNotFoundError, match="no such file"):
+        storage.stat_head("train", "videos/nope.mp4", 8, TOKEN)
     with pytest.raises(errors.FluxonFsFileChangedError, match="the file is gone"):
         storage.read_chunk("train", "videos/nope.mp4", 0, 8, FileStat(8, 0), TOKEN)
     for relpath in ("videos/deep", "dir_rel", "videos/deep/dir_up"):  # directories, linked or not
         with pytest.raises(errors.FluxonFsNotFoundError, match="not a regular file"):
             storage.stat("train", relpath, TOKEN)
+        with pytest.raises(errors.FluxonFsNotFoundError, match="not a regular file"):
+            storage.stat_head("train", relpath, 8, TOKEN)
 
 
 def test_no_descriptor_outlives_a_call(storage, tree):

@@ -143,15 +143,15 @@ def test_a_shared_stat_expires_with_the_metadata_ttl(media, agent, export_root, 
 
 # ---- cold opens ----
 
+@pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("moov", ["first", "at the end"])
-def test_a_cold_mp4_scan_reads_its_head_and_end_in_one_round_trip(media, agent, export_root,
-                                                                    redis_url, moov):
-    """No readahead while the header and the first packets are read, and the file's
-    end comes alongside the first piece: wherever the moov is, the scan costs
-    one round trip after the stat and those bytes, not a readahead window or a
-    second trip to the end."""
-    from fluxon_video.indexing import tail_probe_bytes
-
+def test_a_cold_mp4_open_takes_its_head_with_the_stat(media, agent, export_root, redis_url,
+                                                      moov, shared):
+    """The stat brings the first piece, whose boxes say where the moov is: in
+    it (nothing more to read before the scan), or after the media (exactly the
+    file's end from there, one more round trip). Without a shared stat the head
+    is asked beside the plain stat once the KV has said it holds no index; with
+    one, the stat that follows the KV's answer brings it."""
     relpath = "bucket/videos/warm_open_long.mp4"
     target = export_root / relpath
     flags = ["-movflags", "+faststart"] if moov == "first" else []
@@ -159,23 +159,87 @@ def test_a_cold_mp4_scan_reads_its_head_and_end_in_one_round_trip(media, agent, 
                     "-c", "copy", *flags, str(target)], check=True)
     try:
         piece = 262080
-        assert target.stat().st_size > 3 * piece
+        data = target.read_bytes()
+        size = len(data)
+        assert size > 3 * piece
+        # The moov box starts 4 bytes before its type; where the file has it.
+        at = data.find(b"moov") - 4 if moov == "first" else data.rfind(b"moov") - 4
+        assert (at < piece) == (moov == "first")
+        if moov == "first":
+            tail = 0
+        else:  # from the piece it starts in
+            tail = size - (at - at % piece)
         with make_patcher(agent.url, export_root, redis_url, piece_size=piece,
-                          metadata_cache_shared=False) as cold:
+                          metadata_cache_shared=shared) as cold:
             meta, stats = cold.video_metadata_with_stats("shared", relpath)
             assert cold.client.backfill.wait_idle()
         assert stats.index_source == "scan" and meta.num_frames == 12 * 24
-        probe = tail_probe_bytes(target.stat().st_size)
-        assert stats.remote_reads == 2 and stats.remote_bytes == piece + probe
-        assert stats.open_round_trips == 2  # the stat (with the index missed), both ends
-        # The index keeps what the open read: a warm read fetches packets only.
+        assert stats.remote_bytes == piece + tail
+        assert stats.remote_reads == (tail > 0)
+        # Shared: the KV's answer, then the stat with the head. Else the stat (the
+        # index and the head beside it). Then the moov, if the head lacks it.
+        assert stats.open_round_trips == int(shared) + 1 + (tail > 0)
+        assert stats.stat_requests == (1 if shared else 2)
+        # The index keeps what the open read, and the head went to the KV as its
+        # piece: a warm read fetches nothing for frame 0, packets only for 200.
         with make_patcher(agent.url, export_root, redis_url, piece_size=piece,
                           metadata_cache_shared=False) as warm:
-            frames, warm_stats, _ = read(warm, relpath, [200])
-        np.testing.assert_array_equal(frames, media.reference("long_640x360.mp4", *SIZE)[[200]])
+            frames, warm_stats, _ = read(warm, relpath, [0])
+            assert warm_stats.remote_bytes == 0 and warm_stats.kv_hits >= 1
+            frames2, warm_stats2, _ = read(warm, relpath, [200])
+        expected = media.reference("long_640x360.mp4", *SIZE)
+        np.testing.assert_array_equal(frames, expected[[0]])
+        np.testing.assert_array_equal(frames2, expected[[200]])
         assert warm_stats.index_source == "kv" and warm_stats.open_round_trips == 1
     finally:
         target.unlink()
+
+
+def test_a_head_that_does_not_say_where_the_moov_is_falls_back_to_the_probe(
+        agent, export_root, redis_url, monkeypatch):
+    """Bytes that are no MP4 boxes under an .mp4 name: the open probes the end as
+    before, and the scan's error is the file's."""
+    from fluxon_video.indexing import mp4_moov_range, tail_probe_bytes
+
+    relpath = "bucket/videos/not_boxes.mp4"
+    target = export_root / relpath
+    size = 1 << 20
+    target.write_bytes(bytes(range(256)) * (size // 256))  # no box
+    fetched = record_fetches(monkeypatch)
+    try:
+        assert mp4_moov_range(target.read_bytes()[:262080], size) is None
+        with make_patcher(agent.url, export_root, redis_url, metadata_cache_shared=False) as cold:
+            with pytest.raises(errors.FluxonFsDecodeError, match="not_boxes.mp4"):
+                with cold.open_video_reader("shared", relpath, *SIZE) as reader:
+                    reader.read_frames_numpy([0])
+    finally:
+        target.unlink()
+    # The head came with the stat (no read of offset 0); the probe read the end.
+    assert all(offset > 0 for offset, _ in fetched)
+    probe = tail_probe_bytes(size)
+    assert any(offset <= size - probe and offset + length == size for offset, length in fetched)
+
+
+def test_the_moov_walk_reads_boxes_not_bytes():
+    """mp4_moov_range on hand-made box layouts (sizes in the box headers)."""
+    from fluxon_video.indexing import mp4_moov_range
+
+    def box(kind: bytes, body: int) -> bytes:
+        return (8 + body).to_bytes(4, "big") + kind + bytes(body)
+
+    moov_first = box(b"ftyp", 16) + box(b"moov", 100) + box(b"mdat", 1000)
+    assert mp4_moov_range(moov_first, len(moov_first)) == (24, 108)
+    # The head ends inside the mdat: the moov is the rest after it.
+    head = box(b"ftyp", 16) + (8 + 5000).to_bytes(4, "big") + b"mdat" + bytes(100)
+    assert mp4_moov_range(head, 24 + 5008 + 300) == (24 + 5008, 300)
+    # A 64-bit mdat size.
+    big = box(b"ftyp", 16) + (1).to_bytes(4, "big") + b"mdat" + (5016).to_bytes(8, "big")
+    assert mp4_moov_range(big, 24 + 5016 + 300) == (24 + 5016, 300)
+    # No moov after the last box: nothing to say.
+    assert mp4_moov_range(moov_first[:24] + box(b"mdat", 1000), 24 + 1008) is None
+    # A size that runs past the file, or a header smaller than itself: not boxes.
+    assert mp4_moov_range((10 ** 6).to_bytes(4, "big") + b"ftyp", 100) is None
+    assert mp4_moov_range((4).to_bytes(4, "big") + b"ftyp" + bytes(100), 108) is None
 
 
 def test_a_cold_webm_is_fetched_in_parallel_batches_and_its_open_counted(media, agent,

@@ -12,6 +12,9 @@ Protocol (every request carries ``Authorization: Bearer <token>``):
 
     GET /v1/stat?export=E&path=P
         -> {"size": N, "mtime_ns": T, "ctime_ns": C, "inode": I}
+    GET /v1/stat?export=E&path=P&head=L
+        -> that JSON with "head": H on one line, then the version's first H bytes
+           (H = min(L, N)): a cold open's stat and first piece in one round trip
     GET /v1/read?export=E&path=P&offset=O&length=L&size=N&mtime_ns=T&ctime_ns=C&inode=I
         -> bytes
     GET /v1/list?export=E&prefix=P&recursive=1&pattern=G&cursor=C&limit=N
@@ -43,6 +46,7 @@ import asyncio
 import concurrent.futures
 import hmac
 import ipaddress
+import json
 import logging
 import math
 import os
@@ -60,7 +64,8 @@ from fluxon_video import errors
 from fluxon_video.fs.agent_limits import (FDS_PER_IO_THREAD, HEADER_TIMEOUT_S, RESERVED_FDS,
                                           AuthThrottle, ConnectionTable, client_key,
                                           default_max_connections)
-from fluxon_video.fs.agent_metrics import REFUSAL_KIND_KEY, AgentMetrics, metrics_middleware
+from fluxon_video.fs.agent_metrics import (REFUSAL_KIND_KEY, SERVED_BYTES_KEY, AgentMetrics,
+                                           metrics_middleware)
 from fluxon_video.fs.config import FluxonFsConfig, load_config
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.object_origin import is_store_fault
@@ -118,6 +123,10 @@ class ReloadableStorage:
 
     def stat(self, export_name: str, relpath: str, token: str | None) -> FileStat:
         return self.current.stat(export_name, relpath, token)
+
+    def stat_head(self, export_name: str, relpath: str, length: int,
+                  token: str | None) -> tuple[FileStat, bytes]:
+        return self.current.stat_head(export_name, relpath, length, token)
 
     def read_chunk(self, export_name: str, relpath: str, offset: int, length: int,
                    expected: FileStat, token: str | None) -> bytes:
@@ -238,13 +247,24 @@ async def _in_pool(request: web.Request, fn: Callable[..., Any], *args: Any) -> 
 
 
 async def handle_stat(request: web.Request) -> web.Response:
+    storage = request.app[STORAGE_KEY]
     try:
-        st = await _in_pool(request, request.app[STORAGE_KEY].stat,
-                            _str_param(request, "export"), _str_param(request, "path"),
-                            _bearer(request))
+        export, path = _str_param(request, "export"), _str_param(request, "path")
+        if "head" in request.query:
+            st, head = await _in_pool(request, storage.stat_head, export, path,
+                                      _int_param(request, "head"), _bearer(request))
+        else:
+            st, head = await _in_pool(request, storage.stat, export, path, _bearer(request)), None
     except Exception as exc:  # noqa: BLE001 - every error becomes a status
         return _error_response(exc, request)
-    return web.json_response({**st.as_fields(), "is_file": True})
+    fields = {**st.as_fields(), "is_file": True}
+    if head is None:
+        return web.json_response(fields)
+    # One line of JSON, then the bytes (the stat's "head" says how many).
+    response = web.Response(body=json.dumps({**fields, "head": len(head)}).encode() + b"\n" + head,
+                            content_type="application/octet-stream")
+    response[SERVED_BYTES_KEY] = len(head)
+    return response
 
 
 async def handle_read(request: web.Request) -> web.Response:

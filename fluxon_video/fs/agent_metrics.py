@@ -24,6 +24,9 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 # typed response keys).
 REFUSAL_KIND_KEY: Any = (web.ResponseKey("fluxon_refusal", str) if hasattr(web, "ResponseKey")
                          else "fluxon_refusal")
+# Set on an answer that holds file bytes and more (a stat with its head): how many.
+SERVED_BYTES_KEY: Any = (web.ResponseKey("fluxon_served_bytes", int)
+                         if hasattr(web, "ResponseKey") else "fluxon_served_bytes")
 
 
 class AgentMetrics:
@@ -38,7 +41,7 @@ class AgentMetrics:
         self.requests = Counter("fluxon_agent_requests", "HTTP requests answered, by route and status",
                                 ["route", "status"], registry=r)
         self.served_bytes = Counter("fluxon_agent_served_bytes",
-                                    "File bytes returned by /v1/read, by export", ["export"],
+                                    "File bytes returned by /v1/read (and stats with head), by export", ["export"],
                                     registry=r)
         self.latency = Histogram("fluxon_agent_request_duration_seconds",
                                  "Time from routing a request to its answer, by route "
@@ -118,9 +121,9 @@ def metrics_middleware(metrics: AgentMetrics) -> Any:
                 metrics.requests.labels(route, str(status)).inc()
                 if reason is not None:
                     metrics.refusals.labels(reason).inc()
-                if (route == "/v1/read" and status == 200 and request.method == "GET"
-                        and response is not None):
-                    metrics.served_bytes.labels(request.query.get("export", "")).inc(
-                        response.content_length or 0)
+                served = None if response is None or status != 200 else response.get(
+                    SERVED_BYTES_KEY, response.content_length if route == "/v1/read" else None)
+                if served:
+                    metrics.served_bytes.labels(request.query.get("export", "")).inc(served)
 
     return count

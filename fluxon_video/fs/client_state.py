@@ -41,6 +41,10 @@ from fluxon_video.logs import RateLimited, get_logger
 log = get_logger("client")
 warn = RateLimited(log)
 
+# Heads asked at once; an open whose head waits in the queue past its stat
+# cancels it and reads the head as a cold open did before.
+HEAD_WORKERS = 4
+
 
 def make_piece_store(config: FluxonFsConfig) -> PieceStore:
     settings = config.client
@@ -115,6 +119,13 @@ class TokenNamingRoute:
         except errors.FluxonFsAuthenticationError as exc:
             raise self._named(exc, token) from None
 
+    def stat_head(self, export: str, relpath: str, token: str, length: int, *,
+                  wait: bool = True) -> tuple[FileStat, bytes | None]:
+        try:
+            return self.route.stat_head(export, relpath, token, length, wait=wait)
+        except errors.FluxonFsAuthenticationError as exc:
+            raise self._named(exc, token) from None
+
     def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
              cursor: str | None, limit: int, token: str) -> tuple[list, str | None]:
         try:
@@ -151,6 +162,9 @@ class ClientState:
     # KV reads while the agent answers a stat (open_file), and the writes
     # nobody waits for (a shared stat, an index blob); close() waits for them.
     alongside: concurrent.futures.ThreadPoolExecutor
+    # A cold open's stat with the file's head, asked beside the plain stat once
+    # the KV has no index for the file (fs/file_metadata.py).
+    heads: concurrent.futures.ThreadPoolExecutor
     # Who this process is in the claims on fetching a piece (fs/shared_fetch.py).
     owner: str
     # Seals and opens every KV entry (fs/kv_seal.py).
@@ -174,6 +188,8 @@ class ClientState:
             backfill=Backfiller(settings.backfill_workers, settings.backfill_queue_size),
             alongside=concurrent.futures.ThreadPoolExecutor(
                 max_workers=2, thread_name_prefix="fluxon-alongside"),
+            heads=concurrent.futures.ThreadPoolExecutor(
+                max_workers=HEAD_WORKERS, thread_name_prefix="fluxon-head"),
             owner=f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}",
             seal=make_sealer(config, store.shared))
 
@@ -231,6 +247,7 @@ class ClientState:
 
     def close(self) -> None:
         self.alongside.shutdown(wait=True)
+        self.heads.shutdown(wait=True, cancel_futures=True)
         self.backfill.close()
         for route in self.routes.values():
             route.close()

@@ -19,6 +19,7 @@ class ReadCounters:
     kv_corrupt: int = 0  # entries that failed verification and were deleted
     remote_reads: int = 0
     remote_bytes: int = 0
+    head_bytes: int = 0  # of remote_bytes: the first piece a cold open's stat brought
     backfills_queued: int = 0
     backfills_dropped: int = 0
 

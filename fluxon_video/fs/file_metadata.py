@@ -14,6 +14,7 @@ hide.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import math
 import time
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 
 from fluxon_video import errors
 from fluxon_video.fs.blobs import VersionBlobs
-from fluxon_video.fs.client_state import ClientService, ClientState, warn
+from fluxon_video.fs.client_state import ClientService, ClientState, log, warn
 from fluxon_video.fs.config import FluxonFsConfig, FluxonFsExport, RequestIdentity
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.file_ref import FileRef, VersionedFile
@@ -35,12 +36,14 @@ from fluxon_video.fs.routes import is_unreachable
 @dataclass(frozen=True)
 class OpenedFile:
     """What opening a file learnt: its version (granted), its blob of the kind
-    asked for (None: absent), and the network round trips that took one after
-    another."""
+    asked for (None: absent), the network round trips that took one after
+    another, and the version's first bytes when the stat brought them (a cold
+    open: no blob in the KV)."""
 
     file: VersionedFile
     blob: bytes | None
     round_trips: int
+    head: bytes | None = None
 
 
 class FileMetadata(ClientService):
@@ -73,7 +76,7 @@ class FileMetadata(ClientService):
             shared = self._shared(ref, export, shared_body)
             if shared is not None:
                 return self._granted(ref, shared)
-        return self._granted(ref, self._agent_stat(ref, export, counters, shared_body))
+        return self._granted(ref, self._agent_stat(ref, export, counters, shared_body)[0])
 
     def check_current(self, file: VersionedFile) -> None:
         """Raise FluxonFsFileChangedError if the file is no longer at file.version
@@ -91,6 +94,13 @@ class FileMetadata(ClientService):
         identity comes in the same KV pipeline as the blob (no agent request);
         otherwise the blob is read while the agent answers the stat. The blob
         is only returned after the stat (fetched alongside, never used before).
+
+        A cold open (the KV answers that it has no blob before the stat is
+        back) also asks the agent for the stat with the file's first piece,
+        beside the plain stat: the scan then starts from bytes in hand, in the
+        time of one round trip. Not on exports that claim fetches across nodes
+        (single_flight_across_nodes), where every piece is fetched by one
+        process after a claim.
         """
         export = self.config.export(ref.export)
         state = self._state()
@@ -99,34 +109,73 @@ class FileMetadata(ClientService):
         entry: Fields | None = None
         shared_body: bytes | None = None
         fetched = False
-        trips = kv_reads = 0  # one after another; KV reads that were answered
+        trips = kv_reads = kv_asked = 0  # one after another; KV reads answered, asked
         if version is None and export.metadata_cache_shared:
             skey = self._stat_key(export, ref)
             reachable, (stat_entry, entry) = state.kv.get_many([skey, bkey])
             fetched = reachable and entry is not UNREACHABLE
-            trips, kv_reads = 1, int(reachable)
+            trips, kv_reads, kv_asked = 1, int(reachable), 1
             shared_body = self._open_shared(export, skey, stat_entry)
             version = self._shared(ref, export, shared_body)
+        head: bytes | None = None
         if version is None:
+            heads = not export.claims_fetches
             pending = None if fetched else state.alongside.submit(state.kv.get, bkey)
+            # The blob known absent (the shared stat's pipeline): the stat brings the
+            # head. Else the head is asked beside the stat once the KV says so.
+            cold = heads and fetched and entry is None
+            asked = (None if pending is None or not heads
+                     else state.heads.submit(self._head_if_cold, ref, export, pending))
             try:
-                version = self._agent_stat(ref, export, counters, shared_body)
+                version, head = self._agent_stat(ref, export, counters, shared_body,
+                                                 export.piece_size if cold else 0)
             finally:
                 if pending is not None:
                     reachable, entry = pending.result()
                     fetched = reachable
                     kv_reads += int(reachable)
-            trips += 1  # the stat (the blob read alongside)
+                    kv_asked += 1
+                if asked is not None:
+                    head = self._head_of(asked, ref, version, counters)
+            trips += 1  # the stat (the blob read alongside, the head beside it)
         file = self._granted(ref, version)
         if version.size > export.cache_max_bytes:  # the file stays out of the KV entirely
-            counters.add(kv_round_trips=kv_reads)
-            return OpenedFile(file, None, trips)
+            counters.add(kv_round_trips=kv_reads, kv_errors=kv_asked - kv_reads)
+            return OpenedFile(file, None, trips, head)
         if not fetched:
             reachable, entry = state.kv.get(bkey)
             trips += 1
             kv_reads += int(reachable)
-        counters.add(kv_round_trips=kv_reads)
-        return OpenedFile(file, self._blobs.from_entry(export, bkey, version, entry), trips)
+            kv_asked += 1
+        counters.add(kv_round_trips=kv_reads, kv_errors=kv_asked - kv_reads)
+        return OpenedFile(file, self._blobs.from_entry(export, bkey, version, entry), trips, head)
+
+    def _head_if_cold(self, ref: FileRef, export: FluxonFsExport,
+                      blob: concurrent.futures.Future) -> tuple[FileStat, bytes | None] | None:
+        """The agent's stat with the file's first piece, if the KV has no blob for
+        it (then the scan reads that piece first; else it is not needed)."""
+        reachable, entry = blob.result()
+        if reachable and entry is not None:
+            return None
+        return self._state().routes[ref.export].stat_head(
+            ref.export, ref.relpath, ref.identity.token, export.piece_size, wait=False)
+
+    def _head_of(self, asked: concurrent.futures.Future, ref: FileRef,
+                 version: FileStat | None, counters: ReadCounters) -> bytes | None:
+        """The head asked beside the stat, if it came and is of ``version``. One
+        still queued is dropped: waiting for it would cost a round trip."""
+        if asked.cancel() or version is None:
+            return None
+        try:
+            got = asked.result()
+        except errors.FluxonFsError as exc:  # the plain stat answered: read it as before
+            log.debug("%s: the stat with the head failed (%s)", ref.name, exc)
+            return None
+        if got is None:
+            return None
+        st, head = got
+        counters.add(stat_requests=1, remote_bytes=len(head or b""), head_bytes=len(head or b""))
+        return head if st == version else None
 
     # ---- the three sources of a stat ----
 
@@ -162,10 +211,13 @@ class FileMetadata(ClientService):
         return version
 
     def _agent_stat(self, ref: FileRef, export: FluxonFsExport,
-                    counters: ReadCounters | None, shared_body: bytes | None = None) -> FileStat:
-        """The agent's stat. While no agent answers, a stat authorised within
-        stale_if_error_s (this process's, else the shared entry's bytes) is served
-        at once; without one, the route retries for agent_retry_window_s."""
+                    counters: ReadCounters | None, shared_body: bytes | None = None,
+                    head_length: int = 0) -> tuple[FileStat, bytes | None]:
+        """The agent's stat, and with ``head_length`` the version's first bytes in
+        the same answer (None: not asked, or not sent). While no agent answers, a
+        stat authorised within stale_if_error_s (this process's, else the shared
+        entry's bytes) is served at once; without one, the route retries for
+        agent_retry_window_s."""
         state = self._state()
         key = (ref.identity, ref.export, ref.relpath)
         stale = self._stale(state, export, key, shared_body)
@@ -174,8 +226,15 @@ class FileMetadata(ClientService):
         try:
             # With a stale stat to fall back on, one round of the replicas: warm
             # reads go on at once rather than after the retry window.
-            st = state.routes[ref.export].stat(ref.export, ref.relpath, ref.identity.token,
-                                               wait=stale is None)
+            route = state.routes[ref.export]
+            head = None
+            if head_length:
+                st, head = route.stat_head(ref.export, ref.relpath, ref.identity.token,
+                                           head_length, wait=stale is None)
+                if counters is not None:
+                    counters.add(remote_bytes=len(head or b""), head_bytes=len(head or b""))
+            else:
+                st = route.stat(ref.export, ref.relpath, ref.identity.token, wait=stale is None)
         except errors.FluxonFsIOError as exc:
             if stale is None or not is_unreachable(exc):
                 if is_unreachable(exc):
@@ -192,7 +251,7 @@ class FileMetadata(ClientService):
             if left > 0:
                 with state.lock:
                     state.stats[key] = (time.monotonic() + left, version)
-            return version
+            return version, None
         now = time.monotonic()
         ttl = export.metadata_cache_ttl_ms / 1000
         with state.lock:
@@ -210,7 +269,7 @@ class FileMetadata(ClientService):
             state.alongside.submit(state.kv.put, skey, state.seal.seal(
                 export.name, skey, body, export.cache_bytes_field_key),
                 math.ceil(max(ttl, export.stale_if_error_s)))
-        return st
+        return st, head
 
     @staticmethod
     def _stale(state: ClientState, export: FluxonFsExport, key: tuple,

@@ -187,6 +187,12 @@ class ObjectStoreOrigin:
             raise self._refusal(exc, name, "stat") from None
         return version_of(meta)
 
+    def stat_head(self, relpath: str, name: str, length: int) -> tuple[FileStat, bytes]:
+        # Two store requests (HEAD, then a GET bound to that version by If-Match):
+        # the trainer still waits for one answer from the agent.
+        version = self.stat(relpath, name)
+        return version, self.read_range(relpath, name, 0, min(length, version.size), version)
+
     def read_range(self, relpath: str, name: str, offset: int, length: int,
                    expected: FileStat) -> bytes:
         if offset + length > expected.size:

@@ -86,6 +86,11 @@ class Origin(Protocol):
         FluxonFsFileChangedError if the file is at another version."""
         ...
 
+    def stat_head(self, relpath: str, name: str, length: int) -> tuple[FileStat, bytes]:
+        """The current version and its first ``length`` bytes (the whole file when
+        shorter): what a cold open reads first, in one request to the agent."""
+        ...
+
     def list_page(self, prefix: str, recursive: bool, pattern: str | None, cursor: str | None,
                   limit: int) -> tuple[list[FluxonFsFileEntry], str | None]:
         """(entries, next cursor or None): see fs/listing.py for the order."""

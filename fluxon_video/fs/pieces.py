@@ -14,6 +14,7 @@ for it. The version was checked by whoever holds the VersionedFile
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 from fluxon_video import errors
@@ -134,9 +135,22 @@ class PieceReads(ClientService):
                 continue
             else:
                 job = partial(self._stage, export, file, index, ReadCounters())
-            queued = state.backfill.submit(key, job)
-            if queued:
-                counters.add(backfills_queued=1)
-            elif queued is False:
-                counters.add(backfills_dropped=1)
+            self._backfill(key, job, counters)
         return data
+
+    def backfill_head(self, file: VersionedFile, head: bytes, counters: ReadCounters) -> None:
+        """Store the first piece that came with the stat of a cold open
+        (fs/file_metadata.py) for other readers, as a read from the route would."""
+        export = self.config.export(file.export)
+        if (not export.async_backfill_enabled or file.size > export.cache_max_bytes
+                or len(head) != piece_len(file, export.piece_size, 0)):
+            return
+        key = key_of(export, file, 0)
+        self._backfill(key, partial(self._state().put_verified, export, key, head), counters)
+
+    def _backfill(self, key: str, job: Callable[[], None], counters: ReadCounters) -> None:
+        queued = self._state().backfill.submit(key, job)
+        if queued:
+            counters.add(backfills_queued=1)
+        elif queued is False:
+            counters.add(backfills_dropped=1)

@@ -82,20 +82,46 @@ class PosixOrigin:
             raise FluxonFsNotFoundError(f"{name}: not a regular file")
         return FileStat.of(st)
 
-    def read_range(self, relpath: str, name: str, offset: int, length: int,
-                   expected: FileStat) -> bytes:
+    def stat_head(self, relpath: str, name: str, length: int) -> tuple[FileStat, bytes]:
+        """The stat and the first ``length`` bytes (fewer in a shorter file) of one
+        version: both from one open descriptor."""
+        fd, st = self._open_regular(relpath, name,
+                                    FluxonFsNotFoundError(f"{name}: no such file"))
+        try:
+            data = os.pread(fd, min(length, st.st_size), 0)
+        except OSError as exc:
+            raise _refusal(exc, name) from None
+        finally:
+            os.close(fd)
+        return FileStat.of(st), data
+
+    def _open_regular(self, relpath: str, name: str,
+                      missing: FluxonFsError) -> tuple[int, os.stat_result]:
+        """A descriptor of the regular file at relpath and its stat (``missing``
+        raised if there is none); the caller closes it."""
         try:
             fd = self._beneath(relpath, name, _open_leaf)
         except FluxonFsError:
             raise
         except (FileNotFoundError, NotADirectoryError):
-            raise FluxonFsFileChangedError(f"{name}: the file is gone") from None
+            raise missing from None
         except OSError as exc:
             raise _refusal(exc, name) from None
         try:
             st = os.fstat(fd)
-            if not stat_mod.S_ISREG(st.st_mode):
-                raise FluxonFsNotFoundError(f"{name}: not a regular file")
+        except OSError as exc:
+            os.close(fd)
+            raise _refusal(exc, name) from None
+        if not stat_mod.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise FluxonFsNotFoundError(f"{name}: not a regular file")
+        return fd, st
+
+    def read_range(self, relpath: str, name: str, offset: int, length: int,
+                   expected: FileStat) -> bytes:
+        fd, st = self._open_regular(relpath, name,
+                                    FluxonFsFileChangedError(f"{name}: the file is gone"))
+        try:
             current = FileStat.of(st)
             if current != expected:
                 raise FluxonFsFileChangedError(

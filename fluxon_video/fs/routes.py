@@ -65,6 +65,11 @@ class Route(Protocol):
     # wait=False: no retry window (a caller with a stale answer to fall back on).
     def stat(self, export: str, relpath: str, token: str, *, wait: bool = True) -> FileStat: ...
 
+    # The stat and the version's first ``length`` bytes, in one request (None: the
+    # agent sent the stat alone).
+    def stat_head(self, export: str, relpath: str, token: str, length: int, *,
+                  wait: bool = True) -> tuple[FileStat, bytes | None]: ...
+
     def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
              cursor: str | None, limit: int, token: str) -> tuple[list[FluxonFsFileEntry], str | None]: ...
 
@@ -82,6 +87,10 @@ class InProcessRoute:
 
     def stat(self, export: str, relpath: str, token: str, *, wait: bool = True) -> FileStat:
         return self.storage.stat(export, relpath, token)
+
+    def stat_head(self, export: str, relpath: str, token: str, length: int, *,
+                  wait: bool = True) -> tuple[FileStat, bytes | None]:
+        return self.storage.stat_head(export, relpath, length, token)
 
     def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
              cursor: str | None, limit: int, token: str) -> tuple[list[FluxonFsFileEntry], str | None]:
@@ -242,6 +251,23 @@ class AgentRoute:
     def stat(self, export: str, relpath: str, token: str, *, wait: bool = True) -> FileStat:
         body = self._get("/v1/stat", {"export": export, "path": relpath}, token,
                          f"{export}:{relpath}")
+        return self._stat_of(body, export, relpath)
+
+    def stat_head(self, export: str, relpath: str, token: str, length: int, *,
+                  wait: bool = True) -> tuple[FileStat, bytes | None]:
+        body = self._get("/v1/stat", {"export": export, "path": relpath, "head": length}, token,
+                         f"{export}:{relpath}")
+        line, _, head = body.partition(b"\n")
+        st = self._stat_of(line, export, relpath)
+        if b'"head"' not in line:
+            return st, None  # an agent that predates heads sent the stat alone
+        if len(head) != min(length, st.size):
+            raise errors.FluxonFsShortReadError(
+                f"{export}:{relpath}: agent returned {len(head)} bytes of the file's head, "
+                f"not {min(length, st.size)}")
+        return st, head
+
+    def _stat_of(self, body: bytes, export: str, relpath: str) -> FileStat:
         try:
             return FileStat.from_fields(json.loads(body))
         except (ValueError, KeyError, TypeError) as exc:
@@ -416,6 +442,11 @@ class ReplicatedRoute:
     def stat(self, export: str, relpath: str, token: str, *, wait: bool = True) -> FileStat:
         return self._call("stat", export, relpath, token, wait=wait)  # type: ignore[return-value]
 
+    def stat_head(self, export: str, relpath: str, token: str, length: int, *,
+                  wait: bool = True) -> tuple[FileStat, bytes | None]:
+        return self._call("stat_head", export, relpath, token, length,  # type: ignore[return-value]
+                          wait=wait)
+
     def list(self, export: str, prefix: str, recursive: bool, pattern: str | None,
              cursor: str | None, limit: int, token: str) -> tuple[list[FluxonFsFileEntry], str | None]:
         return self._call("list", export, prefix, recursive, pattern, cursor, limit,
@@ -464,6 +495,8 @@ def _answer_limit(path: str, params: dict[str, object]) -> int:
     """The most a 200 answer to path may hold: a read's is exactly its length."""
     if path == "/v1/read":
         return int(params["length"])  # type: ignore[call-overload]
+    if "head" in params:  # the stat's line, then at most that many bytes
+        return SMALL_ANSWER_BYTES + int(params["head"])  # type: ignore[call-overload]
     return LIST_ANSWER_BYTES if path == "/v1/list" else SMALL_ANSWER_BYTES
 
 

@@ -137,6 +137,16 @@ class ExportStorage:
         relpath = check_relpath(relpath)
         return self._origin(export).stat(relpath, name_of(export_name, relpath))
 
+    def stat_head(self, export_name: str, relpath: str, length: int,
+                  token: str | None) -> tuple[FileStat, bytes]:
+        """stat, and the version's first ``length`` bytes (fewer in a shorter file)."""
+        export, _ = self.authorize(export_name, token, _asked(export_name, relpath))
+        relpath = check_relpath(relpath)
+        name = name_of(export_name, relpath)
+        if not 0 < length <= MAX_CHUNK_BYTES:
+            raise FluxonFsBadRequestError(f"{name}: bad head length {length}")
+        return self._origin(export).stat_head(relpath, name, length)
+
     def list(self, export_name: str, prefix: str, recursive: bool, pattern: str | None,
              cursor: str | None, limit: int, token: str | None
              ) -> tuple[list[FluxonFsFileEntry], str | None]:
