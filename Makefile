@@ -70,36 +70,36 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml bench/install_peers.py
 	$(PY) bench/install_peers.py
 	@touch $@
 
-# The benchmark, one table per dataset shape: local files (bench/run.py), the remote
-# store on short clips and on long videos (bench/remote.py), LeRobot-style shards
-# (bench/lerobot.py). `make bench BENCH_ARGS=--quick` is the smoke run of all four.
+# The benchmark, one runner over declarative cases (bench/matrix.py, bench/cases.py): local
+# files (suite local), the remote store on short clips and on long videos (suites remote,
+# remote-long), LeRobot-style shards (bench/lerobot.py). `make bench BENCH_ARGS=--quick`
+# is the smoke run of all four.
 bench: bench-local bench-remote bench-remote-long bench-lerobot
 
 # Local files (~10 min; --quick ~3 min): fluxon vs decord/torchcodec/PyAV, decode floor,
 # read_many; writes bench/results/latest.{md,json} and charts.
 bench-local: build $(BENCH_STAMP)
-	$(PY) bench/run.py $(BENCH_ARGS)
+	$(PY) bench/matrix.py --suite local $(BENCH_ARGS)
 
 # Remote-store benchmark (~10 min; --quick ~2 min): fluxon through the agent vs
 # PyAV/torchcodec/decord over fsspec HTTP at 0, 2 and 10 ms per request and 50 MB/s per
-# connection; writes bench/results/remote.{md,json,png}.
+# connection; writes bench/results/remote.{md,json} and charts.
 bench-remote: build $(BENCH_STAMP)
-	$(PY) bench/remote.py $(BENCH_ARGS)
+	$(PY) bench/matrix.py --suite remote $(BENCH_ARGS)
 
 # The same with an object-store origin (~16 min, +3 min the first time for the long videos; --quick ~3 min): moto's S3 server behind a
 # proxy that adds 10 ms per request and the 50 MB/s-per-connection relay; fluxon through an
 # agent with an s3:// export vs PyAV/torchcodec over s3fs and obstore, short and 2-minute
-# videos; writes bench/results/remote-s3.{md,json}.
+# videos; writes bench/results/remote-s3.{md,json} and charts.
 bench-remote-s3: build $(BENCH_STAMP)
-	$(PY) bench/remote.py --store s3 $(BENCH_ARGS)
+	$(PY) bench/matrix.py --suite remote-s3 $(BENCH_ARGS)
 
 # The remote store on long videos (~12 min): random clips, a new open each, of four
 # 2-minute videos (720p H.264 GOP 250 and 120, 1080p HEVC GOP 60, 1080p H.264 GOP 250)
 # at 10 ms and 50 MB/s per connection, with a small clips workload beside them;
-# writes bench/results/remote-long/remote.{md,json,png}.
+# writes bench/results/remote-long/remote.{md,json} and charts.
 bench-remote-long: build $(BENCH_STAMP)
-	$(PY) bench/remote.py --long-videos 4 --long-items 3 --latencies 10 --videos 4 \
-		--batched-items 1 --out bench/results/remote-long $(BENCH_ARGS)
+	$(PY) bench/matrix.py --suite remote-long $(BENCH_ARGS)
 
 # DataLoader-shaped benchmark (~3 min): 2 workers, 24 videos, fluxon per-clip and
 # batched vs decord and torchcodec; writes bench/results/dataloader.{md,json}.
@@ -129,9 +129,9 @@ bench-lerobot: build $(BENCH_STAMP)
 
 # Decoder threads (~10 min; --quick ~1 min): random clips of 1080p H.264 and HEVC at
 # 224x224 with 1, 2 and auto threads, fluxon vs PyAV, torchcodec, decord and SPDL at the
-# same setting; writes bench/results/threads.{md,json}.
+# same setting; writes bench/results/threads.{md,json} and a chart.
 bench-threads: build $(BENCH_STAMP)
-	$(PY) bench/threads.py $(BENCH_ARGS)
+	$(PY) bench/matrix.py --suite threads $(BENCH_ARGS)
 
 # Where a clip's time goes (~2 min; installs linux-perf when missing): each missed speed target's contenders on
 # a local file under `perf record`, CPU ms per clip split into decode, convert, demux,

@@ -1,5 +1,6 @@
 """The harness every scenario shares: its command line, the machine facts, the timed pass
-and its frame check, child processes, summaries over passes, tables and the result files."""
+and its frame check, child processes, a row's verdict over its passes, tables and the
+result files."""
 
 from __future__ import annotations
 
@@ -32,13 +33,6 @@ T = TypeVar("T")
 
 
 # ---- command line ----
-
-def parse_size(text: str) -> int:
-    """Bytes from "256K", "1M", "4MiB" or a plain number."""
-    text = text.strip().upper().removesuffix("IB").removesuffix("B")
-    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-    return int(float(text.rstrip("KM")) * scale)
-
 
 def doc(script: str) -> str:
     """The section of bench/README.md about ``script``: its --help."""
@@ -382,7 +376,7 @@ def once(fn: Callable[..., Any], *args: Any, timeout: float = 900) -> Any:
         child.stop()
 
 
-# ---- summaries ----
+# ---- over a row's passes ----
 
 def median(values: Iterable[float]) -> float | None:
     values = list(values)
@@ -432,39 +426,6 @@ def verdict(passes: list[dict], check: dict | None, none: str = DASH) -> tuple[b
     return True, f"ok (mad<={check['worst_mean_abs_diff']:.2f})"
 
 
-def summarise(group: list[dict], per_item: int = 1, none: str = DASH) -> dict[str, Any]:
-    """One row over its passes: clips/s per pass (median and range; a pass's time is its
-    items' plus its ``open_ms``), item times, what the servers and the row counted."""
-    timed = [p for p in group if p.get("item_ms")]
-    pass_ms = [sum(p["item_ms"]) + p["extra"].get("open_ms", 0) for p in timed]
-    rates = [len(p["item_ms"]) * per_item / (ms / 1e3) for p, ms in zip(timed, pass_ms)]
-    item_ms = [t for p in group for t in p.get("item_ms") or []]
-    items, clips = len(item_ms), float(len(item_ms) * per_item)
-    servers = [p["server"] for p in group if p.get("server")]
-    nbytes = float(sum(s.get("bytes", 0) for s in servers))
-    requests = float(sum(s.get("requests", 0) for s in servers))
-    check = merge_checks([p.get("check") for p in group])
-    ok, text = verdict(group, check, none)
-    medians = [statistics.median(p["item_ms"]) for p in timed]
-    return {
-        "row": group[0]["row"], "passes": len(group), "items": items, "clips": clips,
-        "clips_per_s": median(rates), "clips_per_s_min": min(rates, default=None),
-        "clips_per_s_max": max(rates, default=None), "pass_ms": median(pass_ms),
-        "item_ms_p50": pct(item_ms, 0.5), "item_ms_p99": pct(item_ms, 0.99),
-        "pass_median_ms_min": min(medians, default=None),
-        "pass_median_ms_max": max(medians, default=None),
-        "open_ms": median(p["extra"].get("open_ms", 0) for p in timed),
-        "mib_per_clip": nbytes / clips / MiB if clips else None,
-        "requests_per_clip": requests / clips if clips else None,
-        "mib_per_item": nbytes / items / MiB if items else None,
-        "requests_per_item": requests / items if items else None,
-        "connections_used": median(s.get("connections_used", 0) for s in servers),
-        "ok": ok, "verdict": text, "check": check,
-        "fallbacks": sum(p["extra"].get("fallbacks", 0) for p in group),
-        "per_pass": [count(p["extra"].get("per_item", [])) for p in timed],
-        "per_item": [x for p in group for x in p["extra"].get("per_item", [])]}
-
-
 def count(per_item: list[dict]) -> dict[str, Any]:
     """Numbers summed over a pass's items; each distinct text kept (read paths, reasons)."""
     out: dict[str, Any] = {}
@@ -476,38 +437,3 @@ def count(per_item: list[dict]) -> dict[str, Any]:
                 out.setdefault(key, {})
                 out[key][value] = out[key].get(value, 0) + 1
     return out
-
-
-def stat(s: dict, key: str, how: str = "median") -> float | None:
-    """A counted key over a row's passes: the median of the pass sums, or the mean per item."""
-    if how == "mean":
-        values = [x.get(key, 0) for x in s["per_item"]]
-        return sum(values) / len(values) if values else None
-    return median(p[key] for p in s["per_pass"] if key in p)
-
-
-@dataclass(kw_only=True)
-class Target:
-    """One figure a scenario aims at: fluxon against the best peer or a bound."""
-
-    target: str
-    condition: str
-    fluxon: str
-    other: str = DASH
-    ratio: str = DASH
-    goal: str = DASH
-    status: str = "(context)"
-
-
-def met(x: float | None, goal: float, lower: bool = False) -> str:
-    if x is None:
-        return "n/a"
-    return "met" if (x <= goal if lower else x >= goal) else "missed"
-
-
-def best(rows: Iterable[dict], key: str = "clips_per_s", lowest: bool = False,
-         exact: bool = True) -> dict | None:
-    """The fastest row (``lowest``: the one with the least ``key``), exact ones only."""
-    rows = [s for s in rows if s.get(key) and (s["ok"] or not exact)]
-    pick = min if lowest else max
-    return pick(rows, key=lambda s: s[key]) if rows else None

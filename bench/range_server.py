@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The remote-store model of bench/remote.py: an HTTP Range server, a delaying and counting
-proxy, and a shaping relay (see --help or bench/README.md)."""
+"""The remote-store model of bench/matrix.py's remote suites: an HTTP Range server, a
+delaying and counting proxy, and a shaping relay (see --help or bench/README.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Where a clip's time goes, per stage: the profile behind each missed speed target.
 
 Each case is one missed target's condition on a local file (the store is out of the
-picture: bench/remote.py shows warm reads cost what local reads cost). Every contender
+picture: bench/matrix.py's remote suite shows warm reads cost what local reads cost). Every contender
 reads the same seeded random clips in its own child process under `perf record`, which
 samples only while the clips are read (the open and the index scan are done first, outside
 the window). The samples are grouped by the library they ran in: decode (libavcodec and the
@@ -9,8 +9,8 @@ codec libraries it calls), convert (libswscale), demux (libavformat), libavutil,
 (copies, allocation), Python with numpy and the bindings, the kernel. CPU ms per clip come
 from the process's own user + system time in the window (every thread), split by those
 shares; wall ms per clip is the window's length. "floor" is libavcodec alone from the
-keyframe before each clip to its last frame, nothing converted (as in bench/run.py).
-Frames are not checked here: bench/run.py, threads.py and remote.py check the same
+keyframe before each clip to its last frame, nothing converted (as in bench/matrix.py's
+local suite). Frames are not checked here: bench/matrix.py's suites check the same
 contenders' frames on the same kinds of video.
 """
 
@@ -31,7 +31,7 @@ import numpy as np
 from dataset import DATASET, long_specs, prepare, sample_clips, small_specs
 from harness import (BENCH, add_options, finish, header, machine, num, publish, report_head,
                      say, scenario_parser, table, versions)
-from threads import VIDEOS as THREAD_VIDEOS
+from threads_group import VIDEOS as THREAD_VIDEOS
 
 CLIP, STRIDE, SIZE = 16, 2, 224
 # (case, the target it explains, video spec, folder under --data, [(contender, threads)])

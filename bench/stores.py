@@ -117,9 +117,10 @@ class RelayProcess:
 
 
 class RemoteStore:
-    """bench/remote.py's store: Redis, the agent behind a relay, and the peers' origin behind
-    another: range_server.py --root, or with ``s3`` (object names) moto's S3 behind
-    range_server.py --proxy, which the agent (no injected latency) reads through too."""
+    """The remote suites' store (bench/rounds_group.py): Redis, the agent behind a relay,
+    and the peers' origin behind another: range_server.py --root, or with ``s3`` (object
+    names) moto's S3 behind range_server.py --proxy, which the agent (no injected
+    latency) reads through too."""
 
     def __init__(self, work: Path, export: str, video_dir: Path, bandwidth_mbps: float,
                  s3: list[str] | None = None) -> None:
@@ -189,7 +190,7 @@ class RemoteStore:
 
 
 class PassModel(RemoteStore):
-    """bench/remote.py's store at L ms per request and 50 MB/s per connection, for the
+    """The remote suites' store at L ms per request and 50 MB/s per connection, for the
     scenarios that read their whole workload through it once per pass (bench/av_clips.py):
     fluxon through the agent and Redis ("fluxon cold": Redis flushed,
     then a new patcher; "fluxon warm": a new patcher, Redis warm), the peers from the

@@ -24,10 +24,12 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_help_names_the_options():
-    out = subprocess.run([sys.executable, str(BENCH / "run.py"), "--help"], check=True,
+    out = subprocess.run([sys.executable, str(BENCH / "matrix.py"), "--help"], check=True,
                          capture_output=True, text=True).stdout
-    for option in ("--quick", "--repeat", "--agent-latency-ms", "--out"):
+    for option in ("--suite", "--quick", "--repeat", "--latencies", "--out", "--render",
+                   "--workloads", "--stores", "--contenders", "--caches", "--list"):
         assert option in out
+    assert "bench/run.py            python bench/matrix.py --suite local" in out
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +107,8 @@ def test_a_pass_records_each_failure_and_flags_its_video(reference):
 
 
 def test_quick_runs_take_the_quick_defaults(tmp_path):
-    from harness import finish, parse_size, scenario_parser
+    from cases import parse_size
+    from harness import finish, scenario_parser
 
     ap = scenario_parser("x.py", None, "smoke", "x.md")
     ap.add_argument("--repeat", type=int)
@@ -116,20 +119,199 @@ def test_quick_runs_take_the_quick_defaults(tmp_path):
     assert parse_size("256K") == 256 << 10 and parse_size("4MiB") == 4 << 20
 
 
-def test_the_s3_store_option_takes_its_own_defaults_and_rows(tmp_path):
-    from remote import parse_args, s3_peer_rows
+def test_the_s3_suite_takes_its_own_settings_and_rows(tmp_path):
+    from cases import Filters, select
+    from matrix import parser, settings_of
+    from suites import SUITES
 
-    args = parse_args(["--store", "s3", "--quick", "--data", str(tmp_path)])
-    assert (args.long_videos, args.long_items, args.latency_list) == (1, 2, [10.0])
-    assert args.block_list == [256 << 10, 4 << 20]
-    assert parse_args(["--data", str(tmp_path)]).long_videos == 0  # the directory store
+    ap = parser()
+    suite = SUITES["remote-s3"]
+    quick = settings_of(suite, ap.parse_args(["--suite", "remote-s3", "--quick"]), ap)
+    assert (quick["long_videos"], quick["long_items"], quick["latencies"]) == (1, 2, "10")
+    assert quick["block_sizes"] == "256K,4M"
+    assert settings_of(SUITES["remote"], ap.parse_args([]), ap)["long_videos"] == 0
+    with pytest.raises(SystemExit):  # one number of rounds, or one per latency
+        settings_of(SUITES["remote"], ap.parse_args(["--rounds", "1,2", "--latencies", "10"]), ap)
     with pytest.raises(SystemExit):  # s3fs's default block (50 MiB) must be named
-        parse_args(["--store", "s3", "--block-sizes", "default", "--data", str(tmp_path)])
-    rows = s3_peer_rows([256 << 10])
-    assert {(r["family"], r["mode"]) for r in rows} == {
+        settings_of(suite, ap.parse_args(["--suite", "remote-s3", "--block-sizes", "default"]),
+                    ap)
+    peers = [c for c in select(suite.cases({**quick, "block_sizes": "256K"}), Filters())
+             if c.workload == "clips" and not c.fluxon]
+    assert {(c.family, c.access) for c in peers} == {
         ("pyav", "s3fs"), ("pyav", "obstore"), ("torchcodec", "s3fs"),
         ("torchcodec", "obstore"), ("pyav", "download")}
-    assert all(r.get("seek_mode") == "exact" for r in rows if r["family"] == "torchcodec")
+    assert all(c.seek_mode == "exact" for c in peers if c.family == "torchcodec")
+    assert all(c.store == "s3" and c.latency_ms == 10.0 for c in peers)
+
+
+def test_suites_reproduce_the_retired_scripts_matrices():
+    from cases import Filters, select
+    from suites import SUITES
+
+    local = select(SUITES["local"].cases(SUITES["local"].defaults), Filters())
+    assert {c.label() for c in local if c.workload == "clips" and c.piece_size is None} == {
+        "decord", "pyav", "torchcodec", "spdl", "fluxon-local", "fluxon cold",
+        "fluxon warm-kv", "fluxon warm-reader"}
+    assert sorted(c.piece_size >> 10 for c in local if c.piece_size) == [256, 256, 1024, 1024,
+                                                                          4096, 4096]
+    remote = select(SUITES["remote"].cases(SUITES["remote"].defaults), Filters())
+    assert {c.latency_ms for c in remote} == {0.0, 2.0, 10.0}
+    # fluxon's decoder on the local files stands beside the clip rows at the target latency
+    assert [(c.workload, c.latency_ms) for c in remote if c.store == "local"] == [
+        ("clips", 10.0)]
+    lookahead = [c for c in remote if c.cache == "cold+lookahead"]
+    assert {c.workload for c in lookahead} == {"clips", "batched", "metadata"}
+    long = select(SUITES["remote-long"].cases(SUITES["remote-long"].defaults), Filters())
+    assert {c.workload for c in long} == {"clips", "batched", "metadata", "long"}
+
+
+def test_filters_select_cases_and_a_warm_case_keeps_its_cold_pass():
+    from cases import Filters, select, unknown
+    from suites import SUITES
+
+    cases = SUITES["remote"].cases({**SUITES["remote"].defaults, "latencies": "10"})
+    picked = select(cases, Filters.parse(workloads="clips", caches="warm-kv"))
+    assert [c.label() for c in picked] == ["fluxon cold", "fluxon warm-kv"]
+    peers = select(cases, Filters.parse(contenders="pyav", workloads="metadata"))
+    assert [c.label() for c in peers] == ["pyav · fsspec 256 KiB"]
+    none = select(cases, Filters.parse(caches="none", workloads="clips"))
+    assert all(not c.cache for c in none) and any(c.fluxon for c in none)  # the local file
+    assert unknown(Filters.parse(workloads="clip,long", caches="warm")) == [
+        "--workloads clip", "--caches warm"]
+
+
+def record(case, rate, ok=True, **more):
+    from record import Record
+
+    return Record(case=case, items=10, items_per_s=rate, items_per_s_rounds=[rate * 0.9, rate],
+                  item_ms_p50=1e3 / rate, ok=ok, verdict="bit-exact" if ok else "WRONG: x",
+                  settings={"rounds": 2}, **more)
+
+
+def test_a_record_survives_its_json_and_a_results_file_its_format(tmp_path):
+    from cases import Case
+    from record import Record, Results, load
+
+    r = record(Case("clips", "remote", "agent", "fluxon", "cold", latency_ms=10.0), 2.5,
+               mib_per_item=1.5, counts={"path": {"indexed": 3}}, errors=["a.mp4: boom"])
+    assert Record.from_json(r.to_json()) == r
+    path = Results({"suite": "remote"}, [r]).write(tmp_path / "x.json")
+    assert load(path).records == [r]
+    with pytest.raises(ValueError):
+        Record.from_json({**r.to_json(), "surprise": 1})
+
+
+def test_goals_compare_two_rows_and_never_a_flagged_peer():
+    from cases import Case
+    from goals import BEST_PEER, Goal, Pick, evaluate
+
+    base = Case("clips", "remote", "agent", "pyav", latency_ms=10.0, bandwidth_mbps=50.0)
+    rows = [record(base, 2.0), record(Case(**{**base.__dict__, "family": "decord"}), 9.0,
+                                      ok=False),
+            record(Case("clips", "remote", "agent", "fluxon", "cold", latency_ms=10.0), 5.0),
+            record(Case("clips", "remote", "agent", "fluxon", "warm-kv", latency_ms=10.0), 4.0,
+                   ok=False),
+            record(Case("clips", "remote", "agent", "fluxon", "cold", latency_ms=0.0), 1.0)]
+    goals = (Goal("cold ÷ peer", Pick("clips", "fluxon", "cold"), Pick("clips", BEST_PEER),
+                  at_least=2.0),
+             Goal("cold ÷ peer, stricter", Pick("clips", "fluxon", "cold"),
+                  Pick("clips", BEST_PEER), at_least=3.0),
+             Goal("warm ÷ peer", Pick("clips", "fluxon", "warm-kv"), Pick("clips", BEST_PEER),
+                  at_least=1.0),
+             Goal("cold ms", Pick("clips", "fluxon", "cold"), figure="item_ms_p50",
+                  at_most=250.0),
+             Goal("absent", Pick("clips", "fluxon", "warm-reader"), Pick("clips", BEST_PEER)))
+    met, missed, flagged, bound = evaluate(goals, rows, 10.0, [])
+    assert met.bottom.case.family == "pyav" and met.ratio == 2.5 and met.status == "met"
+    assert met.rounds == (2.5, 2.5)
+    assert missed.status == "missed"
+    assert flagged.status == "n/a (fluxon flagged)"
+    assert bound.ratio == 200.0 and bound.status == "met"
+
+
+def test_per_video_goals_and_within_row_bounds():
+    from cases import Case
+    from goals import Goal, Pick, evaluate
+
+    local = Case("clips", "codecs", "local", "fluxon")
+    rows = [record(local, 5.0, video="a.mp4", floor_ms=400.0),
+            record(local, 2.0, video="b.mp4", floor_ms=400.0)]
+    goal = Goal("clip ÷ floor", Pick("clips", "fluxon", store="local"), figure="item_ms_p50",
+                bottom_figure="floor_ms", at_most=0.8, per_video=True)
+    a, b = evaluate((goal,), rows, 0.0, ["b.mp4", "a.mp4"])
+    assert (a.video, b.video) == ("b.mp4", "a.mp4")
+    assert a.ratio == 1.25 and a.status == "missed" and b.ratio == 0.5 and b.status == "met"
+
+
+def passes_of(row, ms, **more):
+    check = {"exact_required": row.get("family", row.get("contender")) == "fluxon",
+             "frames": 16 * len(ms), "bit_exact": 16 * len(ms), "worst_mean_abs_diff": 0.0,
+             "wrong": [], "off": []}
+    return {"row": row, "item_ms": ms, "item_videos": [], "flagged_videos": [],
+            "check": check, "errors": [], "error_count": 0, **more}
+
+
+def test_legacy_remote_results_convert_to_records():
+    from legacy import convert
+
+    def one(row, r, ms, server):
+        return {**passes_of(row, ms, server=server, extra={}), "workload": "clips",
+                "latency_ms": 10.0, "round": r}
+    peer = {"family": "pyav", "mode": "fsspec", "block_size": 262144}
+    data = {"command": "python bench/remote.py", "generated": "then", "duration_s": 1.0,
+            "settings": {}, "videos": [], "notes": [], "skipped": {},
+            "conditions": {"machine": {}, "versions": {},
+                           "store": {"origin": "dir", "latencies_ms": [10.0],
+                                     "bandwidth_mbps_per_connection": 50.0},
+                           "workload": {"batched_clips": 8, "threads": 1}},
+            "needed_bytes": {"clips": [1 << 20, 1 << 20]},
+            "passes": [one(peer, 0, [500.0, 500.0], {"bytes": 4 << 20, "requests": 8}),
+                       one(peer, 1, [250.0, 250.0], {"bytes": 4 << 20, "requests": 8}),
+                       one({"family": "fluxon", "cache": "local file"}, 0, [100.0], {})]}
+    results = convert(data)
+    assert results.meta["suite"] == "remote"
+    pyav, local = results.records
+    assert pyav.case.label() == "pyav · fsspec 256 KiB" and pyav.case.bandwidth_mbps == 50.0
+    assert pyav.items_per_s == 3.0 and pyav.items_per_s_rounds == [2.0, 4.0]
+    assert pyav.mib_per_item == 2.0 and pyav.requests_per_item == 4.0
+    assert pyav.needed_mib_per_item == 0.5 and pyav.frames_exact == 64
+    assert local.case.store == "local" and local.case.label() == "fluxon local file"
+    with pytest.raises(ValueError):
+        convert({**data, "command": "python bench/dataloader.py"})
+
+
+def test_legacy_local_results_count_a_read_many_call_as_its_clips():
+    from legacy import convert
+
+    def row(contender, cache):
+        return {"contender": contender, "cache": cache, "workload": "batched", "video": "v.mp4",
+                "sweep": False, "piece_size": 262080}
+    extra = {"clips": 8, "frames_per_clip": 16, "height": 224, "width": 224}
+    data = {"command": "python bench/run.py", "settings": {"threads": 1, "repeat": 1},
+            "conditions": {"machine": {}, "versions": {},
+                           "export": {"agent_latency_ms": 0.0, "sweep_agent_latency_ms": 2.0}},
+            "passes": [passes_of(row("pyav", "local"), [250.0] * 8, extra=extra, server={}),
+                       passes_of(row("fluxon read_many", "warm-kv"), [1000.0], extra=extra,
+                                 server={})]}
+    pyav, many = convert(data).records
+    assert pyav.case.store == "local" and pyav.clips_per_s == 4.0  # one clip an item
+    assert many.case.access == "read_many" and many.case.cache == "warm-kv"
+    assert many.clips_per_item == 8 and many.clips_per_s == 8.0  # one call, 8 clips
+
+
+def test_the_report_has_the_goals_and_a_table_per_workload():
+    from cases import Case
+    from record import Results
+    from render import markdown
+
+    rows = [record(Case("clips", "remote", "agent", "pyav", access="download",
+                        latency_ms=10.0), 2.0),
+            record(Case("clips", "remote", "agent", "fluxon", "cold", latency_ms=10.0), 5.0)]
+    machine = {"cpu": "x", "cores": 2, "memory_gib": 1, "os": "y", "git": "z"}
+    text = markdown(Results({"suite": "remote", "command": "c", "machine": machine}, rows), [])
+    assert "| random clip per item: fluxon cold ÷ best exact peer | clips, agent 10 ms |" in text
+    assert "2.50× (rounds 2.50–2.50) | ≥ 2.5× | met |" in text
+    assert "## clips" in text and "| agent 10 ms | fluxon cold | 5.00 (4.50–5.00) |" in text
 
 
 def test_long_items_repeat_each_long_video_and_shuffle():
@@ -159,21 +341,6 @@ def test_the_proxy_passes_end_to_end_headers_only():
     assert kept == [("Range", "bytes=0-9"), ("Authorization", "AWS4 x")]
 
 
-def test_s3_report_ratios_and_round_trips():
-    from remote_report import best_exact_peer, ratio, round_trips
-
-    peer = {"row": {"family": "pyav"}, "ok": True, "clips_per_s": 4.0, "mib_per_clip": 2.0,
-            "requests_per_clip": 6.0}
-    flagged = {**peer, "ok": False, "clips_per_s": 9.0}
-    flux = {"row": {"family": "fluxon", "cache": "cold"}, "ok": True, "clips_per_s": 8.0,
-            "mib_per_clip": 1.0, "requests_per_clip": 2.0,
-            "fluxon": {"per_item": [{"open_round_trips": 2, "first_frame_waits": 1},
-                                    {"open_round_trips": 1, "first_frame_waits": 0}]}}
-    assert best_exact_peer([peer, flagged, flux]) is peer
-    assert ratio(flux, peer, "clips_per_s") == 2.0 and ratio(flux, peer, "mib_per_clip") == 0.5
-    assert round_trips(flux) == 2.0 and round_trips(peer) == 6.0
-
-
 def test_spdl_gets_the_reference_filter_and_its_frames_back_in_the_order_asked():
     from contenders import PEERS, sorted_unique, spdl_filter
 
@@ -192,10 +359,11 @@ def test_avi_files_are_demuxed_with_genpts_by_pyav_and_spdl():
 
 
 def test_spdl_reads_the_remote_download_as_bytes():
-    from remote import FAMILIES
+    from suites import REMOTE_DEFAULTS, remote_peer_cases
     from contenders import BYTES_FAMILIES
 
-    assert "spdl" in FAMILIES and "spdl" in BYTES_FAMILIES
+    spdl = [c for c in remote_peer_cases("clips", REMOTE_DEFAULTS, 10.0) if c.family == "spdl"]
+    assert [c.peer_row()["mode"] for c in spdl] == ["download"] and "spdl" in BYTES_FAMILIES
 
 
 def test_av_audio_verdict_names_exact_shifted_and_broken_audio():
@@ -249,28 +417,29 @@ def test_lerobot_help():
         assert option in out
 
 
-def test_threads_report_gains_and_the_target():
-    import harness
-    import threads
-
-    out = subprocess.run([sys.executable, str(BENCH / "threads.py"), "--help"], check=True,
-                         capture_output=True, text=True).stdout
-    for option in ("--quick", "--clips", "--repeat", "--videos", "--out"):
-        assert option in out
+def test_the_threads_suite_compares_settings_of_one_contender():
+    """bench/threads.py's results, converted: the goal is fluxon 2 threads ÷ 1 thread per
+    video; a flagged peer is never the best exact one."""
+    from legacy import convert
+    from render import markdown
 
     def row(one, two, auto, ok=True):
         return {k: {"clips_per_s": v, "ok": ok, "verdict": "bit-exact" if ok else "OFF: x"}
                 for k, v in zip(("1", "2", "auto"), (one, two, auto))}
 
-    results = {"command": "python bench/threads.py", "generated": "now", "duration_s": 1,
-               "machine": harness.machine(), "versions": {}, "cpus": 2,
-               "settings": {"clips": 4, "repeat": 1},
-               "videos": {"v.mp4": {"fluxon": row(2.0, 3.6, 3.2),
-                                    "pyav": row(1.0, 1.2, 2.0, ok=False)}}}
-    text = threads.render(results)
-    assert "| fluxon | 2.00 | 3.60 | 3.20 | 1.80× | 1.60× | – | – | – | bit-exact |" in text
-    assert "| pyav | 1.00 | 1.20 | 2.00 | 1.20× | 2.00× | 2.00× | 3.00× | 1.60× | ⚠ OFF: x |" in text
-    assert "| v.mp4 | fluxon 2 threads ÷ 1 thread >= 1.7× | 1.80× | met |" in text
+    machine = {"cpu": "x", "cores": 2, "memory_gib": 1, "os": "y", "git": "z"}
+    results = convert({"command": "python bench/threads.py", "generated": "now",
+                       "duration_s": 1, "machine": machine, "versions": {}, "cpus": 2,
+                       "settings": {"clips": 4, "repeat": 1},
+                       "videos": {"v.mp4": {"fluxon": row(2.0, 3.6, 3.2),
+                                            "pyav": row(1.0, 1.2, 2.0, ok=False),
+                                            "spdl": row(1.5, 1.8, 1.6)}}})
+    assert results.meta["suite"] == "threads" and len(results.records) == 9
+    text = markdown(results, [])
+    assert ("| fluxon 2 threads ÷ 1 thread | v.mp4, clips | fluxon · 2 threads 3.60 clips/s "
+            "| fluxon · 1 thread 2.00 clips/s | 1.80× | ≥ 1.7× | met |") in text
+    assert "| spdl · auto threads 1.60 clips/s | 2.00× | (context) |" in text
+    assert "| v.mp4 | local file | ⚠ pyav · 2 threads | 1.20 | OFF: x |" in text
 
 
 def test_index_load_help():
@@ -315,3 +484,17 @@ def test_stages_groups_perf_libraries_into_stages_and_renders_them():
     out = subprocess.run([sys.executable, str(BENCH / "stages.py"), "--help"], check=True,
                          capture_output=True, text=True).stdout
     assert "perf record" in out and "--clips" in out
+
+
+def test_the_codecs_group_runs_only_the_selected_cases(tmp_path):
+    from cases import Filters, select
+    from codecs_group import CodecsGroup
+    from suites import SUITES
+
+    settings = {**SUITES["local"].defaults, "sweep_piece_sizes": ""}
+    only = Filters.parse(workloads="clips", contenders="pyav,fluxon", caches="none,warm-kv")
+    cases = select(SUITES["local"].cases(settings), only)
+    steps = [label for label, _ in CodecsGroup(cases, settings, tmp_path, True).steps()]
+    assert steps == ["dataset", "references", "redis", "which peers import", "clips pyav",
+                     "clips fluxon-local", "clips fluxon cold @ 0 ms",
+                     "clips fluxon warm-kv @ 0 ms", "decode floor"]

@@ -1,0 +1,51 @@
+"""The committed results of the retired scripts, read as records: a bench/run.py JSON
+(suite "local") or a bench/remote.py one (suites "remote", "remote-s3", "remote-long"),
+converted by the same functions that tally the runner's own passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from record import Record, Results
+from tally import codecs_records, meta_of, rounds_records, threads_case
+
+
+def suite_of(data: dict[str, Any]) -> str:
+    """The suite that replaces the command a legacy JSON was made by."""
+    command = data.get("command", "")
+    if "bench/run.py" in command:
+        return "local"
+    if "bench/threads.py" in command:
+        return "threads"
+    if "bench/remote.py" not in command:
+        raise ValueError(f"not a bench/run.py or bench/remote.py result: {command!r}")
+    if data["conditions"]["store"].get("origin") == "s3":
+        return "remote-s3"
+    return "remote-long" if data["conditions"]["workload"].get("long_videos") else "remote"
+
+
+def convert(data: dict[str, Any]) -> Results:
+    """A legacy results JSON (with its ``passes``) as a results file of records."""
+    suite = suite_of(data)
+    if suite == "threads":
+        return threads_results(data)
+    records = codecs_records(data) if suite == "local" else rounds_records(data)
+    return Results({**meta_of(data, suite), "converted_from": data.get("command")}, records)
+
+
+def threads_results(data: dict[str, Any]) -> Results:
+    """bench/threads.py kept only each row's summary (the median clips/s over passes, the
+    verdict): a record each, without per-pass figures."""
+    records = [Record(case=threads_case(contender, {"1": 1, "2": 2, "auto": 0}[key]),
+                      video=video, items_per_s=s["clips_per_s"], ok=s["ok"],
+                      verdict=s["verdict"], frames_per_item=16,
+                      settings={"size": "224x224", "threads": key,
+                                "repeat": data["settings"].get("repeat")})
+               for video, rows in data["videos"].items()
+               for contender, by in rows.items() for key, s in by.items()]
+    meta = {"suite": "threads", "command": data.get("command"), "argv": None,
+            "generated": data.get("generated"), "duration_s": data.get("duration_s"),
+            "settings": data.get("settings", {}), "machine": data["machine"],
+            "versions": data.get("versions", {}), "videos": [], "notes": [], "skipped": {},
+            "converted_from": data.get("command")}
+    return Results(meta, records)

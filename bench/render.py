@@ -1,0 +1,236 @@
+"""The one report of a results file: conditions, the goals the suite declares (met or
+missed, with the figures), one table per workload (rows: store x latency x contender x
+cache, per video where the suite measures per video; columns from the records) and the
+charts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from cases import CACHES, DATASETS, PEERS, WORKLOADS, Case, size_text
+from goals import Outcome, evaluate, value
+from harness import DASH, KiB, MiB, grouped, kinds_of, listing, num, table, times
+from record import Record, Results
+from suites import SUITES
+
+Column = tuple[str, Callable[[Record], str]]
+
+
+def f(x: float | None, digits: int = 2) -> str:
+    return num(x, digits, grouped=True)
+
+
+def store_text(case: Case) -> str:
+    if case.store == "local":
+        return "local file"
+    cap = f", {case.bandwidth_mbps:g} MB/s" if case.bandwidth_mbps else ""
+    return f"{case.store} {case.latency_ms:g} ms{cap}"
+
+
+def row_name(r: Record) -> str:
+    return ("" if r.ok else "⚠ ") + r.case.label()
+
+
+def check_text(r: Record) -> str:
+    text = r.verdict
+    paths = r.counts.get("path")
+    if isinstance(paths, dict) and paths:  # fluxon's read paths (indexed, sequential...)
+        text += " · " + "+".join(sorted(paths))
+    if r.counts.get("pyav_fallbacks"):
+        text += f" · {r.counts['pyav_fallbacks']} re-decode(s) from the first keyframe"
+    return text[:160].replace("|", "/")
+
+
+def rate_text(r: Record, per: float = 1.0) -> str:
+    """A rate (per item × ``per``): the median and the range over rounds."""
+    if not r.items_per_s:
+        return DASH
+    scale, rounds = r.clips_per_item * per, r.items_per_s_rounds
+    spread = (f" ({f(min(rounds) * scale)}–{f(max(rounds) * scale)})" if len(rounds) > 1
+              else "")
+    return f(r.items_per_s * scale) + spread
+
+
+def per_clip(r: Record, x: float | None) -> float | None:
+    return x / r.clips_per_item if x is not None else None
+
+
+def pass_count_per_clip(r: Record, key: str) -> float | None:
+    """fluxon's own count (a median of pass sums) per clip read through FluxonFS."""
+    got = r.counts.get(key)
+    if not (r.case.via_store and isinstance(got, (int, float)) and r.items):
+        return None
+    return got * r.rounds / r.items / r.clips_per_item
+
+
+COMMON: list[Column] = [
+    ("video", lambda r: r.video or DASH), ("store", lambda r: store_text(r.case)),
+    ("piece", lambda r: size_text(r.case.piece_size) if r.case.piece_size else DASH),
+    ("row", row_name)]
+CLIP_COLUMNS: list[Column] = [
+    ("clips/s (median, range)", rate_text),
+    ("p50 ms/item", lambda r: f(r.item_ms_p50, 0)), ("p95", lambda r: f(r.item_ms_p95, 0)),
+    ("open ms", lambda r: f(r.open_ms, 1) + (f" (+{f(r.index_ms, 1)} scan)" if r.index_ms
+                                             else "")),
+    ("floor ms", lambda r: f(r.floor_ms, 0)),
+    ("clip/floor", lambda r: times(r.item_ms_p50 / r.floor_ms / r.clips_per_item)
+     if r.item_ms_p50 and r.floor_ms else DASH),
+    ("MiB/clip", lambda r: f(per_clip(r, r.mib_per_item))),
+    ("req/clip", lambda r: f(per_clip(r, r.requests_per_item), 1)),
+    ("conns", lambda r: f(r.connections, 0)),
+    ("RT before 1st frame p50", lambda r: f(r.round_trips_p50, 1)),
+    ("KV RT/item", lambda r: f(r.kv_round_trips_per_item, 1)),
+    ("KV hit/miss per pass", lambda r: f"{f(r.counts['kv_hits'], 0)}/"
+     f"{f(r.counts.get('kv_misses'), 0)}" if r.case.via_store and "kv_hits" in r.counts
+     else DASH),
+    ("frames decoded/clip", lambda r: f(pass_count_per_clip(r, "frames_decoded"), 0)),
+    ("FFmpeg range reads/clip", lambda r: f(pass_count_per_clip(r, "range_reads"), 1)),
+    ("FFmpeg range MiB/clip", lambda r: f((pass_count_per_clip(r, "range_bytes") or 0) / MiB
+                                          if "range_bytes" in r.counts else None)),
+    ("peak RSS MiB", lambda r: f(r.peak_rss_mib, 0)), ("frames", check_text)]
+SEQUENTIAL_COLUMNS: list[Column] = [
+    ("frames/s", lambda r: rate_text(r, (r.frames_per_item or 0) / r.clips_per_item)),
+    ("ms", lambda r: f(r.item_ms_p50, 0)),
+    ("remote MiB", lambda r: f(r.mib_per_item)), ("peak RSS MiB", lambda r: f(r.peak_rss_mib, 0)),
+    ("frames", check_text)]
+METADATA_COLUMNS: list[Column] = [
+    ("ms/video p50 (range of round medians)", lambda r: f(r.item_ms_p50, 1) + (
+        f" ({f(min(r.round_median_ms), 1)}–{f(max(r.round_median_ms), 1)})"
+        if len(r.round_median_ms) > 1 else "")),
+    ("p95", lambda r: f(r.item_ms_p95, 1)), ("req/video", lambda r: f(r.requests_per_item)),
+    ("KiB/video", lambda r: f(r.mib_per_item * KiB if r.mib_per_item is not None else None, 0)),
+    ("KV RT/video", lambda r: f(r.kv_round_trips_per_item)),
+    ("conns", lambda r: f(r.connections, 0)),
+    ("frame count, fps, duration", check_text)]
+
+
+def columns_of(workload: str) -> list[Column]:
+    return COMMON + {"sequential": SEQUENTIAL_COLUMNS,
+                     "metadata": METADATA_COLUMNS}.get(workload, CLIP_COLUMNS)
+
+
+def rank(r: Record, videos: list[str]) -> tuple:
+    """Rows in a table: video, latency, peers before fluxon, then cache state."""
+    c = r.case
+    family = (PEERS.index(c.family) if c.family in PEERS else len(PEERS)) if not c.fluxon \
+        else len(PEERS) + 1 + (c.store != "local")
+    cache = (CACHES.index(c.cache) if c.cache in CACHES else -1, c.access)
+    return (videos.index(r.video) if r.video in videos else -1, c.latency_ms,
+            c.piece_size or 0, 99 if c.threads == 0 else c.threads or 0, family, cache,
+            c.label())
+
+
+def workload_table(records: list[Record], videos: list[str]) -> str:
+    """One table; a column every row leaves empty is left out."""
+    videos = videos + [v for v in dict.fromkeys(r.video for r in records) if v not in videos]
+    rows = sorted(records, key=lambda r: rank(r, videos))
+    cols = columns_of(rows[0].case.workload)
+    cells = [[fn(r) for _, fn in cols] for r in rows]
+    keep = [i for i in range(len(cols)) if any(row[i] != DASH for row in cells)]
+    return table([cols[i][0] for i in keep], [[row[i] for i in keep] for row in cells])
+
+
+def sections(records: list[Record], videos: list[str]) -> list[str]:
+    out = []
+    groups = grouped(records, lambda r: (r.case.workload, r.case.dataset,
+                                         r.case.piece_size is not None))
+    order = list(WORKLOADS)
+    for (workload, dataset, sweep), rows in sorted(groups.items(),
+                                                   key=lambda g: (order.index(g[0][0]), g[0][2])):
+        title = f"## {workload}" + (": piece-size sweep" if sweep else "")
+        about = f"{WORKLOADS[workload]}; {dataset} dataset: {DATASETS.get(dataset, '?')}"
+        out += [title, "", about + ".", "", workload_table(rows, videos), ""]
+    return out
+
+
+def goal_cells(o: Outcome) -> list[str]:
+    g = o.goal
+    where = (o.video + ", " if o.video else "") + g.top.workload
+    if o.top is not None and o.top.case.store != "local":
+        where += ", " + store_text(o.top.case)
+
+    def figure(r: Record | None, name: str) -> str:
+        got = value(r, name)
+        unit = {"clips_per_s": "clips/s", "item_ms_p50": "ms", "mib_per_item": "MiB/item",
+                "needed_mib_per_item": "MiB/item needed", "floor_ms": "ms floor",
+                "round_trips_p50": "round trips", "span_piece_mib_per_item":
+                "MiB/item in the spans' pieces", "open_model_mib_per_item":
+                "MiB/item in the spans' and the scan's pieces"}.get(name, name)
+        return f"{r.case.label()} {f(got)} {unit}" if r is not None and got is not None \
+            else DASH
+    spread = f" (rounds {o.rounds[0]:.2f}–{o.rounds[1]:.2f})" if o.rounds else ""
+    shown = times(o.ratio) if (g.bottom or g.bottom_figure) else f(o.ratio)
+    return [g.text, where, figure(o.top, g.figure),
+            figure(o.bottom, g.bottom_figure or g.figure) if (g.bottom or g.bottom_figure)
+            else DASH, shown + spread, g.threshold(), o.status]
+
+
+def dataset_table(videos: list[dict]) -> str:
+    """One row per video, or per kind of video (codec, size, layout) when there are many."""
+    if len(videos) <= 10:
+        return table(["video", "codec", "resolution", "fps", "frames", "GOP", "layout", "MiB",
+                      "container KiB"],
+                     [[v["video"], v["codec"], f"{v['width']}x{v['height']}", str(v["fps"]),
+                       str(v["frames"]), str(v["gop"]), v["layout"], f(v["file_bytes"] / MiB),
+                       f(v["container_bytes"] / KiB, 1)] for v in videos])
+    kinds = kinds_of({**v, "layout": v["layout"] + (" (long)" if "_long_" in v["video"] else "")}
+                     for v in videos)
+
+    def span(vs: list[dict], k: str, scale: float, digits: int) -> str:
+        lo, hi = min(v[k] for v in vs) / scale, max(v[k] for v in vs) / scale
+        return f"{lo:.{digits}f}–{hi:.{digits}f}"
+    return table(["kind", "videos", "frames", "GOP", "file MiB", "container KiB"],
+                 [[kind, str(len(vs)), span(vs, "frames", 1, 0),
+                   "/".join(sorted({str(v["gop"]) for v in vs})), span(vs, "file_bytes", MiB, 2),
+                   span(vs, "container_bytes", KiB, 0)] for kind, vs in kinds.items()])
+
+
+def markdown(results: Results, charts: list[Path]) -> str:
+    meta, records = results.meta, results.records
+    suite = SUITES.get(meta["suite"])
+    videos = [v["video"] for v in meta.get("videos", [])]
+    m = meta["machine"]
+    head = [f"# Benchmark suite `{meta['suite']}`" + (f": {suite.about}" if suite else ""), "",
+            f"`{meta.get('command')}` — {meta.get('generated')}, {f(meta.get('duration_s'), 0)} s"
+            + (f"; converted from the JSON of `{meta['converted_from']}`"
+               if meta.get("converted_from") else "") + ".", "",
+            f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, {m['os']}, "
+            f"git {m['git']}.", "",
+            "Versions: " + listing(meta.get("versions", {}).items()) + ".", "",
+            "Settings: " + ", ".join(f"{k} {v}" for k, v in meta.get("settings", {}).items()
+                                     if k not in ("data", "out", "render", "quick")
+                                     and not isinstance(v, (dict, list))) + ".", ""]
+    head += [f"- Note: {n}" for n in meta.get("notes", [])]
+    head += [f"- Skipped: {k} ({v})" for k, v in meta.get("skipped", {}).items()]
+    head += ["", "How to read it: bench/README.md (the runner's --help). A row is one case "
+             "(store x contender x cache); rates are per round (or repeat) medians, the "
+             "range over rounds in brackets; ⚠ marks a row whose frames failed the check "
+             "(fluxon must equal the ffmpeg CLI bit for bit, peers show the right frame "
+             "within tolerance); a flagged row is never the best exact peer.", ""]
+    if videos:
+        head += ["## Dataset", "", dataset_table(meta["videos"]), ""]
+    if suite and suite.goals:
+        outcomes = evaluate(suite.goals, records, suite.goal_latency_ms, videos)
+        head += ["## Goals", "", "Declared by the suite (bench/suites.py); \"best exact "
+                 "peer\" is the fastest peer row whose frames passed the check.", "",
+                 table(["goal", "where", "top", "bottom", "ratio", "goal", "status"],
+                       [goal_cells(o) for o in outcomes]), ""]
+    body = sections(records, videos)
+    body += [f"![{p.stem}]({p.name})" for p in charts]
+    if suite and suite.notes:
+        body += ["", "## Notes", "", *(f"- {n}" for n in suite.notes)]
+    return "\n".join(head + body).rstrip() + "\n"
+
+
+def write(results: Results, out: Path, stem: str) -> list[Path]:
+    """<out>/<stem>.md and its charts (the JSON is the caller's: a re-render keeps it)."""
+    import charts
+
+    path = out / f"{stem}.md"  # the stem may name a folder: remote-long/remote
+    path.parent.mkdir(parents=True, exist_ok=True)
+    videos = [v["video"] for v in results.meta.get("videos", [])]
+    drawn = charts.draw(sorted(results.records, key=lambda r: rank(r, videos)), path.parent,
+                        path.stem, videos)
+    path.write_text(markdown(results, drawn))
+    return [path, *drawn]

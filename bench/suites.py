@@ -1,0 +1,291 @@
+"""The named suites: each a list of cases made from the run's settings (what the retired
+bench/run.py, bench/remote.py and bench/threads.py ran), the settings' defaults (full and
+--quick), the goals its report evaluates and the notes it prints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from cases import BEST_CLIPS_PEER, CACHES, PEERS, Case, parse_size
+from goals import BEST_PEER, FEWEST_BYTES_PEER, Goal, Pick
+from harness import MiB
+
+@dataclass(frozen=True)
+class Suite:
+    """A named set of cases (made from the run's settings), its settings' defaults (full
+    and --quick), where its results go and the goals its report evaluates."""
+
+    name: str
+    about: str
+    stem: str                     # results file stem under --out
+    cases: Callable[[dict[str, Any]], list[Case]]
+    defaults: dict[str, Any]
+    quick: dict[str, Any]
+    goals: tuple[Goal, ...] = ()
+    goal_latency_ms: float = 10.0  # the latency the goals are stated at (else the highest)
+    notes: tuple[str, ...] = ()    # what the report says under its tables
+
+
+def latencies(settings: dict[str, Any]) -> list[float]:
+    return [float(x) for x in str(settings["latencies"]).split(",") if x.strip()]
+
+
+def blocks(settings: dict[str, Any]) -> list[int | None]:
+    return [None if b.strip() == "default" else parse_size(b)
+            for b in str(settings["block_sizes"]).split(",") if b.strip()]
+
+
+def target_latency(settings: dict[str, Any]) -> float:
+    lats = latencies(settings)
+    return 10.0 if 10.0 in lats else max(lats)
+
+
+def local_cases(s: dict[str, Any]) -> list[Case]:
+    """bench/run.py's matrix: peers and fluxon's decoder on the local files; fluxon through
+    the agent at each latency (no bandwidth cap) cold, warm reader and warm KV; the batched
+    clips of the 60 s video (fluxon also in one read_many call); the piece-size sweep."""
+    out: list[Case] = []
+    for workload in ("clips", "clips-native", "sequential", "batched"):
+        local = Case(workload, "codecs", "local", "fluxon")
+        out += [replace(local, family=p) for p in PEERS]
+        out += [local] * (workload != "batched")
+        for lat in latencies(s):
+            agent = Case(workload, "codecs", "agent", "fluxon", latency_ms=lat)
+            out += [replace(agent, cache=c) for c in ("cold", "warm-reader", "warm-kv")
+                    if not (workload == "batched" and c == "warm-reader")]
+            if workload == "batched":
+                out.append(replace(agent, cache="warm-kv", access="read_many"))
+    for size in [parse_size(x) for x in str(s["sweep_piece_sizes"]).split(",") if x.strip()]:
+        out += [Case("clips", "codecs", "agent", "fluxon", c,
+                     latency_ms=float(s["sweep_latency_ms"]), piece_size=size)
+                for c in ("cold", "warm-kv")]
+    return out
+
+
+def remote_peer_cases(workload: str, s: dict[str, Any], lat: float) -> list[Case]:
+    """The peer rows of one remote workload at one latency (bench/remote.py's)."""
+    bw = float(s["bandwidth_mbps"])
+    store = "s3" if s.get("store") == "s3" else "agent"
+    base = Case(workload, "remote", store, "pyav", latency_ms=lat, bandwidth_mbps=bw)
+    sizes = blocks(s)
+    if workload == "batched":
+        return [replace(base, family=BEST_CLIPS_PEER), replace(base, access="download"),
+                replace(base, access="download-union")]
+    if store == "s3":  # PyAV and torchcodec (exact) over s3fs and obstore; PyAV download
+        return [replace(base, family=fam, access=mode, block_size=b,
+                        seek_mode="exact" if fam == "torchcodec" else "")
+                for fam in ("pyav", "torchcodec") for mode in ("s3fs", "obstore")
+                for b in sizes] + [replace(base, access="download")]
+    if workload in ("clips", "long"):
+        return [*(replace(base, access="fsspec", block_size=b) for b in sizes),
+                replace(base, access="download"),
+                *(replace(base, family="torchcodec", access="fsspec", block_size=b,
+                          seek_mode="exact") for b in sizes),
+                replace(base, family="decord", access="file-object"),
+                # SPDL reads a path or bytes, no file object: its users download the file.
+                replace(base, family="spdl", access="download")]
+    small = min(sizes, key=lambda b: b or 5 * MiB)  # metadata: opening reads least with it
+    return [replace(base, access="fsspec", block_size=small),
+            replace(base, family="torchcodec", access="fsspec", block_size=small,
+                    seek_mode="approximate"),
+            replace(base, family="torchcodec", access="fsspec", seek_mode="exact"),
+            replace(base, family="decord", access="file-object")]
+
+
+def remote_cases(s: dict[str, Any]) -> list[Case]:
+    """bench/remote.py's matrix: at every latency, each workload's peer rows and fluxon in
+    every cache state (warm-reader on the clip workloads); fluxon's decoder on the local
+    files beside the clip workloads at the target latency."""
+    s3 = s.get("store") == "s3"
+    workloads = ("clips", "long") if s3 else (
+        ("clips", "batched", "metadata") + (("long",) if int(s["long_videos"]) else ()))
+    out = []
+    for lat in latencies(s):
+        for workload in workloads:
+            out += remote_peer_cases(workload, s, lat)
+            flux = Case(workload, "remote", "s3" if s3 else "agent", "fluxon", latency_ms=lat,
+                        bandwidth_mbps=float(s["bandwidth_mbps"]),
+                        access="read_many" if workload == "batched" else "")
+            caches = CACHES if workload in ("clips", "long") else CACHES[:4]
+            out += [replace(flux, cache=c) for c in caches]
+            if workload in ("clips", "long") and lat == target_latency(s):
+                out.append(Case(workload, "remote", "local", "fluxon", latency_ms=lat))
+    return out
+
+
+def versus_best_peer(workload: str, caches: Iterable[tuple[str, float]], what: str,
+                     latency_ms: float | None = None) -> list[Goal]:
+    """``what`` names the two sides, with {cache} for fluxon's."""
+    return [Goal(what.format(cache=cache),
+                 Pick(workload, "fluxon", cache, latency_ms=latency_ms),
+                 Pick(workload, BEST_PEER, latency_ms=latency_ms), at_least=goal)
+            for cache, goal in caches]
+
+
+CLIP_CACHES = (("warm-kv", 3.0), ("warm-kv+shared", 3.0), ("warm-reader", 3.0),
+               ("cold", 2.5), ("cold+lookahead", 2.5))
+
+
+def remote_goals() -> tuple[Goal, ...]:
+    """bench/remote.py's targets (at L = 10 ms, 50 MB/s; batched also at 0 ms)."""
+    clip = Pick("clips", "fluxon", "warm-kv")
+    local = Pick("clips", "fluxon", store="local")
+    return (*versus_best_peer("clips", CLIP_CACHES, "random clip per item: fluxon {cache} ÷ "
+                                                     "best exact peer"),
+             *versus_best_peer("long", CLIP_CACHES, "random clip of a long video per item: "
+                                                    "fluxon {cache} ÷ best exact peer"),
+             Goal("fluxon cold+lookahead ÷ fluxon warm-kv (issue 38: cold as fast as warm)",
+                  Pick("clips", "fluxon", "cold+lookahead"), clip, at_least=0.9),
+             Goal("long videos: fluxon cold+lookahead ÷ fluxon warm-kv",
+                  Pick("long", "fluxon", "cold+lookahead"), Pick("long", "fluxon", "warm-kv")),
+             Goal("fluxon warm-kv ÷ fluxon's decoder on the local files (the store costs "
+                  "≤ 10%)", clip, local, at_least=0.9),
+             Goal("fluxon warm-kv+shared ÷ fluxon's decoder on the local files",
+                  Pick("clips", "fluxon", "warm-kv+shared"), local, at_least=0.9),
+             Goal("context: fluxon's decoder on the local files ÷ best exact peer (the "
+                  "ceiling if the store cost nothing)", local, Pick("clips", BEST_PEER)),
+             Goal("remote bytes: fluxon cold ÷ needed (GOP spans touched + container index)",
+                  Pick("clips", "fluxon", "cold"), figure="mib_per_item",
+                  bottom_figure="needed_mib_per_item", at_most=1.25),
+             Goal("context: fluxon cold bytes ÷ the GOP spans in whole pieces (model from the "
+                  "ffprobe packet table and the piece size)", Pick("clips", "fluxon", "cold"),
+                  figure="mib_per_item", bottom_figure="span_piece_mib_per_item"),
+             Goal("context: fluxon cold bytes ÷ those pieces plus the pieces the cold scan "
+                  "reads (MP4: the container bytes around the packets; MKV/WebM/AVI: the "
+                  "whole file)", Pick("clips", "fluxon", "cold"), figure="mib_per_item",
+                  bottom_figure="open_model_mib_per_item"),
+             Goal("remote bytes: fluxon cold ÷ the peer fetching the fewest",
+                  Pick("clips", "fluxon", "cold"), Pick("clips", FEWEST_BYTES_PEER),
+                  figure="mib_per_item", at_most=0.999),
+             *(g for lat in (0.0, None) for g in versus_best_peer(
+                 "batched", (("warm-kv", 5.0), ("cold", 5.0)),
+                 "batched K clips of one video: fluxon read_many {cache} ÷ best exact peer "
+                 "one by one",
+                 latency_ms=lat)),
+             Goal("context: fluxon read_many warm-kv ÷ PyAV decoding the K clips' union in "
+                  "one pass", Pick("batched", "fluxon", "warm-kv"),
+                  Pick("batched", "pyav", access="download-union")),
+             *(Goal(f"metadata only: fastest exact peer's open ÷ fluxon {cache} video_metadata "
+                    "(p50 per video)", Pick("metadata", BEST_PEER),
+                    Pick("metadata", "fluxon", cache), figure="item_ms_p50",
+                    at_least=10.0 if cache.startswith("warm") else None)
+               for cache in ("warm-kv", "warm-kv+shared", "cold")),
+             *(Goal(f"metadata only: round trips one after another, fluxon {cache} "
+                    "video_metadata (p50 per video)", Pick("metadata", "fluxon", cache),
+                    figure="round_trips_p50", at_most=1.0 if cache.startswith("warm") else None)
+               for cache in ("warm-kv", "warm-kv+shared", "cold")),
+             *(Goal(f"round trips before the first frame, fluxon {cache} (open_round_trips + "
+                    "first_frame_waits, p50 per item)", Pick("clips", "fluxon", cache),
+                    figure="round_trips_p50", at_most=1.0 if cache.startswith("warm") else 3.0)
+               for cache in ("warm-kv", "warm-kv+shared", "cold")))
+
+
+LOCAL_GOALS = (
+    Goal("(a) clips/s, warm KV vs best peer on local files", Pick("clips", "fluxon", "warm-kv"),
+         Pick("clips", BEST_PEER), per_video=True, first_video_only=True),
+    Goal("(c) per-clip time ÷ decode floor, fluxon warm KV",
+         Pick("clips", "fluxon", "warm-kv"), figure="item_ms_p50", bottom_figure="floor_ms",
+         per_video=True, first_video_only=True),
+    Goal("(b) N clips of one video: read_many ÷ best peer one by one",
+         Pick("batched", "fluxon", "warm-kv", access="read_many"), Pick("batched", BEST_PEER),
+         per_video=True),
+    Goal("(e) local file, 1 thread: fluxon ÷ best exact peer", Pick("clips", "fluxon",
+                                                                      store="local"),
+         Pick("clips", BEST_PEER), at_least=1.5, per_video=True),
+    Goal("(e) local file, 1 thread: clip ÷ decode floor", Pick("clips", "fluxon", store="local"),
+         figure="item_ms_p50", bottom_figure="floor_ms", at_most=0.8, per_video=True),
+    Goal("(d) cold remote bytes ÷ (GOP spans touched + container)",
+         Pick("clips", "fluxon", "cold"), figure="mib_per_item",
+         bottom_figure="needed_mib_per_item", per_video=True),
+)
+
+TORCHCODEC_NOTE = (
+    "torchcodec's decoder-side Resize (bilinear with antialiasing) differs from the ffmpeg "
+    "CLI's bilinear scale by more than the tolerance, so its 224x224 rows are flagged OFF "
+    "whenever that shows (its native-size frames are bit-exact).")
+LOCAL_NOTES = (
+    "The decode floor (floor ms, clip/floor) is every frame from the keyframe to the last "
+    "target, decoded in a fresh decoder, nothing converted (fluxon_video._floor); fluxon "
+    "can go below 1 because it skips non-reference frames it does not return and keeps its "
+    "decoder from one clip to the next.",
+    "Every measurement runs in a process of its own (its peak RSS is its own; a \"new "
+    "process\" starts with nothing cached).", TORCHCODEC_NOTE)
+REMOTE_NOTES = (
+    "decord's VideoReader accepts a file object, but only to call read() once and decode "
+    "from memory: its row is decord's download pipeline (fsspec: HEAD + one GET).",
+    "PyAV gets each video's frame -> pts table from the dataset's ffprobe scan, untimed (as "
+    "if kept in the dataset's manifest); it seeks to the keyframe before the clip and "
+    "decodes forward; a seek that lands past a target is redone from the first keyframe.",
+    "torchcodec's exact mode scans every packet when it opens: over an fsspec file that "
+    "reads the whole file. " + TORCHCODEC_NOTE,
+    "Timed per item: open (fsspec.open's HEAD, the GET, or the pool call) to frames as "
+    "numpy, close included; not timed: process start, library initialisation, frame "
+    "checks. MiB and requests are the origin servers' counters, conns the connections that "
+    "carried requests during a pass (the relay's count, median over passes).",
+    "Redis has no injected latency: it is the cache next to the training nodes, the agent "
+    "is the remote store.")
+
+THREADS = (1, 2, 0)  # 0: each library's own choice (FFmpeg's thread_count 0, fluxon "auto")
+
+
+def threads_cases(s: dict[str, Any]) -> list[Case]:
+    """bench/threads.py's matrix: every contender at 1, 2 and auto decoder threads on the
+    local 1080p files; fluxon as its users open a file (``open_video``)."""
+    return [Case("clips", "threads", "local", family, access="open_video" * (family == "fluxon"),
+                 threads=t) for t in THREADS for family in ("fluxon", *PEERS)]
+
+
+THREAD_GOALS = (
+    Goal("fluxon 2 threads ÷ 1 thread", Pick("clips", "fluxon", store="local", threads=2),
+         Pick("clips", "fluxon", store="local", threads=1), at_least=1.7, per_video=True),
+    Goal("context: fluxon auto threads ÷ 1 thread", Pick("clips", "fluxon", store="local",
+                                                         threads=0),
+         Pick("clips", "fluxon", store="local", threads=1), per_video=True),
+    *(Goal(f"context: fluxon ÷ best exact peer, {t or 'auto'} thread(s) each",
+           Pick("clips", "fluxon", store="local", threads=t),
+           Pick("clips", BEST_PEER, threads=t), per_video=True) for t in THREADS))
+
+REMOTE_DEFAULTS: dict[str, Any] = {
+    "store": "agent", "latencies": "0,2,10", "bandwidth_mbps": 50.0, "rounds": "2",
+    "videos": 24, "batched_items": 3, "batched_clips": 8, "block_sizes": "256K,default",
+    "threads": 1, "piece_size": None, "seed": 15, "long_videos": 0, "long_items": 0}
+REMOTE_QUICK = {"latencies": "10", "rounds": "1", "videos": 12, "batched_items": 2}
+S3_DEFAULTS = {**REMOTE_DEFAULTS, "store": "s3", "latencies": "10", "videos": 16,
+               "block_sizes": "256K,4M", "long_videos": 2, "long_items": 4}
+
+SUITES = {s.name: s for s in (
+    Suite("local", "peers on local files vs fluxon through FluxonFS on loopback, per video "
+          "(was bench/run.py)", "latest", local_cases,
+          {"latencies": "0", "repeat": 3, "clips": 6, "batch_clips": 8, "seed": 5, "threads": 1,
+           "piece_size": None, "sweep_piece_sizes": "256K,1M,4M", "sweep_latency_ms": 2.0,
+           "bandwidth_mbps": 0.0},
+          {"repeat": 1, "clips": 2, "batch_clips": 4, "sweep_piece_sizes": "256K,1M"},
+          LOCAL_GOALS, goal_latency_ms=0.0, notes=LOCAL_NOTES),
+    Suite("remote", "fluxon through the agent vs peers over HTTP, one store model (was "
+          "bench/remote.py)", "remote", remote_cases, REMOTE_DEFAULTS, REMOTE_QUICK,
+          remote_goals(), notes=REMOTE_NOTES),
+    Suite("remote-s3", "an S3 origin: moto behind the latency relay (was bench/remote.py "
+          "--store s3)", "remote-s3", remote_cases, S3_DEFAULTS,
+          {"rounds": "1", "videos": 6, "long_videos": 1, "long_items": 2},
+          tuple(g for g in remote_goals() if g.top.workload in ("clips", "long")
+                and g.bottom is not None and (g.bottom.family == BEST_PEER
+                                              or g.top.cache == "cold+lookahead")),
+          notes=REMOTE_NOTES),
+    Suite("remote-long", "the remote store on 2-minute videos (was bench/remote.py "
+          "--long-videos 4 --long-items 3 --latencies 10 --videos 4 --batched-items 1)",
+          "remote-long/remote", remote_cases, {**REMOTE_DEFAULTS, "long_videos": 4, "long_items": 3,
+                                   "latencies": "10", "videos": 4, "batched_items": 1},
+          {"rounds": "1", "long_videos": 1, "long_items": 2}, remote_goals(), notes=REMOTE_NOTES),
+    Suite("threads", "decoder threads on 1080p: 1, 2 and auto threads, fluxon against every "
+          "peer at the same setting (was bench/threads.py)", "threads", threads_cases,
+          {"clips": 12, "repeat": 3, "thread_videos": "h264,hevc", "seed": 5,
+           "latencies": "0", "threads": 1},
+          {"clips": 4, "repeat": 1, "thread_videos": "h264"}, THREAD_GOALS, goal_latency_ms=0.0,
+          notes=("auto is each library's own choice: FFmpeg's thread_count 0 for the peers, "
+                 "num_threads=\"auto\" for fluxon (a thread per core the process may run on).",
+                 "fluxon opens each file with fv.open_video(path, 224, 224, num_threads=t): "
+                 "with t >= 2 a read whose frames start at different keyframes is split over "
+                 "two decoders.", TORCHCODEC_NOTE)),
+)}

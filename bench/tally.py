@@ -1,0 +1,208 @@
+"""Passes into records: the executors (bench/peer_passes.py, bench/fluxon_passes.py) return
+one pass per contender and video (per-video groups) or per row and round (round groups);
+these functions turn a group's passes into one ``Record`` per case (and video). The same
+functions read the passes of the legacy bench/run.py and bench/remote.py JSONs."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+from cases import PEERS, Case
+from harness import MiB, count, grouped, median, merge_checks, pct, verdict
+from record import Record
+
+# bench/run.py's workload names
+CODECS_WORKLOADS = {"clips224": "clips", "sequential224": "sequential"}
+
+
+def record_of(case: Case, group: list[dict], clips_per_item: float = 1.0,
+              none: str = "–", **known: Any) -> Record:
+    """One case's record over its passes: items/s per pass (a pass's time is its items'
+    plus its ``open_ms``), item times over every pass, the origin's counters per item, the
+    frame check merged, the row's own counters (median over passes of each pass's sum)."""
+    timed = [p for p in group if p.get("item_ms")]
+    pass_ms = [sum(p["item_ms"]) + p["extra"].get("open_ms", 0) for p in timed]
+    rates = [len(p["item_ms"]) / (ms / 1e3) for p, ms in zip(timed, pass_ms)]
+    item_ms = [t for p in group for t in p.get("item_ms") or []]
+    items = len(item_ms)
+    servers = [p["server"] for p in group if p.get("server")]
+    check = merge_checks([p.get("check") for p in group])
+    ok, text = verdict(group, check, none)
+    per_item = [x for p in group for x in p["extra"].get("per_item", [])]
+    per_pass = [count(p["extra"].get("per_item", [])) for p in timed]
+    counts: dict[str, Any] = {k: median(p[k] for p in per_pass if k in p)
+                              for k in dict.fromkeys(k for p in per_pass for k in p)
+                              if all(not isinstance(p.get(k), dict) for p in per_pass)}
+    counts.update({k: v for p in per_pass[:1] for k, v in p.items() if isinstance(v, dict)})
+    fallbacks = sum(p["extra"].get("fallbacks", 0) for p in group)
+    if fallbacks:
+        counts["pyav_fallbacks"] = fallbacks
+    # Round trips one after another before the first frame (metadata: before the answer).
+    trips = [x["open_round_trips"] + x.get("first_frame_waits", 0) for x in per_item
+             if "open_round_trips" in x]
+    rss = [p["extra"]["peak_rss_mib"] for p in group if p["extra"].get("peak_rss_mib")]
+
+    def per_item_of(total: float) -> float | None:
+        return total / items if items else None
+    record = Record(
+        case=case, rounds=len(group), items=items, clips_per_item=clips_per_item,
+        items_per_s=median(rates), items_per_s_rounds=rates,
+        item_ms_p50=pct(item_ms, 0.5), item_ms_p95=pct(item_ms, 0.95),
+        item_ms_p99=pct(item_ms, 0.99),
+        round_median_ms=[statistics.median(p["item_ms"]) for p in timed],
+        open_ms=median(p["extra"]["open_ms"] for p in timed if "open_ms" in p["extra"]),
+        connections=median(s.get("connections_used", 0) for s in servers),
+        round_trips_p50=median(trips),
+        kv_round_trips_per_item=(statistics.mean(x.get("kv_round_trips", 0) for x in per_item)
+                                 if per_item and "kv_round_trips" in per_item[0] else None),
+        peak_rss_mib=max(rss, default=None), ok=ok, verdict=text,
+        frames_checked=check["frames"] if check else 0,
+        frames_exact=check["bit_exact"] if check else 0,
+        frames_wrong=len(check["wrong"]) + len(check["off"]) if check else 0,
+        errors=[e for p in group for e in p.get("errors", [])][:5], counts=counts, **known)
+    if servers:
+        record.mib_per_item = per_item_of(sum(s.get("bytes", 0) for s in servers) / MiB)
+        record.requests_per_item = per_item_of(sum(s.get("requests", 0) for s in servers))
+    elif case.via_store and per_item:  # no server counters: fluxon's own (the agent's reads)
+        record.mib_per_item = per_item_of(sum(x.get("remote_bytes", 0) for x in per_item) / MiB)
+        record.requests_per_item = per_item_of(sum(x.get("remote_reads", 0) for x in per_item))
+    return record
+
+
+# ---- per-video groups (the codecs dataset; bench/run.py's passes) ----
+
+def codecs_case(row: dict, export: dict) -> Case:
+    """The case of a bench/run.py row."""
+    workload = CODECS_WORKLOADS.get(row["workload"], row["workload"])
+    contender = row["contender"]
+    if contender in PEERS or contender == "fluxon-local":
+        return Case(workload, "codecs", "local", "fluxon" if contender == "fluxon-local"
+                    else contender)
+    sweep = row.get("sweep", False)
+    return Case(workload, "codecs", "agent", "fluxon", row["cache"],
+                access="read_many" if contender == "fluxon read_many" else "",
+                latency_ms=float(row["latency_ms"] if row.get("latency_ms") is not None else
+                                 export["sweep_agent_latency_ms" if sweep
+                                        else "agent_latency_ms"]),
+                piece_size=row["piece_size"] if sweep else None)
+
+
+def codecs_records(results: dict) -> list[Record]:
+    """One record per (case, video) of a per-video group's results (bench/run.py's shape:
+    ``passes``, ``floors``, ``ideal_bytes``, ``conditions.export``)."""
+    export = results["conditions"]["export"]
+    floors = {(CODECS_WORKLOADS.get(f["workload"], f["workload"]), f["video"]): f["floor_ms"]
+              for f in results.get("floors", [])}
+    out = []
+    for group in grouped(results["passes"], lambda p: json.dumps(p["row"],
+                                                                 sort_keys=True)).values():
+        row, info = group[0]["row"], group[0]["extra"]
+        case = codecs_case(row, export)
+        clips = info.get("clips", 1)
+        per_item = clips if case.access == "read_many" else 1  # one call reads them all
+        need = results.get("ideal_bytes", {}).get(row["video"])
+        record = record_of(case, group, per_item, video=row["video"],
+                           frames_per_item=per_item * info.get("frames_per_clip", 1),
+                           floor_ms=median(floors.get((case.workload, row["video"])) or []),
+                           index_ms=info.get("index_ms"),
+                           needed_mib_per_item=(sum(need.values()) / MiB / clips
+                                                if need and case.workload == "clips" else None),
+                           settings={"size": f"{info.get('width')}x{info.get('height')}",
+                                     "threads": results["settings"].get("threads"),
+                                     "repeat": results["settings"].get("repeat"),
+                                     "piece_size": row.get("piece_size")})
+        if case.via_store and record.counts.get("container_open_ms") is not None:
+            record.open_ms = (record.open_ms or 0) + record.counts["container_open_ms"]
+        out.append(record)
+    return out
+
+
+# ---- round groups (the remote dataset; bench/remote.py's passes) ----
+
+def rounds_case(row: dict, workload: str, latency: float, store: str, bandwidth: float) -> Case:
+    """The case of a bench/remote.py row."""
+    base = Case(workload, "remote", store, row["family"], latency_ms=latency,
+                bandwidth_mbps=bandwidth)
+    if row["family"] == "fluxon":
+        if row["cache"] == "local file":
+            return Case(workload, "remote", "local", "fluxon", latency_ms=latency)
+        return Case(workload, "remote", store, "fluxon", row["cache"],
+                    access="read_many" if workload == "batched" else "", latency_ms=latency,
+                    bandwidth_mbps=bandwidth)
+    mode = row["mode"]
+    access = ("download-union" if row.get("union") else
+              "file-object" if row["family"] == "decord" else mode)
+    return replace(base, access=access, block_size=row.get("block_size"),
+                   seek_mode=row.get("seek_mode", "") if row["family"] == "torchcodec" else "")
+
+
+def rounds_records(results: dict) -> list[Record]:
+    """One record per case of a round group's results (bench/remote.py's shape)."""
+    cond = results["conditions"]
+    store = "s3" if cond["store"].get("origin") == "s3" else "agent"
+    bandwidth = float(cond["store"]["bandwidth_mbps_per_connection"])
+    k = cond["workload"]["batched_clips"]
+    needed = results.get("needed_bytes", {})
+    out = []
+    for (workload, latency, _), group in grouped(
+            results["passes"], lambda p: (p["workload"], p["latency_ms"],
+                                          json.dumps(p["row"], sort_keys=True))).items():
+        case = rounds_case(group[0]["row"], workload, latency, store, bandwidth)
+        per_item = k if workload == "batched" else 1
+        record = record_of(case, group, per_item, "right" if workload == "metadata" else "–",
+                           frames_per_item=None if workload == "metadata" else per_item * 16,
+                           settings={"size": "224x224", "threads": cond["workload"]["threads"],
+                                     "piece_size": cond["store"].get("piece_size"),
+                                     "rounds": len(group)})
+        rounds = {p.get("round", 0) for p in group}
+        if workload in needed and record.items:
+            record.needed_mib_per_item = sum(needed[workload][r] for r in rounds
+                                             if r < len(needed[workload])) / MiB / record.items
+            # The piece model of what a cold read fetches (rounds_group.piece_model).
+            plan = results.get("plans", {}).get(workload, [])
+            items = [i for r in sorted(rounds) if r < len(plan) for i in plan[r]]
+            for key in ("span_piece_bytes", "open_model_bytes"):
+                if items and all(key in i for i in items):
+                    record.counts[key.replace("_bytes", "_mib_per_item")] = (
+                        sum(i[key] for i in items) / MiB / record.items)
+        if workload == "metadata":
+            wrong = sum(p.get("metadata_wrong_count", 0) for p in group)
+            record.frames_wrong = wrong  # here: videos whose metadata was wrong
+        out.append(record)
+    return out
+
+
+# ---- the threads group (bench/threads_group.py's passes) ----
+
+def threads_case(contender: str, threads: int) -> Case:
+    return Case("clips", "threads", "local", contender,
+                access="open_video" if contender == "fluxon" else "", threads=threads)
+
+
+def threads_records(results: dict) -> list[Record]:
+    """One record per (contender, threads, video) of the threads group's passes."""
+    out = []
+    for group in grouped(results["passes"], lambda p: json.dumps(p["row"],
+                                                                 sort_keys=True)).values():
+        row = group[0]["row"]
+        out.append(record_of(threads_case(row["contender"], row["threads"]), group,
+                             video=row["video"], frames_per_item=16,
+                             settings={"size": "224x224", "threads": row["threads"] or "auto",
+                                       "repeat": len(group)}))
+    return out
+
+
+def meta_of(results: dict, suite: str, argv: Iterable[str] | None = None) -> dict[str, Any]:
+    """The results file's meta from a group's results."""
+    c = results["conditions"]
+    return {"suite": suite, "command": results.get("command"),
+            "argv": list(argv) if argv is not None else None,
+            "generated": results.get("generated"), "duration_s": results.get("duration_s"),
+            "settings": results.get("settings", {}), "machine": c["machine"],
+            "versions": c["versions"], "videos": results.get("videos", []),
+            "notes": results.get("notes", []), "skipped": results.get("skipped", {}),
+            "store": c.get("store") or c.get("export")}
