@@ -117,28 +117,11 @@ def _scan(byte_source: Any, name: str, stream_index: int | None,
           head: bytes | None = None) -> FrameIndex:
     from fluxon_video import _demux
 
-    size, page = byte_source.size, byte_source.page_size
     if name.lower().endswith(WHOLE_FILE_SCANS):
-        byte_source.prefetch(0, size)  # in parallel batches, not page 0 first
-    elif name.lower().endswith(MOOV_MAY_TRAIL) and head and _index_after_head(
-            byte_source, name, head):
-        pass
-    elif name.lower().endswith(MOOV_MAY_TRAIL):
-        probe = tail_probe_bytes(size)
-        if size <= page + probe:
-            byte_source.prefetch(0, size)  # one round trip for both ends
-        else:
-            start = size - probe
-            if page <= probe:
-                # Whole pages cost at most one more: every byte read can be
-                # cached as a piece (a piece read in part is not).
-                start -= start % page
-            byte_source.prefetch(0, 1)  # the head in flight while the tail is read
-            try:
-                byte_source.fetch_extent(start, size - start)
-            except FluxonFsIOError as exc:  # a probe: the scan reads those bytes again
-                log.debug("%s: probing the last %d bytes failed (%s); the scan reads them",
-                          name, size - start, exc)
+        byte_source.prefetch(0, byte_source.size)  # in parallel batches, not page 0 first
+    elif name.lower().endswith(MOOV_MAY_TRAIL) and not (
+            head and _index_after_head(byte_source, name, head)):
+        _probe_tail(byte_source, name)
     index = _demux.scan_packets(byte_source, name, -1 if stream_index is None else stream_index)
     # The scan's open read the container's header bytes: keep them with the
     # index (no fetch; only pages still cached), so later opens need none.
@@ -189,9 +172,32 @@ def _index_after_head(byte_source: Any, name: str, head: bytes) -> bool:
     # From the page the moov starts in: the scan reads the media's last bytes
     # before it too, and every byte read can be cached as a piece (a piece read
     # in part is not).
-    start -= start % page
-    try:
-        byte_source.fetch_extent(start, size - start)
-    except FluxonFsIOError as exc:  # ahead of the scan, which reads those bytes again
-        log.debug("%s: reading the moov at %d failed (%s); the scan reads it", name, start, exc)
+    _fetch_end(byte_source, name, start - start % page)
     return True
+
+
+def _probe_tail(byte_source: Any, name: str) -> None:
+    """Fetch an MP4's end alongside its first page, where the moov may be
+    (tail_probe_bytes), without knowing where it is."""
+    size, page = byte_source.size, byte_source.page_size
+    probe = tail_probe_bytes(size)
+    if size <= page + probe:
+        byte_source.prefetch(0, size)  # one round trip for both ends
+        return
+    start = size - probe
+    if page <= probe:
+        # Whole pages cost at most one more: every byte read can be cached as a
+        # piece (a piece read in part is not).
+        start -= start % page
+    byte_source.prefetch(0, 1)  # the head in flight while the tail is read
+    _fetch_end(byte_source, name, start)
+
+
+def _fetch_end(byte_source: Any, name: str, start: int) -> None:
+    """The file's bytes from ``start`` to its end, as an extent, ahead of the
+    scan (which reads them again if this fails)."""
+    try:
+        byte_source.fetch_extent(start, byte_source.size - start)
+    except FluxonFsIOError as exc:
+        log.debug("%s: reading the last %d bytes ahead of the scan failed (%s); the scan "
+                  "reads them", name, byte_source.size - start, exc)

@@ -41,8 +41,8 @@ class AgentMetrics:
         self.requests = Counter("fluxon_agent_requests", "HTTP requests answered, by route and status",
                                 ["route", "status"], registry=r)
         self.served_bytes = Counter("fluxon_agent_served_bytes",
-                                    "File bytes returned by /v1/read (and stats with head), by export", ["export"],
-                                    registry=r)
+                                    "File bytes returned by /v1/read (and stats with head), "
+                                    "by export", ["export"], registry=r)
         self.latency = Histogram("fluxon_agent_request_duration_seconds",
                                  "Time from routing a request to its answer, by route "
                                  "(/metrics not included)", ["route"], buckets=LATENCY_BUCKETS,

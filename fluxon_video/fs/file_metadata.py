@@ -125,7 +125,7 @@ class FileMetadata(ClientService):
             # head. Else the head is asked beside the stat once the KV says so.
             cold = heads and fetched and entry is None
             asked = (None if pending is None or not heads
-                     else state.heads.submit(self._head_if_cold, ref, export, pending))
+                     else state.heads.submit(self._head_if_cold, ref, export, pending, counters))
             try:
                 version, head = self._agent_stat(ref, export, counters, shared_body,
                                                  export.piece_size if cold else 0)
@@ -136,7 +136,7 @@ class FileMetadata(ClientService):
                     kv_reads += int(reachable)
                     kv_asked += 1
                 if asked is not None:
-                    head = self._head_of(asked, ref, version, counters)
+                    head = self._head_of(asked, ref, version)
             trips += 1  # the stat (the blob read alongside, the head beside it)
         file = self._granted(ref, version)
         if version.size > export.cache_max_bytes:  # the file stays out of the KV entirely
@@ -150,18 +150,28 @@ class FileMetadata(ClientService):
         counters.add(kv_round_trips=kv_reads, kv_errors=kv_asked - kv_reads)
         return OpenedFile(file, self._blobs.from_entry(export, bkey, version, entry), trips, head)
 
-    def _head_if_cold(self, ref: FileRef, export: FluxonFsExport,
-                      blob: concurrent.futures.Future) -> tuple[FileStat, bytes | None] | None:
+    def _head_if_cold(self, ref: FileRef, export: FluxonFsExport, blob: concurrent.futures.Future,
+                      counters: ReadCounters) -> tuple[FileStat, bytes | None] | None:
         """The agent's stat with the file's first piece, if the KV has no blob for
         it (then the scan reads that piece first; else it is not needed)."""
         reachable, entry = blob.result()
         if reachable and entry is not None:
             return None
-        return self._state().routes[ref.export].stat_head(
-            ref.export, ref.relpath, ref.identity.token, export.piece_size, wait=False)
+        answer = self._ask_head(ref, export.piece_size, False, counters)
+        counters.add(stat_requests=1)
+        return answer
+
+    def _ask_head(self, ref: FileRef, length: int, wait: bool,
+                  counters: ReadCounters | None) -> tuple[FileStat, bytes | None]:
+        """The agent's stat with the version's first ``length`` bytes, counted."""
+        st, head = self._state().routes[ref.export].stat_head(
+            ref.export, ref.relpath, ref.identity.token, length, wait=wait)
+        if counters is not None:
+            counters.add(remote_bytes=len(head or b""), head_bytes=len(head or b""))
+        return st, head
 
     def _head_of(self, asked: concurrent.futures.Future, ref: FileRef,
-                 version: FileStat | None, counters: ReadCounters) -> bytes | None:
+                 version: FileStat | None) -> bytes | None:
         """The head asked beside the stat, if it came and is of ``version``. One
         still queued is dropped: waiting for it would cost a round trip."""
         if asked.cancel() or version is None:
@@ -174,7 +184,6 @@ class FileMetadata(ClientService):
         if got is None:
             return None
         st, head = got
-        counters.add(stat_requests=1, remote_bytes=len(head or b""), head_bytes=len(head or b""))
         return head if st == version else None
 
     # ---- the three sources of a stat ----
@@ -226,15 +235,12 @@ class FileMetadata(ClientService):
         try:
             # With a stale stat to fall back on, one round of the replicas: warm
             # reads go on at once rather than after the retry window.
-            route = state.routes[ref.export]
             head = None
             if head_length:
-                st, head = route.stat_head(ref.export, ref.relpath, ref.identity.token,
-                                           head_length, wait=stale is None)
-                if counters is not None:
-                    counters.add(remote_bytes=len(head or b""), head_bytes=len(head or b""))
+                st, head = self._ask_head(ref, head_length, stale is None, counters)
             else:
-                st = route.stat(ref.export, ref.relpath, ref.identity.token, wait=stale is None)
+                st = state.routes[ref.export].stat(ref.export, ref.relpath, ref.identity.token,
+                                                   wait=stale is None)
         except errors.FluxonFsIOError as exc:
             if stale is None or not is_unreachable(exc):
                 if is_unreachable(exc):
