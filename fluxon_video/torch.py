@@ -687,6 +687,7 @@ class LoaderStats:
 
     def __init__(self) -> None:
         self._latest: dict[int, FluxonFsProcessStats] = {}
+        self._retired = FluxonFsProcessStats()  # workers whose pid a later worker took
         self._base: dict[int, FluxonFsProcessStats] = {}
         self._bad_latest: dict[int, int] = {}
         self._bad_base: dict[int, int] = {}
@@ -696,7 +697,13 @@ class LoaderStats:
         """Take a batch's stats (call it for every batch: bad files are reported once)."""
         info = batch.get("fluxon_stats")
         if info is not None:
-            self._latest[info["pid"]] = FluxonFsProcessStats(**info["stats"])
+            stats, pid = FluxonFsProcessStats(**info["stats"]), info["pid"]
+            earlier = self._latest.get(pid)
+            if earlier is not None and stats.reads + stats.metadata_calls < \
+                    earlier.reads + earlier.metadata_calls:  # a new worker took an old one's pid
+                self._retired = self._retired + earlier
+                self._base.pop(pid, None)
+            self._latest[pid] = stats
             self._bad_latest[info["pid"]] = info.get("bad_items", 0)
             self._bad_files.update(info.get("new_bad_files", ()))
 
@@ -712,6 +719,15 @@ class LoaderStats:
     def bad_files(self) -> set[str]:
         """Relpaths any worker found bad so far (each worker finds a file once)."""
         return set(self._bad_files)
+
+    def cumulative(self) -> FluxonFsProcessStats:
+        """What every worker ever seen did, epochs before this one included: a
+        counter that only grows, for ``fluxon_video.metrics`` (workers that exit
+        at an epoch's end keep their last figures)."""
+        total = self._retired
+        for stats in self._latest.values():
+            total = total + stats
+        return total
 
     def total(self) -> FluxonFsProcessStats:
         """What every worker did since start_epoch()."""
