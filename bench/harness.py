@@ -269,6 +269,7 @@ class Pass:
     check: CheckResult | None
     extra: dict = field(default_factory=dict)
     item_ms: list[float] = field(default_factory=list)
+    item_cpu_s: list[float] = field(default_factory=list)  # the process's CPU, every thread
     item_videos: list[str] = field(default_factory=list)
     flagged: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -277,15 +278,24 @@ class Pass:
     def time(self, video: str, read: Callable[[], T]) -> T | None:
         """``read()``, timed as one item; None when it raised (the video is flagged)."""
         try:
-            t0 = time.perf_counter()
+            started = self.clock()
             out = read()
         except Exception as exc:  # noqa: BLE001 - a failing read is a finding, not a crash
             self.errors.append(f"{video}: {error_text(exc)}")
             self.flagged.append(video)
             return None
-        self.item_ms.append((time.perf_counter() - t0) * 1e3)
+        self.took(started)
         self.item_videos.append(video)
         return out
+
+    @staticmethod
+    def clock() -> tuple[float, float]:
+        return time.perf_counter(), time.process_time()
+
+    def took(self, started: tuple[float, float]) -> None:
+        """One item's wall time and CPU time since ``started`` (a ``clock()``)."""
+        self.item_ms.append((time.perf_counter() - started[0]) * 1e3)
+        self.item_cpu_s.append(time.process_time() - started[1])
 
     def check_item(self, video: str, clips: Sequence[Sequence[int]],
                    outs: Sequence[np.ndarray], ref: Reference) -> None:
@@ -309,7 +319,8 @@ class Pass:
             self.extra.setdefault("per_item", []).append({"video": video, **stats})
 
     def result(self, server: dict) -> dict[str, Any]:
-        out = {"row": self.row, "item_ms": self.item_ms, "item_videos": self.item_videos,
+        out = {"row": self.row, "item_ms": self.item_ms, "item_cpu_s": self.item_cpu_s,
+               "item_videos": self.item_videos,
                "flagged_videos": sorted(set(self.flagged)), "server": server,
                "check": self.check.as_dict() if self.check is not None else None,
                "errors": self.errors[:KEPT], "error_count": len(self.errors),

@@ -38,9 +38,9 @@ def timed_repeats(task: dict, item: dict, row: dict, open_handle: Callable[[int]
             one.extra["open_ms"] = (time.perf_counter() - t0) * 1e3
             try:
                 for clip in item["clips"]:
-                    t0 = time.perf_counter()
+                    started = one.clock()
                     frames = handle.read(clip)
-                    one.item_ms.append((time.perf_counter() - t0) * 1e3)
+                    one.took(started)
                     one.add_stats(item["video"], handle.stats)
                     if one.check is not None:
                         one.check.add(frames, clip, ref)

@@ -42,7 +42,8 @@ class Record:
     connections: float | None = None
     round_trips_p50: float | None = None      # fluxon: open_round_trips + first_frame_waits
     kv_round_trips_per_item: float | None = None
-    cpu_s: float | None = None
+    cpu_s: float | None = None          # the reading process's CPU-seconds per item (every
+    # thread of it, timed items only; the servers' processes are not in it)
     peak_rss_mib: float | None = None
     floor_ms: float | None = None       # the decode floor of the same clips, p50 per clip
     needed_mib_per_item: float | None = None  # GOP spans touched + container bytes

@@ -71,6 +71,8 @@ COMMON: list[Column] = [
 CLIP_COLUMNS: list[Column] = [
     ("clips/s (median, range)", rate_text),
     ("p50 ms/item", lambda r: f(r.item_ms_p50, 0)), ("p95", lambda r: f(r.item_ms_p95, 0)),
+    ("CPU ms/clip", lambda r: f(per_clip(r, r.cpu_s * 1e3 if r.cpu_s is not None else None),
+                                0)),
     ("open ms", lambda r: f(r.open_ms, 1) + (f" (+{f(r.index_ms, 1)} scan)" if r.index_ms
                                              else "")),
     ("floor ms", lambda r: f(r.floor_ms, 0)),

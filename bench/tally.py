@@ -45,6 +45,7 @@ def record_of(case: Case, group: list[dict], clips_per_item: float = 1.0,
     trips = [x["open_round_trips"] + x.get("first_frame_waits", 0) for x in per_item
              if "open_round_trips" in x]
     rss = [p["extra"]["peak_rss_mib"] for p in group if p["extra"].get("peak_rss_mib")]
+    cpu = [t for p in timed for t in p.get("item_cpu_s") or []]
 
     def per_item_of(total: float) -> float | None:
         return total / items if items else None
@@ -59,6 +60,7 @@ def record_of(case: Case, group: list[dict], clips_per_item: float = 1.0,
         round_trips_p50=median(trips),
         kv_round_trips_per_item=(statistics.mean(x.get("kv_round_trips", 0) for x in per_item)
                                  if per_item and "kv_round_trips" in per_item[0] else None),
+        cpu_s=per_item_of(sum(cpu)) if len(cpu) == items else None,
         peak_rss_mib=max(rss, default=None), ok=ok, verdict=text,
         frames_checked=check["frames"] if check else 0,
         frames_exact=check["bit_exact"] if check else 0,

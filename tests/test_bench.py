@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +105,35 @@ def test_a_pass_records_each_failure_and_flags_its_video(reference):
     assert result["error_count"] == 1 and result["errors"][0].startswith("a.mp4: ZeroDivision")
     assert result["flagged_videos"] == ["a.mp4", "b.mp4"] and result["item_videos"] == ["b.mp4"]
     assert result["check"]["wrong"] == ["b.mp4: frame 7 looks like frame 8"]
+    assert len(result["item_cpu_s"]) == len(result["item_ms"]) == 1
+
+
+def test_a_record_counts_the_reading_process_cpu_per_item():
+    from cases import Case
+    from harness import Pass
+    from render import markdown
+    from record import Results
+    from tally import record_of
+
+    def burn() -> int:
+        started = time.process_time()
+        while time.process_time() - started < 0.05:
+            pass
+        return 1
+
+    passes = []
+    for _ in range(2):
+        one = Pass({"family": "fluxon"}, None)
+        one.time("a.mp4", burn)
+        one.time("a.mp4", lambda: 1)
+        passes.append(one.result({}))
+    r = record_of(Case("clips", "remote", "agent", "fluxon", "cold", latency_ms=10.0), passes)
+    assert r.items == 4 and 0.025 <= r.cpu_s < 0.05  # 2 x 50 ms over 4 items, plus a little
+    machine = {"cpu": "x", "cores": 2, "memory_gib": 1, "os": "y", "git": "z"}
+    text = markdown(Results({"suite": "remote", "command": "c", "machine": machine}, [r]), [])
+    assert "| CPU ms/clip |" in text and f"| {round(r.cpu_s * 1e3)} |" in text
+    passes[0]["item_cpu_s"] = []  # a pass from before CPU was measured: no figure, not half
+    assert record_of(r.case, passes).cpu_s is None
 
 
 def test_quick_runs_take_the_quick_defaults(tmp_path):
