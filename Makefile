@@ -18,7 +18,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCHCODEC_SPEC ?= torchcodec==0.13.*
 PYTEST_ARGS ?=
 
-.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot bench-threads bench-stages bench-remote-long clean
+.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot bench-lerobot-train bench-threads bench-stages bench-remote-long clean
 
 build: $(STAMP)
 
@@ -126,6 +126,12 @@ bench-av: build $(BENCH_STAMP)
 # export (10 ms, 50 MB/s) cold and warm; writes bench/results/lerobot.{md,json}.
 bench-lerobot: build $(BENCH_STAMP)
 	$(PY) bench/lerobot.py $(BENCH_ARGS)
+
+# LeRobot's own training script, lerobot-train (~11 min): ACT for 12 steps with LeRobot's
+# dataset, then with fluxon_video.lerobot's swapped in (local folder; agent + Redis);
+# every batch and loss must agree; writes bench/results/lerobot-train.{md,json}.
+bench-lerobot-train: build $(BENCH_STAMP)
+	$(PY) bench/lerobot_train.py $(BENCH_ARGS)
 
 # Decoder threads (~10 min; --quick ~1 min): random clips of 1080p H.264 and HEVC at
 # 224x224 with 1, 2 and auto threads, fluxon vs PyAV, torchcodec, decord and SPDL at the

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -151,6 +152,27 @@ def servers_cpu_s() -> float:
     return total
 
 
+def lerobot_dataset(python: Path, data: Path, episodes: int, seed: int
+                    ) -> tuple[Path, dict[str, Any]]:
+    """The dataset LeRobot writes (bench/lerobot_write.py with LeRobot's python), written
+    once under ``<data>/lerobot-real``: its root and what the writer reported."""
+    from harness import say
+
+    root = data / "lerobot-real" / f"ds-{episodes}ep-s{seed}"
+    report = root.parent / f"{root.name}.json"
+    if not (root / "meta" / "info.json").exists() or not report.exists():
+        say(f"LeRobot writes {episodes} episodes to {root}")
+        shutil.rmtree(root, ignore_errors=True)  # LeRobot refuses to write into a folder
+        proc = subprocess.run([str(python), str(BENCH / "lerobot_write.py"), str(root),
+                               "--episodes", str(episodes), "--seed", str(seed),
+                               "--video-mb", "4"], capture_output=True, text=True,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        if proc.returncode:
+            sys.exit(f"bench: LeRobot could not write the dataset: {proc.stderr[-2000:]}")
+        report.write_text(proc.stdout.strip().splitlines()[-1])
+    return root, json.loads(report.read_text())
+
+
 def run_client(python: Path, spec: dict, work: Path, name: str) -> dict[str, Any]:
     import resource
 
@@ -230,17 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     if not install_daft(lerobot_py):
         notes.append("Daft did not install: its rows are missing")
         LOCAL.pop("Daft")
-    root = args.data / "lerobot-real" / f"ds-{args.episodes}ep-s{args.seed}"
-    if not (root / "meta" / "info.json").exists():
-        say(f"LeRobot writes {args.episodes} episodes to {root}")
-        proc = subprocess.run([str(lerobot_py), str(BENCH / "lerobot_write.py"), str(root),
-                               "--episodes", str(args.episodes), "--seed", str(args.seed),
-                               "--video-mb", "4"], capture_output=True, text=True,
-                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
-        if proc.returncode:
-            sys.exit(f"bench: LeRobot could not write the dataset: {proc.stderr[-2000:]}")
-        (root.parent / f"{root.name}.json").write_text(proc.stdout.strip().splitlines()[-1])
-    written = json.loads((root.parent / f"{root.name}.json").read_text())
+    root, written = lerobot_dataset(lerobot_py, args.data, args.episodes, args.seed)
     say("expected frames (parquet + ffprobe) and the CLI's reference frames")
     expect = expectations(root)
     plan = plans(len(expect["ep_from"]), args)

@@ -447,6 +447,30 @@ def test_lerobot_help():
         assert option in out
 
 
+def test_the_training_swap_compares_every_step_with_lerobots_run():
+    """bench/lerobot_train.py: a fluxon run agrees only if every batch digest and every
+    loss equals LeRobot's run's, step by step."""
+    from lerobot_train import compare, markdown
+
+    def run(losses: list[float], batches: str = "abc") -> dict:
+        return {"wall_s": 9.0, "steps": [{"batch": b, "loss": loss, "data_s": 0.1 * k,
+                                          "update_s": 1.0}
+                                         for k, (b, loss) in enumerate(zip(batches, losses))]}
+
+    same = compare({"lerobot": run([3, 2, 1]), "fluxon": run([3, 2, 1]),
+                    "fluxon-agent": run([3, 2, 1])})
+    assert same["agree"] and same["fluxon"]["same_batches"] == 3
+    assert same["fluxon"]["data_s_median"] == pytest.approx(0.15)  # the first step apart
+    differ = compare({"lerobot": run([3, 2, 1]), "fluxon": run([3, 2, 1], "abd"),
+                      "fluxon-agent": run([3, 2, 1.5])})
+    assert not differ["agree"]
+    assert differ["fluxon"]["same_batches"] == 2 and differ["fluxon-agent"]["same_losses"] == 2
+    text = markdown({"args": {"steps": 3, "batch_size": 4, "episodes": 2}, "command": "c",
+                     "versions": {"lerobot": "0.6.1", "torch": "t", "python": "3.12"},
+                     "machine": "m", "by_workers": {"0": same}})
+    assert "| 0 | fluxon's (agent + Redis) | 3 | 3/3 | 3/3 |" in text
+
+
 def test_the_threads_suite_compares_settings_of_one_contender():
     """bench/threads.py's results, converted: the goal is fluxon 2 threads ÷ 1 thread per
     video; a flagged peer is never the best exact one."""

@@ -25,7 +25,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 import fluxon_video as fv  # noqa: E402
-from fluxon_video.lerobot import LeRobotDataset  # noqa: E402
+from fluxon_video.lerobot import LeRobotDataset, LeRobotDatasetMetadata  # noqa: E402
 from fluxon_video.testing import AgentProcess  # noqa: E402
 from fluxon_video.fs.config import FluxonFsExport  # noqa: E402
 from tests.helpers import IDENTITIES, agent_config_text  # noqa: E402
@@ -184,6 +184,31 @@ def test_episodes_subset(dataset_root):
         check_item(ds[9], expected_item(dataset_root, 34))
 
 
+def test_the_names_lerobots_training_script_reads(dataset_root):
+    """What lerobot-train reads off the dataset it makes, as LeRobot's dataset
+    has them: the episodes table by column (its sampler's episode bounds), the
+    row positions of an episode subset, and whether rows carry language."""
+    _, eps = tables_of(dataset_root)
+    with LeRobotDataset("test/pusht", root=dataset_root, episodes=[3, 1]) as ds:
+        for column in ("dataset_from_index", "dataset_to_index", "episode_index",
+                       "videos/observation.images.front/from_timestamp"):
+            assert ds.meta.episodes[column] == eps[column], column
+        assert ds.meta.episodes[1].from_row == eps["dataset_from_index"][1]
+        with pytest.raises(KeyError, match="no column 'surprise'"):
+            ds.meta.episodes["surprise"]
+        mapping = ds.absolute_to_relative_idx
+        assert len(mapping) == len(ds)
+        assert all(int(ds[p]["index"]) == index for index, p in mapping.items()
+                   if p in (0, 8, 9, 16))
+        assert sorted(mapping.values()) == list(range(len(ds)))
+        assert ds.meta.has_language_columns is False
+    with LeRobotDataset("test/pusht", root=dataset_root) as ds:
+        assert ds.absolute_to_relative_idx is None
+    # the script builds the metadata first, as LeRobot's class is built
+    meta = LeRobotDatasetMetadata("test/pusht", dataset_root, "v3.0", repo_type="dataset")
+    assert (meta.fps, meta.features) == (FPS, ds.meta.features) and meta.root == dataset_root
+
+
 def test_a_dataloader_batches_by_shard(dataset_root):
     """Spawned DataLoader workers (the dataset pickles without its readers):
     batches equal the items read one by one."""
@@ -218,6 +243,9 @@ def test_through_an_agent(dataset_root, tmp_path):
             rows = [0, 13, 14, 40, 53]
             local = LeRobotDataset("t", root=dataset_root, delta_timestamps=DELTA)
             for root in ("train:ds", str(dataset_root)):
+                meta = LeRobotDatasetMetadata("t", root=root, patcher=patcher)
+                assert meta.total_frames == local.meta.total_frames
+                assert meta.files.patcher is patcher
                 with LeRobotDataset("t", root=root, patcher=patcher,
                                     delta_timestamps=DELTA) as remote:
                     assert len(remote) == len(local)

@@ -28,9 +28,8 @@ from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video._layout import frames_to_planes
 from fluxon_video.batch_plan import BatchPlan, PlannedSampler
 from fluxon_video.errors import FluxonFsConfigError, FluxonFsFrameIndexError
-from fluxon_video.lerobot.files import DatasetFiles
 from fluxon_video.lerobot.frames import ShardReaders
-from fluxon_video.lerobot.meta import Episode, LeRobotDatasetMetadata
+from fluxon_video.lerobot.meta import Episode, LeRobotDatasetMetadata, default_root
 from fluxon_video.lerobot.tables import concat, read_parquet
 from fluxon_video.validation import positive_int, thread_count, time_tolerance
 
@@ -41,14 +40,6 @@ except ImportError:  # pragma: no cover - torch is an extra
 
 if TYPE_CHECKING:
     from fluxon_video.patcher import FluxonFsPatcher
-
-
-def default_root(repo_id: str) -> Path:
-    """LeRobot's cache folder of a dataset: $HF_LEROBOT_HOME/<repo_id>."""
-    home = os.environ.get("HF_LEROBOT_HOME")
-    hf_home = Path(os.environ.get("HF_HOME", "~/.cache/huggingface"))
-    base = Path(home) if home else hf_home / "lerobot"
-    return base.expanduser() / repo_id
 
 
 def delta_indices(delta_timestamps: dict[str, Sequence[float]], fps: int,
@@ -109,7 +100,7 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
         self.return_uint8 = bool(return_uint8)
         self.num_threads = thread_count(num_threads)
         self.max_readers = positive_int("max_readers", max_readers)
-        self.meta = LeRobotDatasetMetadata(DatasetFiles(self.root, patcher), repo_id)
+        self.meta = LeRobotDatasetMetadata(repo_id, self.root, patcher=patcher)
         self.episodes = self._selected(episodes)
         self.delta_timestamps = delta_timestamps
         self.delta_indices = None if delta_timestamps is None else delta_indices(
@@ -172,6 +163,14 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
     @property
     def num_episodes(self) -> int:
         return len(self.episodes) if self.episodes is not None else self.meta.total_episodes
+
+    @property
+    def absolute_to_relative_idx(self) -> dict[int, int] | None:
+        """With an episode subset, each row's ``index`` to its position here (what
+        LeRobot's ``EpisodeAwareSampler`` maps its indices through); None without."""
+        if self.episodes is None:
+            return None
+        return {int(index): p for p, index in enumerate(self._rows["index"])}
 
     def __len__(self) -> int:
         return len(self._rows["index"])

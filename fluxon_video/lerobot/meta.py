@@ -13,14 +13,19 @@ in it (``videos/<camera>/from_timestamp``). File names come from
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fluxon_video.errors import FluxonFsConfigError, FluxonFsDecodeError
 from fluxon_video.lerobot.files import DatasetFiles
 from fluxon_video.lerobot.tables import concat, read_parquet
+
+if TYPE_CHECKING:
+    from fluxon_video.patcher import FluxonFsPatcher
 
 INFO_PATH = "meta/info.json"
 EPISODES_DIR = "meta/episodes"
@@ -44,14 +49,49 @@ class Episode:
         return self.to_row - self.from_row
 
 
+class EpisodeTable(list):  # type: ignore[type-arg]
+    """The episodes, by episode index: a list of ``Episode`` records that also
+    answers LeRobot's column reads, ``meta.episodes["dataset_from_index"]``
+    (a column of ``meta/episodes/*.parquet`` as a list), as LeRobot's table does
+    for its training script's sampler."""
+
+    def __init__(self, episodes: list[Episode], columns: dict[str, Any]) -> None:
+        super().__init__(episodes)
+        self.columns = columns
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            if key not in self.columns:
+                raise KeyError(f"the episodes table has no column {key!r}")
+            column = self.columns[key]
+            return column.tolist() if isinstance(column, np.ndarray) else list(column)
+        return super().__getitem__(key)
+
+
+def default_root(repo_id: str) -> Path:
+    """LeRobot's cache folder of a dataset: $HF_LEROBOT_HOME/<repo_id>."""
+    home = os.environ.get("HF_LEROBOT_HOME")
+    hf_home = Path(os.environ.get("HF_HOME", "~/.cache/huggingface"))
+    base = Path(home) if home else hf_home / "lerobot"
+    return base.expanduser() / repo_id
+
+
 class LeRobotDatasetMetadata:
     """The metadata of one dataset (LeRobot's class of the same name, reading
     side): ``info``, ``fps``, ``features``, ``video_keys``, ``camera_keys``,
-    ``episodes``, ``tasks``, ``total_episodes``, ``total_frames``."""
+    ``episodes``, ``tasks``, ``stats``, ``total_episodes``, ``total_frames``.
+    Constructed as LeRobot's, ``root`` and ``patcher`` as for
+    ``LeRobotDataset``; the hub arguments are accepted and ignored."""
 
-    def __init__(self, files: DatasetFiles, repo_id: str = "") -> None:
+    def __init__(self, repo_id: str, root: str | os.PathLike[str] | None = None,
+                 revision: str | None = None, force_cache_sync: bool = False,
+                 metadata_buffer_size: int = 10, *, repo_type: str = "dataset",
+                 token: str | bool | None = None,
+                 patcher: FluxonFsPatcher | None = None) -> None:
+        del revision, force_cache_sync, metadata_buffer_size, repo_type, token  # the hub's
         self.repo_id = repo_id
-        self.files = files
+        self.root = root if root is not None else default_root(repo_id)
+        self.files = DatasetFiles(self.root, patcher)
         self.info: dict[str, Any] = self._info()
         self.fps: int = int(self.info["fps"])
         self.features: dict[str, dict[str, Any]] = self.info["features"]
@@ -61,7 +101,7 @@ class LeRobotDatasetMetadata:
                 f"{self.files.name(INFO_PATH)}: {', '.join(unread)} are depth maps or images "
                 "stored in the tables, which fluxon_video.lerobot does not read yet (video "
                 "cameras only); LeRobot's own dataset reads them")
-        self.episodes: list[Episode] = self._episodes()
+        self.episodes: EpisodeTable = self._episodes()
         self.tasks: list[str] = self._tasks()
         self.stats: dict[str, dict[str, np.ndarray]] = self._stats()
 
@@ -82,7 +122,7 @@ class LeRobotDatasetMetadata:
             raise FluxonFsDecodeError(f"{name}: no {', '.join(missing)}")
         return info
 
-    def _episodes(self) -> list[Episode]:
+    def _episodes(self) -> EpisodeTable:
         paths = self.files.list(EPISODES_DIR, ".parquet")
         if not paths:
             raise FluxonFsDecodeError(f"{self.files.name(EPISODES_DIR)}: no episode tables")
@@ -104,11 +144,13 @@ class LeRobotDatasetMetadata:
                 float(cell(f"videos/{key}/from_timestamp"))) for key in self.video_keys}
             episodes.append(Episode(int(cell("episode_index")), int(cell("dataset_from_index")),
                                     int(cell("dataset_to_index")), data_file, videos))
-        episodes.sort(key=lambda e: e.index)
-        if [e.index for e in episodes] != list(range(len(episodes))):
+        order = sorted(range(len(episodes)), key=lambda row: episodes[row].index)
+        if [episodes[row].index for row in order] != list(range(len(episodes))):
             raise FluxonFsDecodeError(
                 f"{self.files.name(EPISODES_DIR)}: episode indices are not 0..{len(episodes) - 1}")
-        return episodes
+        return EpisodeTable([episodes[row] for row in order],
+                            {k: v[order] if isinstance(v, np.ndarray) else [v[i] for i in order]
+                             for k, v in table.items()})
 
     def _tasks(self) -> list[str]:
         """Task strings by task_index (pandas writes the ``task`` index as a column)."""
@@ -157,6 +199,12 @@ class LeRobotDatasetMetadata:
     @property
     def camera_keys(self) -> list[str]:
         return [k for k, f in self.features.items() if f.get("dtype") in ("video", "image")]
+
+    @property
+    def has_language_columns(self) -> bool:
+        """Whether rows carry LeRobot's language annotations (which LeRobot's
+        training script collates with its own function)."""
+        return any(k in self.features for k in ("language_persistent", "language_events"))
 
     @property
     def total_episodes(self) -> int:
