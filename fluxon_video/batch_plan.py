@@ -15,11 +15,13 @@ reads would not read.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
+from fluxon_video.errors import FluxonFsConfigError
 from fluxon_video.validation import positive_int
 
 
@@ -99,35 +101,92 @@ class SeededBatchSampler:
     the DataLoader as ``batch_sampler``, and call ``set_epoch(epoch)`` before
     each epoch (as with DistributedSampler): the same epoch repeats its order.
     ``shuffle`` False keeps the indices in order; ``drop_last`` drops a last
-    batch shorter than ``batch_size``."""
+    batch shorter than ``batch_size``.
+
+    Across ranks as DistributedSampler shards: every rank draws the same order
+    (the same ``seed`` everywhere) and rank ``r`` of ``num_replicas`` takes
+    indices ``r, r + num_replicas, ...`` of it, padded with the first indices
+    again to a multiple of ``num_replicas`` (``drop_last``: cut instead), then
+    batches them. ``num_replicas`` and ``rank`` default to torch.distributed's
+    once it is initialised, else one replica."""
 
     def __init__(self, length: int, batch_size: int, *, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = False) -> None:
+                 drop_last: bool = False, num_replicas: int | None = None,
+                 rank: int | None = None) -> None:
         self.length = positive_int("length", length)
         self.batch_size = positive_int("batch_size", batch_size)
         self.shuffle, self.seed, self.drop_last = bool(shuffle), int(seed), bool(drop_last)
+        self.num_replicas, self.rank = replicas(num_replicas, rank)
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
         """The epoch whose order the next iteration draws."""
         self.epoch = int(epoch)
 
-    def planned_batches(self) -> list[list[int]]:
+    def indices(self) -> np.ndarray:
+        """This rank's indices for the current epoch, in order."""
         order = (np.random.default_rng([self.seed, self.epoch]).permutation(self.length)
                  if self.shuffle else np.arange(self.length))
+        return shard(order, self.num_replicas, self.rank, self.drop_last)
+
+    def planned_batches(self) -> list[list[int]]:
+        order = self.indices()
         batches = [order[i:i + self.batch_size].tolist()
-                   for i in range(0, self.length, self.batch_size)]
-        if self.drop_last and len(batches[-1]) < self.batch_size:
+                   for i in range(0, len(order), self.batch_size)]
+        if batches and self.drop_last and len(batches[-1]) < self.batch_size:
             batches.pop()
         return batches
 
-    def plan_version(self) -> tuple[int, int, bool, int, int, bool]:
+    def plan_version(self) -> tuple[int, int, bool, int, int, bool, int, int]:
         return (self.seed, self.epoch, self.shuffle, self.length, self.batch_size,
-                self.drop_last)
+                self.drop_last, self.num_replicas, self.rank)
 
     def __iter__(self) -> Iterator[list[int]]:
         return iter(self.planned_batches())
 
     def __len__(self) -> int:
-        whole, rest = divmod(self.length, self.batch_size)
+        per_rank = (self.length // self.num_replicas if self.drop_last
+                    else -(-self.length // self.num_replicas))
+        whole, rest = divmod(per_rank, self.batch_size)
         return whole + (1 if rest and not self.drop_last else 0)
+
+
+def shard(order: np.ndarray, num_replicas: int, rank: int, drop_last: bool) -> np.ndarray:
+    """Rank ``rank``'s part of ``order``, as DistributedSampler deals it: every
+    ``num_replicas``-th element from ``rank``, the order first padded with its
+    own first elements to a multiple of ``num_replicas`` (``drop_last``: cut)."""
+    n = len(order)
+    if drop_last:
+        order = order[:n - n % num_replicas]
+    elif n % num_replicas:
+        order = np.concatenate([order, np.resize(order, num_replicas - n % num_replicas)])
+    return order[rank::num_replicas]
+
+
+def replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
+    """(num_replicas, rank): as given, else torch.distributed's once initialised
+    (torch imported only then), else one replica."""
+    if num_replicas is None or rank is None:
+        dist = _distributed()
+        if dist is not None:
+            num_replicas = dist.get_world_size() if num_replicas is None else num_replicas
+            rank = dist.get_rank() if rank is None else rank
+        elif num_replicas is None and rank is None:
+            num_replicas, rank = 1, 0
+        else:
+            raise FluxonFsConfigError("give both num_replicas and rank, or neither (then "
+                                      "torch.distributed's, once initialised, or one replica)")
+    num_replicas = positive_int("num_replicas", num_replicas)
+    if (isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer))
+            or not 0 <= rank < num_replicas):
+        raise FluxonFsConfigError(f"rank must be an int in [0, {num_replicas}), got {rank!r}")
+    return num_replicas, int(rank)
+
+
+def _distributed() -> Any:
+    """torch.distributed if torch is loaded and a process group is up, else None."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    dist = torch.distributed
+    return dist if dist.is_available() and dist.is_initialized() else None

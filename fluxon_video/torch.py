@@ -69,7 +69,7 @@ from fluxon_video.bad_items import (
     replacement_videos,
     unwrapped,
 )
-from fluxon_video.batch_plan import BatchPlan, PlannedSampler, SeededBatchSampler
+from fluxon_video.batch_plan import BatchPlan, PlannedSampler, SeededBatchSampler, replicas, shard
 from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video.errors import FluxonFsConfigError
 from fluxon_video.metadata import FluxonFsVideoMetadata, indices_at_times
@@ -528,7 +528,7 @@ class SameVideoBatchSampler(Sampler[list[int]]):
         self.shuffle = shuffle
         self.seed = int(seed)
         self.drop_last = drop_last
-        self.num_replicas, self.rank = _replicas(num_replicas, rank)
+        self.num_replicas, self.rank = replicas(num_replicas, rank)
         self.epoch = 0
         self._iterations = 0  # since the last set_epoch
         self._warned = False
@@ -545,12 +545,7 @@ class SameVideoBatchSampler(Sampler[list[int]]):
         videos = len(self.dataset.relpaths)
         order = (np.random.default_rng([self.seed, self.epoch]).permutation(videos)
                  if self.shuffle else np.arange(videos))
-        replicas = self.num_replicas
-        if self.drop_last:
-            order = order[:videos - videos % replicas]
-        elif videos % replicas:  # pad with the first videos again, as DistributedSampler does
-            order = np.concatenate([order, np.resize(order, replicas - videos % replicas)])
-        return order[self.rank::replicas]
+        return shard(order, self.num_replicas, self.rank, self.drop_last)
 
     def __iter__(self) -> Iterator[list[int]]:
         # Counted when the first batch is drawn: a multi-worker DataLoader
@@ -590,25 +585,6 @@ class SameVideoBatchSampler(Sampler[list[int]]):
         per_rank = videos // replicas if self.drop_last else -(-videos // replicas)
         items = per_rank * self.dataset.clips_per_video
         return items // self.batch_size if self.drop_last else -(-items // self.batch_size)
-
-
-def _replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
-    """(num_replicas, rank): as given, else torch.distributed's, else one replica."""
-    if num_replicas is None or rank is None:
-        dist = torch.distributed
-        if dist.is_available() and dist.is_initialized():
-            num_replicas = dist.get_world_size() if num_replicas is None else num_replicas
-            rank = dist.get_rank() if rank is None else rank
-        elif num_replicas is None and rank is None:
-            num_replicas, rank = 1, 0
-        else:
-            raise FluxonFsConfigError("give both num_replicas and rank, or neither (then "
-                                      "torch.distributed's, once initialised, or one replica)")
-    num_replicas = positive_int("num_replicas", num_replicas)
-    if (isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer))
-            or not 0 <= rank < num_replicas):
-        raise FluxonFsConfigError(f"rank must be an int in [0, {num_replicas}), got {rank!r}")
-    return num_replicas, int(rank)
 
 
 class _StaysOnHost:

@@ -368,3 +368,39 @@ def test_the_seeded_batch_sampler_draws_its_order_from_seed_and_epoch():
         [0, 1, 2, 3], [4, 5, 6, 7]]
     with pytest.raises(fv.FluxonFsConfigError):
         SeededBatchSampler(10, 0)
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_the_seeded_batch_sampler_shards_across_ranks_like_distributed_sampler(drop_last):
+    """Rank r's rows are DistributedSampler's for rank r (unshuffled: the same
+    indices; shuffled: disjoint or padded the same way, equal counts), batched."""
+    from torch.utils.data import DistributedSampler
+
+    from fluxon_video.batch_plan import SeededBatchSampler
+
+    for shuffle in (False, True):
+        shards = []
+        for rank in range(3):
+            sampler = SeededBatchSampler(11, 2, shuffle=shuffle, seed=5, drop_last=drop_last,
+                                         num_replicas=3, rank=rank)
+            sampler.set_epoch(2)
+            batches = list(sampler)
+            assert len(batches) == len(sampler) and all(len(b) <= 2 for b in batches)
+            mine = sampler.indices().tolist()
+            rows = [i for b in batches for i in b]
+            assert rows == (mine[:len(mine) // 2 * 2] if drop_last else mine)
+            if not shuffle:
+                assert mine == list(DistributedSampler(range(11), num_replicas=3, rank=rank,
+                                                       shuffle=False, drop_last=drop_last))
+            shards.append(mine)
+            assert pickle.loads(pickle.dumps(sampler)).planned_batches() == batches
+        assert len({len(shard) for shard in shards}) == 1
+        everything = [i for shard in shards for i in shard]
+        if drop_last:
+            assert len(everything) == len(set(everything)) == 9
+        else:
+            assert sorted(set(everything)) == list(range(11)) and len(everything) == 12
+    with pytest.raises(fv.FluxonFsConfigError, match="rank must be"):
+        SeededBatchSampler(10, 2, num_replicas=2, rank=2)
+    with pytest.raises(fv.FluxonFsConfigError, match="both num_replicas and rank"):
+        SeededBatchSampler(10, 2, rank=1)
