@@ -131,7 +131,11 @@ class FluxonFs:
                                 + export)
         agent_config.chmod(0o600)
         self.redis = RedisServer(work / "redis").start()
-        self.agent = AgentProcess(agent_config).start()
+        try:
+            self.agent = AgentProcess(agent_config).start()
+        except BaseException:
+            self.redis.stop()
+            raise
         (work / "kv.key").write_text(tokens.new_token() + "\n")
         self.trainer_config = work / "fluxon.toml"
         self.trainer_config.write_text(
