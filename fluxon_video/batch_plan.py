@@ -145,9 +145,8 @@ class SeededBatchSampler:
         return iter(self.planned_batches())
 
     def __len__(self) -> int:
-        per_rank = (self.length // self.num_replicas if self.drop_last
-                    else -(-self.length // self.num_replicas))
-        whole, rest = divmod(per_rank, self.batch_size)
+        whole, rest = divmod(shard_length(self.length, self.num_replicas, self.drop_last),
+                             self.batch_size)
         return whole + (1 if rest and not self.drop_last else 0)
 
 
@@ -161,6 +160,11 @@ def shard(order: np.ndarray, num_replicas: int, rank: int, drop_last: bool) -> n
     elif n % num_replicas:
         order = np.concatenate([order, np.resize(order, num_replicas - n % num_replicas)])
     return order[rank::num_replicas]
+
+
+def shard_length(n: int, num_replicas: int, drop_last: bool) -> int:
+    """How many of ``n`` elements ``shard`` gives each rank."""
+    return n // num_replicas if drop_last else -(-n // num_replicas)
 
 
 def replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:

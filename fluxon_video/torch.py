@@ -69,7 +69,8 @@ from fluxon_video.bad_items import (
     replacement_videos,
     unwrapped,
 )
-from fluxon_video.batch_plan import BatchPlan, PlannedSampler, SeededBatchSampler, replicas, shard
+from fluxon_video.batch_plan import (BatchPlan, PlannedSampler, SeededBatchSampler, replicas, shard,
+                                     shard_length)
 from fluxon_video.defaults import TIME_TOLERANCE_S
 from fluxon_video.errors import FluxonFsConfigError
 from fluxon_video.metadata import FluxonFsVideoMetadata, indices_at_times
@@ -581,8 +582,7 @@ class SameVideoBatchSampler(Sampler[list[int]]):
                 len(self.dataset.relpaths))
 
     def __len__(self) -> int:
-        videos, replicas = len(self.dataset.relpaths), self.num_replicas
-        per_rank = videos // replicas if self.drop_last else -(-videos // replicas)
+        per_rank = shard_length(len(self.dataset.relpaths), self.num_replicas, self.drop_last)
         items = per_rank * self.dataset.clips_per_video
         return items // self.batch_size if self.drop_last else -(-items // self.batch_size)
 
@@ -679,8 +679,9 @@ class LoaderStats:
                     earlier.reads + earlier.metadata_calls:  # a new worker took an old one's pid
                 self._retired = self._retired + earlier
                 self._base.pop(pid, None)
+                self._bad_base.pop(pid, None)  # its bad items count from zero too
             self._latest[pid] = stats
-            self._bad_latest[info["pid"]] = info.get("bad_items", 0)
+            self._bad_latest[pid] = info.get("bad_items", 0)
             self._bad_files.update(info.get("new_bad_files", ()))
 
     def start_epoch(self) -> None:
@@ -700,10 +701,7 @@ class LoaderStats:
         """What every worker ever seen did, epochs before this one included: a
         counter that only grows, for ``fluxon_video.metrics`` (workers that exit
         at an epoch's end keep their last figures)."""
-        total = self._retired
-        for stats in self._latest.values():
-            total = total + stats
-        return total
+        return sum(self._latest.values(), self._retired)
 
     def total(self) -> FluxonFsProcessStats:
         """What every worker did since start_epoch()."""

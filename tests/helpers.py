@@ -89,6 +89,17 @@ class RaisingSource(BytesRangeSource):
         return super().read_range(offset, length)
 
 
+def check_rank_shards(shards: list[list[int]], drop_last: bool, dealt: int, total: int) -> None:
+    """Ranks' shares as DistributedSampler deals ``range(total)``: equal lengths,
+    ``dealt`` in all; with drop_last no element twice, else every element."""
+    assert len({len(shard) for shard in shards}) == 1  # equal lengths
+    everything = [i for shard in shards for i in shard]
+    if drop_last:
+        assert len(everything) == len(set(everything)) == dealt
+    else:
+        assert sorted(set(everything)) == list(range(total)) and len(everything) == dealt
+
+
 def run_in_threads(worker: Callable[[int], object], count: int) -> list[BaseException]:
     """Run worker(0..count-1) on count threads; return what they raised."""
     failures: list[BaseException] = []

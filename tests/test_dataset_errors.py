@@ -24,7 +24,7 @@ import pytest
 import fluxon_video as fv
 from fluxon_video import errors
 from fluxon_video.testing import free_port
-from tests.helpers import make_patcher
+from tests.helpers import check_rank_shards, make_patcher
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader, DistributedSampler, get_worker_info
@@ -313,12 +313,7 @@ def test_the_sampler_shards_videos_like_distributed_sampler(seven_videos, drop_l
             if not shuffle:  # the same videos as torch's own sampler
                 assert videos == list(DistributedSampler(range(7), num_replicas=3, rank=rank,
                                                          shuffle=False, drop_last=drop_last))
-        assert len({len(shard) for shard in shards}) == 1  # equal lengths
-        everything = [v for shard in shards for v in shard]
-        if drop_last:
-            assert len(everything) == len(set(everything)) == 6
-        else:
-            assert sorted(set(everything)) == list(range(7)) and len(everything) == 9
+        check_rank_shards(shards, drop_last, 6 if drop_last else 9, 7)
     with pytest.raises(errors.FluxonFsConfigError, match="rank must be"):
         SameVideoBatchSampler(dataset, 2, num_replicas=2, rank=2)
     with pytest.raises(errors.FluxonFsConfigError, match="both num_replicas and rank"):

@@ -28,7 +28,7 @@ import fluxon_video as fv  # noqa: E402
 from fluxon_video.lerobot import LeRobotDataset, LeRobotDatasetMetadata  # noqa: E402
 from fluxon_video.testing import AgentProcess  # noqa: E402
 from fluxon_video.fs.config import FluxonFsExport  # noqa: E402
-from tests.helpers import IDENTITIES, agent_config_text  # noqa: E402
+from tests.helpers import IDENTITIES, agent_config_text, check_rank_shards  # noqa: E402
 from tests.lerobot_data import CAMERAS, FPS, TASKS, write_dataset  # noqa: E402
 from tests.media import reference_frames  # noqa: E402
 
@@ -394,12 +394,7 @@ def test_the_seeded_batch_sampler_shards_across_ranks_like_distributed_sampler(d
                                                        shuffle=False, drop_last=drop_last))
             shards.append(mine)
             assert pickle.loads(pickle.dumps(sampler)).planned_batches() == batches
-        assert len({len(shard) for shard in shards}) == 1
-        everything = [i for shard in shards for i in shard]
-        if drop_last:
-            assert len(everything) == len(set(everything)) == 9
-        else:
-            assert sorted(set(everything)) == list(range(11)) and len(everything) == 12
+        check_rank_shards(shards, drop_last, 9 if drop_last else 12, 11)
     with pytest.raises(fv.FluxonFsConfigError, match="rank must be"):
         SeededBatchSampler(10, 2, num_replicas=2, rank=2)
     with pytest.raises(fv.FluxonFsConfigError, match="both num_replicas and rank"):

@@ -80,10 +80,12 @@ def test_a_dataloaders_workers_add_up_across_epochs(media):
 def test_a_worker_that_takes_an_old_workers_pid_adds_to_it():
     stats = LoaderStats()
 
-    def batch(reads: int) -> dict:
-        return {"fluxon_stats": {"pid": 7, "stats": {"reads": reads, "frames_returned": reads}}}
+    def batch(reads: int, bad: int) -> dict:
+        return {"fluxon_stats": {"pid": 7, "stats": {"reads": reads, "frames_returned": reads},
+                                 "bad_items": bad}}
 
-    stats.update(batch(5))
+    stats.update(batch(5, 3))
     stats.start_epoch()
-    stats.update(batch(2))  # a new process: fewer reads than the last figure of that pid
+    stats.update(batch(2, 1))  # a new process: fewer reads than the last figure of that pid
     assert stats.cumulative().reads == 7 and stats.total().reads == 2
+    assert stats.bad_items() == 1  # the new worker's, not 1 less the old one's 3
