@@ -101,10 +101,12 @@ bench-remote-s3: build $(BENCH_STAMP)
 bench-remote-long: build $(BENCH_STAMP)
 	$(PY) bench/matrix.py --suite remote-long $(BENCH_ARGS)
 
-# DataLoader-shaped benchmark (~3 min): 2 workers, 24 videos, fluxon per-clip and
-# batched vs decord and torchcodec; writes bench/results/dataloader.{md,json}.
+# The DataLoader (~3 min): 2 workers, 24 videos, fluxon through the agent cold, cold with
+# the sampler's lookahead and warm vs decord and torchcodec, clips in shuffled order and
+# SameVideoBatchSampler's batches; writes bench/results/dataloader.{md,json} and charts.
+# Four workers over an S3 export at 10 ms: --suite loader-s3.
 bench-loader: build $(BENCH_STAMP)
-	$(PY) bench/dataloader.py $(BENCH_ARGS)
+	$(PY) bench/matrix.py --suite loader $(BENCH_ARGS)
 
 # Multi-node benchmark (~1 min): 3 node processes share a 3-master Redis Cluster and one
 # agent (node 1 cold, nodes 2-3 warm, then an epoch on all three together); writes

@@ -22,16 +22,23 @@ WORKLOADS = {
     "batched": "K clips of one video per item: fluxon read_many_numpy_with_stats vs one by one",
     "metadata": "time until frame count, fps and duration are known, per video",
     "long": "a random clip of a 2-minute video (720p and 1080p, 45-90 MB) per item",
+    "loader-clips": "a torch DataLoader (fresh workers every epoch, batches of 8) over random "
+                    "16-frame clips at 224x224 in shuffled order, a random video per item",
+    "loader-batched": "the same DataLoader over SameVideoBatchSampler's batches: 4 clips of "
+                      "each of 2 videos per batch, each video opened once per batch",
 }
 # The datasets: "codecs", one video per codec and layout with several clips each (the
 # local suite); "remote", 24 short 720p/1080p videos (and the 2-minute "long" ones), one
 # clip per video per item, a new open per item (the remote suites); "threads", 1080p
-# H.264 and HEVC read at 1, 2 and auto decoder threads (the threads suite).
+# H.264 and HEVC read at 1, 2 and auto decoder threads (the threads suite); "loader", the
+# DataLoader's short videos (the loader suites).
 DATASETS = {
     "codecs": "one video per codec and layout, several clips of each through one handle",
     "remote": "short 720p/1080p videos, one item per video per round, a new open per item",
     "threads": "1080p H.264 and HEVC; clips of 16 frames 2 apart (not 4), one handle per "
-               "pass and video"}
+               "pass and video",
+    "loader": "24 short 640x360 videos (H.264 faststart and moov-at-end, HEVC, VP9 WebM), one "
+              "clip plan every contender reads in a real DataLoader"}
 STORES = ("local", "agent", "s3")
 # A "batched" peer case of the remote suites that is not one peer but the best exact one
 # (and the fastest, if that is another, flagged one) of "clips" at the same latency.

@@ -10,13 +10,14 @@ from record import Record
 
 BEST_PEER = "best exact peer"          # the fastest peer row whose frames passed the check
 FEWEST_BYTES_PEER = "fewest-bytes peer"  # the peer row fetching the fewest bytes (any)
+FASTEST_PEER = "fastest peer"          # the fastest peer row, its frames flagged or not
 
 
 @dataclass(frozen=True)
 class Pick:
     """One record of a results file: a fluxon row (``cache``, ``store``, ``access``), or
-    BEST_PEER / FEWEST_BYTES_PEER of the workload. ``latency_ms`` None: the suite's goal
-    latency."""
+    BEST_PEER / FEWEST_BYTES_PEER / FASTEST_PEER of the workload. ``latency_ms`` None: the
+    suite's goal latency."""
 
     workload: str
     family: str
@@ -106,7 +107,7 @@ def pick(records: list[Record], p: Pick, latency: float, figure: str,
             and (r.case.store == "local" or r.case.latency_ms == lat)
             and (video is None or r.video == video)
             and (p.threads is None or r.case.threads == p.threads)]
-    if p.family in (BEST_PEER, FEWEST_BYTES_PEER):
+    if p.family in (BEST_PEER, FEWEST_BYTES_PEER, FASTEST_PEER):
         exact = p.family == BEST_PEER
         peers = [r for r in rows if not r.case.fluxon and value(r, figure)
                  and r.case.access != "download-union" and (r.ok or not exact)]
@@ -139,7 +140,10 @@ def evaluate(goals: tuple[Goal, ...], records: list[Record], wanted_latency: flo
             top = pick(records, g.top, latency, g.figure, video)
             bottom_figure = g.bottom_figure or g.figure
             bottom = pick(records, g.bottom, latency, bottom_figure, video) if g.bottom else top
-            if top is None or (g.bottom and bottom is None):
+            if top is None:
+                continue
+            if g.bottom and bottom is None:  # e.g. no peer's frames passed the check
+                out.append(Outcome(g, video, top, None, None, None))
                 continue
             a = value(top, g.figure)
             b = value(bottom, bottom_figure) if (g.bottom or g.bottom_figure) else 1.0

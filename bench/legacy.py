@@ -1,5 +1,6 @@
 """The committed results of the retired scripts, read as records: a bench/run.py JSON
-(suite "local") or a bench/remote.py one (suites "remote", "remote-s3", "remote-long"),
+(suite "local"), a bench/remote.py one (suites "remote", "remote-s3", "remote-long"), a
+bench/threads.py one ("threads") or a bench/dataloader.py one ("loader", "loader-s3"),
 converted by the same functions that tally the runner's own passes."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from record import Record, Results
-from tally import codecs_records, meta_of, rounds_records, threads_case
+from tally import codecs_records, loader_records, meta_of, rounds_records, threads_case
 
 
 def suite_of(data: dict[str, Any]) -> str:
@@ -17,8 +18,11 @@ def suite_of(data: dict[str, Any]) -> str:
         return "local"
     if "bench/threads.py" in command:
         return "threads"
+    if "bench/dataloader.py" in command:
+        return "loader-s3" if data["conditions"]["export"].get("store") == "s3" else "loader"
     if "bench/remote.py" not in command:
-        raise ValueError(f"not a bench/run.py or bench/remote.py result: {command!r}")
+        raise ValueError(f"not a bench/run.py, remote.py, threads.py or dataloader.py "
+                         f"result: {command!r}")
     if data["conditions"]["store"].get("origin") == "s3":
         return "remote-s3"
     return "remote-long" if data["conditions"]["workload"].get("long_videos") else "remote"
@@ -29,7 +33,8 @@ def convert(data: dict[str, Any]) -> Results:
     suite = suite_of(data)
     if suite == "threads":
         return threads_results(data)
-    records = codecs_records(data) if suite == "local" else rounds_records(data)
+    records = (codecs_records(data) if suite == "local" else
+               loader_records(data) if suite.startswith("loader") else rounds_records(data))
     return Results({**meta_of(data, suite), "converted_from": data.get("command")}, records)
 
 

@@ -21,7 +21,8 @@ from suites import SUITES, Suite  # noqa: E402
 # the suite's (bench/suites.py SUITES: full and --quick); an option a suite does not use is
 # ignored by it.
 SETTINGS = [
-    ("--repeat", int, "local, threads: timed runs of every measurement; figures are medians"),
+    ("--repeat", int, "local, threads: timed runs of every measurement; loader: timed "
+                     "epochs per case; figures are medians"),
     ("--clips", int, "local, threads: random clips per video (and workload; threads: per "
                      "pass)"),
     ("--batch-clips", int, "local: clips of the 60 s video in the batched workload"),
@@ -46,9 +47,18 @@ SETTINGS = [
     ("--long-items", int, "remote: items (random clips, a new open each) per long video per "
                           "round"),
     ("--thread-videos", str, "threads: the 1080p videos, comma separated (h264, hevc)"),
+    ("--items", int, "loader: clips per epoch"),
+    ("--workers", int, "loader: DataLoader worker processes"),
+    ("--batch-size", int, "loader: clips per batch"),
+    ("--per-video", int, "loader: clips per video in the loader-batched workload"),
+    ("--context", str, "loader: worker start method, fork, spawn or forkserver (default: the "
+                       "platform's)"),
+    ("--max-other-cpu", float, "loader: redo a timed epoch during which other work on the "
+                               "machine used more than this many cores"),
+    ("--retries", int, "loader: at most this many redos per timed epoch"),
 ]
 AT_LEAST_ONE = ("repeat", "clips", "batch_clips", "threads", "videos", "batched_items",
-                "batched_clips")
+                "batched_clips", "items", "batch_size", "per_video")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -64,10 +74,12 @@ def parser() -> argparse.ArgumentParser:
                                               "go (default: bench/results)")
     ap.add_argument("--render", type=Path, metavar="JSON",
                     help="only redraw the report of a results file (this runner's, or a "
-                         "retired bench/run.py or bench/remote.py JSON, converted) into --out")
+                         "retired script's JSON, converted) into --out, under the file's "
+                         "own name")
     ap.add_argument("--list", action="store_true", help="print the selected cases and stop")
     for name, what in (("workloads", "clips, clips-native, sequential, batched, metadata, "
-                                     "long"), ("stores", "local, agent, s3"),
+                                     "long, loader-clips, loader-batched"),
+                       ("stores", "local, agent, s3"),
                        ("contenders", "fluxon, decord, pyav, torchcodec, spdl"),
                        ("caches", "cold, cold+lookahead, warm-kv, warm-kv+shared, "
                                   "warm-reader, none")):
@@ -108,7 +120,14 @@ def settings_of(suite: Suite, args: argparse.Namespace, ap: argparse.ArgumentPar
             ap.error("--rounds: one number >= 1, or one per latency")
     if float(settings.get("bandwidth_mbps") or 0) < 0:
         ap.error("--bandwidth-mbps must be >= 0")
-    if settings.get("store") == "s3" and "default" in str(settings["block_sizes"]):
+    if settings.get("context") not in (None, "fork", "spawn", "forkserver"):
+        ap.error("--context: fork, spawn or forkserver")
+    if int(settings.get("workers") or 0) < 0 or int(settings.get("retries") or 0) < 0:
+        ap.error("--workers and --retries must be at least 0")
+    if "per_video" in settings and (settings["batch_size"] % settings["per_video"]
+                                    or settings["items"] % settings["batch_size"]):
+        ap.error("--batch-size must be a multiple of --per-video, --items of --batch-size")
+    if settings.get("store") == "s3" and "default" in str(settings.get("block_sizes", "")):
         ap.error("--suite remote-s3: name every block size (s3fs's default is 50 MiB; obstore "
                  "needs one)")
     return settings
@@ -119,7 +138,7 @@ def run_groups(cases: list[Case], settings: dict[str, Any], data: Path, quick: b
     """Each group of cases that share a setup, run in turn; their records and meta."""
     from codecs_group import CodecsGroup
     from rounds_group import RoundsGroup
-    from tally import codecs_records, meta_of, rounds_records, threads_records
+    from tally import codecs_records, loader_records, meta_of, rounds_records, threads_records
     from threads_group import ThreadsGroup
 
     records: list = []
@@ -131,6 +150,11 @@ def run_groups(cases: list[Case], settings: dict[str, Any], data: Path, quick: b
         elif dataset == "threads":
             results = ThreadsGroup(group, settings, data).run(argv)
             records += threads_records(results)
+        elif dataset == "loader":
+            from loader_group import LoaderGroup  # imports torch
+
+            results = LoaderGroup(group, settings, data).run(argv)
+            records += loader_records(results)
         else:
             results = RoundsGroup(group, settings, data).run(argv)
             records += rounds_records(results)
@@ -158,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or (args.data / "quick-results" if args.quick else BENCH / "results")
     if args.render:
         results = load(args.render)
-        stem = Path(SUITES[results.meta["suite"]].stem).name
+        stem = args.render.stem
         written = [results.write(out / f"{stem}.json"), *write(results, out, stem)]
         say("wrote " + ", ".join(str(p) for p in written))
         return 0
@@ -194,7 +218,8 @@ def summary(results: Any) -> str:
         scale, unit = per.get(r.case.workload, (1.0, "clips/s"))
         rate = f"{r.clips_per_s * scale:.2f} {unit}" if r.clips_per_s else "–"
         lines.append(f"{r.case.key()}{' ' + r.video if r.video else ''}: {rate}, "
-                     f"p50 {r.item_ms_p50 or 0:.0f} ms, {r.verdict[:60]}")
+                     + (f"p50 {r.item_ms_p50:.0f} ms, " if r.item_ms_p50 else "")
+                     + r.verdict[:60])
     return "\n".join(lines)
 
 

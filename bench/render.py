@@ -107,9 +107,46 @@ METADATA_COLUMNS: list[Column] = [
     ("frame count, fps, duration", check_text)]
 
 
+def count_text(r: Record, key: str, digits: int = 2) -> str:
+    got = r.counts.get(key)
+    return f(got, digits) if isinstance(got, (int, float)) else DASH
+
+
+def pair_text(r: Record, a: str, b: str) -> str:
+    return f"{r.counts[a]}/{r.counts[b]}" if a in r.counts and b in r.counts else DASH
+
+
+def loader_frames(r: Record) -> str:
+    """The verdict; for a flagged row, per codec (a peer may fail on one codec only)."""
+    by_codec = r.counts.get("by_codec")
+    if isinstance(by_codec, dict) and by_codec:
+        return "⚠ " + " · ".join(f"{c} {v}" for c, v in by_codec.items())[:200]
+    return check_text(r)
+
+
+LOADER_COLUMNS: list[Column] = [
+    ("clips/s (median, range)", rate_text),
+    ("CPU ms/clip", lambda r: f(r.cpu_s * 1e3 if r.cpu_s is not None else None, 0)),
+    ("epoch s", lambda r: count_text(r, "epoch_s")),
+    ("workers up s", lambda r: count_text(r, "workers_up_s")),
+    ("first batch s", lambda r: count_text(r, "first_batch_s")),
+    ("other CPU", lambda r: count_text(r, "other_cpu_cores") + (
+        f" ({r.counts['redone']} redone)" if r.counts.get("redone") else "")),
+    ("worker CPU", lambda r: " ".join(f"{c:.2f}" for c in r.counts.get("worker_cpu", []))
+     or DASH),
+    ("fluxon reads", lambda r: count_text(r, "reads", 0)),
+    ("KV hit/miss", lambda r: pair_text(r, "kv_hits", "kv_misses")),
+    ("MiB/clip from the store", lambda r: f(r.mib_per_item, 3)),
+    ("index scan/KV", lambda r: pair_text(r, "index_scans", "index_from_kv")),
+    ("pages ahead/hit/wasted", lambda r: f"{r.counts['ahead_pages']}/{r.counts['ahead_hits']}/"
+     f"{r.counts['ahead_wasted']}" if r.counts.get("ahead_pages") else DASH),
+    ("frames", loader_frames)]
+
+
 def columns_of(workload: str) -> list[Column]:
-    return COMMON + {"sequential": SEQUENTIAL_COLUMNS,
-                     "metadata": METADATA_COLUMNS}.get(workload, CLIP_COLUMNS)
+    return COMMON + {"sequential": SEQUENTIAL_COLUMNS, "metadata": METADATA_COLUMNS,
+                     "loader-clips": LOADER_COLUMNS,
+                     "loader-batched": LOADER_COLUMNS}.get(workload, CLIP_COLUMNS)
 
 
 def rank(r: Record, videos: list[str]) -> tuple:
@@ -156,7 +193,8 @@ def goal_cells(o: Outcome) -> list[str]:
         got = value(r, name)
         unit = {"clips_per_s": "clips/s", "item_ms_p50": "ms", "mib_per_item": "MiB/item",
                 "needed_mib_per_item": "MiB/item needed", "floor_ms": "ms floor",
-                "round_trips_p50": "round trips", "span_piece_mib_per_item":
+                "round_trips_p50": "round trips", "cores_busy": "of the cores busy",
+                "span_piece_mib_per_item":
                 "MiB/item in the spans' pieces", "open_model_mib_per_item":
                 "MiB/item in the spans' and the scan's pieces"}.get(name, name)
         return f"{r.case.label()} {f(got)} {unit}" if r is not None and got is not None \

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cases import BEST_CLIPS_PEER, CACHES, PEERS, Case, parse_size
-from goals import BEST_PEER, FEWEST_BYTES_PEER, Goal, Pick
+from goals import BEST_PEER, FASTEST_PEER, FEWEST_BYTES_PEER, Goal, Pick
 from harness import MiB
 
 @dataclass(frozen=True)
@@ -247,6 +247,79 @@ THREAD_GOALS = (
            Pick("clips", "fluxon", store="local", threads=t),
            Pick("clips", BEST_PEER, threads=t), per_video=True) for t in THREADS))
 
+LOADER_PEERS = ("decord", "torchcodec")
+
+
+def loader_cases(s: dict[str, Any]) -> list[Case]:
+    """bench/dataloader.py's rows: per order, fluxon through the store cold (batched: also
+    cold with the sampler's lookahead) and warm, and the peers on the local files."""
+    store, lat = str(s["store"]), target_latency(s)
+    out = []
+    for workload in ("loader-clips", "loader-batched"):
+        flux = Case(workload, "loader", store, "fluxon", latency_ms=lat)
+        caches = ("cold", "cold+lookahead", "warm-kv") if workload == "loader-batched" \
+            else ("cold", "warm-kv")
+        out += [replace(flux, cache=c) for c in caches]
+        out += [Case(workload, "loader", "local", peer, latency_ms=lat) for peer in LOADER_PEERS]
+    return out
+
+
+def loader_goals(busy_goal: float | None) -> tuple[Goal, ...]:
+    """The DataLoader's goals; ``busy_goal``: the cores each worker keeps busy, cold with
+    lookahead (issue 38 states it for 4 workers over an S3 export)."""
+    return (
+        *(Goal(f"{what}: fluxon warm-kv ÷ best exact peer on the local files",
+               Pick(workload, "fluxon", "warm-kv"), Pick(workload, BEST_PEER), at_least=1.5)
+          for workload, what in (("loader-clips", "clips in shuffled order"),
+                                 ("loader-batched", "SameVideoBatchSampler's batches"))),
+        Goal("batched: fluxon cold+lookahead ÷ fluxon warm-kv (issue 38: cold as fast as warm)",
+             Pick("loader-batched", "fluxon", "cold+lookahead"),
+             Pick("loader-batched", "fluxon", "warm-kv"), at_least=0.9),
+        Goal("context: batched, fluxon cold+lookahead ÷ fluxon cold",
+             Pick("loader-batched", "fluxon", "cold+lookahead"),
+             Pick("loader-batched", "fluxon", "cold")),
+        *(Goal(f"{what}: fluxon warm-kv ÷ the fastest peer, its frames flagged or not",
+               Pick(workload, "fluxon", "warm-kv"), Pick(workload, FASTEST_PEER))
+          for workload, what in (("loader-clips", "context: clips in shuffled order"),
+                                 ("loader-batched", "context: SameVideoBatchSampler's "
+                                                    "batches"))),
+        *(Goal(f"cores busy, fluxon {cache}, batched: the workers' CPU ÷ the cores they can "
+               "use (min(workers, cores))", Pick("loader-batched", "fluxon", cache),
+               figure="cores_busy", at_least=busy_goal if cache == "cold+lookahead" else None)
+          for cache in ("cold", "cold+lookahead", "warm-kv")))
+
+
+LOADER_NOTES = (
+    "Every contender reads the same clip plan: 4 random 16-frame clips (stride 4, 224x224) "
+    "of each of items/4 videos. loader-clips: DataLoader shuffle=True with one seeded "
+    "generator for every row; fluxon's VideoClipDataset (items forced to the plan's clips), "
+    "one read_many call per batch; decord VideoReader(path, width, height) + get_batch; "
+    "torchcodec VideoDecoder(seek_mode=\"exact\", transforms=[Resize]) + get_frames_at, a new "
+    "reader per item. loader-batched: SameVideoBatchSampler's batches for every row; peers "
+    "open each video once per batch and read the sorted union of its clips in one call.",
+    "fluxon cold: Redis flushed before the epoch; cold+lookahead: the same with the "
+    "sampler's lookahead (each worker's next batch, its indexes, readers and bytes, read "
+    "while one decodes); warm-kv: Redis holds every piece and index (an untimed warm-up "
+    "epoch and a top-up pass), and its batched row plans ahead too. Peers read the local "
+    "files with the page cache warm (an untimed warm-up epoch of their own).",
+    "clips/s: items ÷ wall time from iter(loader) to the last batch, worker start-up "
+    "included, fresh workers every epoch (persistent_workers=False); the median over "
+    "epochs, the range in brackets. CPU ms/clip: this process and its workers over the "
+    "epoch (the agent's, Redis's and the store's not in it).",
+    "worker CPU: each worker's CPU time from its start to its last batch ÷ that span (1.00: "
+    "a core kept busy), sorted, medians over epochs. other CPU: cores the machine spent on "
+    "work that is not the benchmark's during the epoch; an epoch above max_other_cpu was "
+    "redone (at most retries times).",
+    "KV hit/miss, MiB/clip (from the store), index scans/from KV and lookahead pages: the "
+    "workers' FluxonFS stats over the first timed epoch (StatsCollate + LoaderStats).",
+    "frames: every item of the first timed epoch against the ffmpeg CLI (bilinear 224x224): "
+    "fluxon bit-exact; peers the right frame within a mean abs diff of 3 (bench/frames.py).")
+LOADER_DEFAULTS: dict[str, Any] = {
+    "store": "agent", "latencies": "0", "items": 96, "repeat": 3, "workers": 2,
+    "batch_size": 8, "per_video": 4, "threads": 1, "context": None, "max_other_cpu": 0.25,
+    "retries": 3, "seed": 7}
+LOADER_QUICK = {"items": 32, "repeat": 1}
+
 REMOTE_DEFAULTS: dict[str, Any] = {
     "store": "agent", "latencies": "0,2,10", "bandwidth_mbps": 50.0, "rounds": "2",
     "videos": 24, "batched_items": 3, "batched_clips": 8, "block_sizes": "256K,default",
@@ -278,6 +351,15 @@ SUITES = {s.name: s for s in (
           "remote-long/remote", remote_cases, {**REMOTE_DEFAULTS, "long_videos": 4, "long_items": 3,
                                    "latencies": "10", "videos": 4, "batched_items": 1},
           {"rounds": "1", "long_videos": 1, "long_items": 2}, remote_goals(), notes=REMOTE_NOTES),
+    Suite("loader", "fluxon_video.torch vs decord and torchcodec in a real DataLoader, fluxon "
+          "through the agent (was bench/dataloader.py)", "dataloader", loader_cases,
+          LOADER_DEFAULTS, LOADER_QUICK, loader_goals(None), goal_latency_ms=0.0,
+          notes=LOADER_NOTES),
+    Suite("loader-s3", "the DataLoader with 4 workers, fluxon through an S3 export at 10 ms per "
+          "request and 50 MB/s per connection (was bench/dataloader.py --store s3 "
+          "--agent-latency-ms 10 --workers 4)", "dataloader-s3-4workers", loader_cases,
+          {**LOADER_DEFAULTS, "store": "s3", "latencies": "10", "workers": 4}, LOADER_QUICK,
+          loader_goals(0.9), notes=LOADER_NOTES),
     Suite("threads", "decoder threads on 1080p: 1, 2 and auto threads, fluxon against every "
           "peer at the same setting (was bench/threads.py)", "threads", threads_cases,
           {"clips": 12, "repeat": 3, "thread_videos": "h264,hevc", "seed": 5,

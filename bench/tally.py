@@ -198,6 +198,69 @@ def threads_records(results: dict) -> list[Record]:
     return out
 
 
+# ---- the DataLoader group (bench/loader_group.py's rows; bench/dataloader.py's too) ----
+
+def loader_case(row: dict, results: dict) -> Case:
+    """The case of a DataLoader row: the row's own, or (a bench/dataloader.py JSON) made
+    from its contender, read order and cache. That script's cold "batched" row planned
+    ahead when a "batched-no-lookahead" row stands beside it; before, nothing did."""
+    if "case" in row:
+        return Case(**row["case"])
+    export = results["conditions"]["export"]
+    workload = "loader-clips" if row["order"] == "per-clip" else "loader-batched"
+    lat = float(export.get("agent_latency_ms") or 0.0)
+    if row["contender"] != "fluxon":
+        return Case(workload, "loader", "local", row["contender"], latency_ms=lat)
+    lookahead = any(r["order"] == "batched-no-lookahead" for r in results["rows"])
+    cache = "warm-kv" if row["cache"] == "warm KV" else (
+        "cold+lookahead" if row["order"] == "batched" and lookahead else "cold")
+    return Case(workload, "loader", export.get("store", "agent"), "fluxon", cache,
+                latency_ms=lat)
+
+
+def loader_records(results: dict) -> list[Record]:
+    """One record per DataLoader row: clips/s per epoch, CPU per clip, the first epoch's
+    FluxonFS stats and frame check, the row's own timings as counts."""
+    out = []
+    for row in results["rows"]:
+        case, epochs, check = loader_case(row, results), row["epochs"], row["check"]
+        stats = row.get("fluxon_stats") or {}
+        items = sum(e["items"] for e in epochs)
+        cpu = [e["cpu_s"] for e in epochs if e.get("cpu_s") is not None]
+        first_items = epochs[0]["items"] if epochs else 0
+        failed = row["errors"] or (check and not check["ok"])
+        counts = {k: row[k] for k in ("epoch_s", "workers_up_s", "first_batch_s",
+                                      "other_cpu_cores", "redone") if row.get(k) is not None}
+        if row.get("worker_cpu"):  # each worker's cores; their sum over the cores they had
+            busy = row["worker_cpu"]
+            usable = min(len(busy), results["conditions"]["machine"].get("cores") or len(busy))
+            counts.update(worker_cpu=busy, cores_busy=sum(busy) / usable)
+        counts.update({k: stats[k] for k in ("reads", "kv_hits", "kv_misses", "index_scans",
+                                             "index_from_kv", "ahead_pages", "ahead_hits",
+                                             "ahead_wasted") if k in stats})
+        if check and check.get("by_codec") and not check["ok"]:
+            counts["by_codec"] = {c: v["verdict"] for c, v in check["by_codec"].items()}
+        record = Record(
+            case=case, settings={"workers": results["conditions"]["loader"]["workers"],
+                                 "batch_size": results["conditions"]["loader"]["batch_size"]},
+            rounds=len(epochs), items=items, frames_per_item=16,
+            items_per_s=row["clips_per_s"], items_per_s_rounds=[e["clips_per_s"] for e in epochs],
+            cpu_s=sum(cpu) / items if cpu and len(cpu) == len(epochs) and items else None,
+            mib_per_item=(stats["remote_bytes"] / MiB / first_items
+                          if "remote_bytes" in stats and first_items else None),
+            requests_per_item=(stats["remote_reads"] / first_items
+                               if "remote_reads" in stats and first_items else None),
+            ok=not failed,
+            verdict=(f"FAILED on {row['errors']} item(s): {row['first_error']}" if row["errors"]
+                     else check["verdict"] if check else "–"),
+            frames_checked=check["frames"] if check else 0,
+            frames_exact=check["bit_exact"] if check else 0,
+            frames_wrong=len(check["wrong"]) + len(check["off"]) if check else 0,
+            errors=[row["first_error"]] if row.get("first_error") else [], counts=counts)
+        out.append(record)
+    return out
+
+
 def meta_of(results: dict, suite: str, argv: Iterable[str] | None = None) -> dict[str, Any]:
     """The results file's meta from a group's results."""
     c = results["conditions"]

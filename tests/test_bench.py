@@ -307,7 +307,7 @@ def test_legacy_remote_results_convert_to_records():
     assert pyav.needed_mib_per_item == 0.5 and pyav.frames_exact == 64
     assert local.case.store == "local" and local.case.label() == "fluxon local file"
     with pytest.raises(ValueError):
-        convert({**data, "command": "python bench/dataloader.py"})
+        convert({**data, "command": "python bench/stages.py"})
 
 
 def test_legacy_local_results_count_a_read_many_call_as_its_clips():
@@ -327,6 +327,80 @@ def test_legacy_local_results_count_a_read_many_call_as_its_clips():
     assert pyav.case.store == "local" and pyav.clips_per_s == 4.0  # one clip an item
     assert many.case.access == "read_many" and many.case.cache == "warm-kv"
     assert many.clips_per_item == 8 and many.clips_per_s == 8.0  # one call, 8 clips
+
+
+def test_the_loader_suites_make_the_dataloader_rows_and_check_their_settings():
+    from cases import Filters, select
+    from loader_group import row_name
+    from matrix import parser, settings_of
+    from suites import SUITES
+
+    cases = select(SUITES["loader"].cases(SUITES["loader"].defaults), Filters())
+    assert [(c.workload, c.label()) for c in cases] == [
+        ("loader-clips", "fluxon cold"), ("loader-clips", "fluxon warm-kv"),
+        ("loader-clips", "decord"), ("loader-clips", "torchcodec"),
+        ("loader-batched", "fluxon cold"), ("loader-batched", "fluxon cold+lookahead"),
+        ("loader-batched", "fluxon warm-kv"), ("loader-batched", "decord"),
+        ("loader-batched", "torchcodec")]
+    # the names bench/dataloader.py gave its rows, which its JSONs keep
+    assert [row_name(c) for c in cases[4:7]] == [
+        ("fluxon batched-no-lookahead", "cold"), ("fluxon batched", "cold"),
+        ("fluxon batched", "warm KV")]
+    assert row_name(cases[2]) == ("decord per-clip", "local file")
+    warm = select(cases, Filters.parse(workloads="loader-batched", caches="warm-kv"))
+    assert [c.label() for c in warm] == ["fluxon cold", "fluxon warm-kv"]
+    s3 = SUITES["loader-s3"].cases(SUITES["loader-s3"].defaults)
+    assert {c.store for c in s3 if c.fluxon} == {"s3"} and {c.latency_ms for c in s3} == {10.0}
+    ap = parser()
+    quick = settings_of(SUITES["loader"], ap.parse_args(["--suite", "loader", "--quick"]), ap)
+    assert (quick["items"], quick["repeat"], quick["workers"]) == (32, 1, 2)
+    for wrong in (["--batch-size", "6"], ["--items", "20"], ["--context", "thread"],
+                  ["--workers", "-1"]):
+        with pytest.raises(SystemExit):
+            settings_of(SUITES["loader"], ap.parse_args(["--suite", "loader", *wrong]), ap)
+
+
+def loader_row(contender, order, cache, rates, worker_cpu=(), stats=None, check_ok=True):
+    check = {"frames": 32, "bit_exact": 32 if check_ok else 20, "wrong": [] if check_ok
+             else ["frame 58 looks like frame 59"], "off": [], "ok": check_ok,
+             "verdict": "bit-exact" if check_ok else "WRONG: frame 58 looks like frame 59",
+             "by_codec": {"h264": {"verdict": "bit-exact"},
+                          "hevc": {"verdict": "bit-exact" if check_ok else "WRONG: x"}}}
+    return {"row": f"{contender} {order}", "contender": contender, "order": order,
+            "cache": cache, "items": 32, "clips_per_s": sorted(rates)[len(rates) // 2],
+            "errors": 0, "first_error": None, "fluxon_stats": stats, "check": check,
+            "worker_cpu": list(worker_cpu), "epoch_s": 1.0, "redone": 0,
+            "epochs": [{"items": 32, "clips_per_s": r, "cpu_s": 3.2} for r in rates]}
+
+
+def test_legacy_dataloader_results_convert_to_records():
+    from legacy import convert
+
+    stats = {"remote_bytes": 32 << 20, "remote_reads": 64, "kv_hits": 5, "kv_misses": 7,
+             "ahead_pages": 4, "ahead_hits": 4, "ahead_wasted": 0}
+    data = {"command": "python bench/dataloader.py --store s3 --workers 4",
+            "settings": {}, "conditions": {
+                "machine": {"cores": 2}, "versions": {},
+                "loader": {"workers": 4, "batch_size": 8},
+                "export": {"agent_latency_ms": 10.0, "store": "s3"}},
+            "rows": [loader_row("fluxon", "batched-no-lookahead", "cold", [10.0]),
+                     loader_row("fluxon", "batched", "cold", [20.0, 30.0, 40.0],
+                                (0.4, 0.45, 0.45, 0.5), stats),
+                     loader_row("decord", "per-clip", "local file", [5.0], check_ok=False)]}
+    results = convert(data)
+    assert results.meta["suite"] == "loader-s3"
+    plain, ahead, decord = results.records
+    assert (plain.case.cache, ahead.case.cache) == ("cold", "cold+lookahead")
+    assert ahead.case.store == "s3" and ahead.case.workload == "loader-batched"
+    assert ahead.items_per_s == 30.0 and ahead.items_per_s_rounds == [20.0, 30.0, 40.0]
+    assert ahead.cpu_s == pytest.approx(0.1) and ahead.mib_per_item == 1.0
+    assert ahead.counts["cores_busy"] == pytest.approx(0.9)  # 1.8 cores' worth of 2
+    assert ahead.counts["ahead_hits"] == 4 and ahead.frames_exact == 32
+    assert decord.case.store == "local" and decord.case.workload == "loader-clips"
+    assert not decord.ok and decord.counts["by_codec"]["hevc"] == "WRONG: x"
+    # Before the lookahead, bench/dataloader.py's cold batched row read without it.
+    older = convert({**data, "rows": data["rows"][1:]})
+    assert older.records[0].case.cache == "cold"
 
 
 def test_the_report_has_the_goals_and_a_table_per_workload():
