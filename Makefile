@@ -72,7 +72,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml bench/install_peers.py
 
 # The benchmark, one runner over declarative cases (bench/matrix.py, bench/cases.py): local
 # files (suite local), the remote store on short clips and on long videos (suites remote,
-# remote-long), LeRobot-style shards (bench/lerobot.py). `make bench BENCH_ARGS=--quick`
+# remote-long), LeRobot's own datasets (suite lerobot). `make bench BENCH_ARGS=--quick`
 # is the smoke run of all four.
 bench: bench-local bench-remote bench-remote-long bench-lerobot
 
@@ -117,9 +117,9 @@ bench-multinode: build
 # A-V clips (~4 min; --quick ~1 min): a 2 s clip's 16 frames at 224x224 and its audio at
 # 16 kHz mono, fluxon vs torchcodec (VideoDecoder + AudioDecoder), PyAV and decord's
 # AVReader on local files and through the remote-store model (10 ms, 50 MB/s), frames and
-# samples checked against the ffmpeg CLI; writes bench/results/av.{md,json}.
+# samples checked against the ffmpeg CLI; writes bench/results/av.{md,json} and charts.
 bench-av: build $(BENCH_STAMP)
-	$(PY) bench/av_clips.py $(BENCH_ARGS)
+	$(PY) bench/matrix.py --suite av $(BENCH_ARGS)
 
 # LeRobot's own datasets (~20 min; --quick ~3 min, local only): LeRobot 0.6.1 (its own
 # virtualenv under bench/.data, made on first use) writes a v3 dataset (AV1, 2 cameras);
@@ -127,7 +127,7 @@ bench-av: build $(BENCH_STAMP)
 # 16-row batches at 0 and 2 workers and plain ds[i], locally, then fluxon through an S3
 # export (10 ms, 50 MB/s) cold and warm; writes bench/results/lerobot.{md,json}.
 bench-lerobot: build $(BENCH_STAMP)
-	$(PY) bench/lerobot.py $(BENCH_ARGS)
+	$(PY) bench/matrix.py --suite lerobot $(BENCH_ARGS)
 
 # LeRobot's own training script, lerobot-train (~11 min): ACT for 12 steps with LeRobot's
 # dataset, then with fluxon_video.lerobot's swapped in (local folder; agent + Redis);

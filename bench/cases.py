@@ -26,23 +26,45 @@ WORKLOADS = {
                     "16-frame clips at 224x224 in shuffled order, a random video per item",
     "loader-batched": "the same DataLoader over SameVideoBatchSampler's batches: 4 clips of "
                       "each of 2 videos per batch, each video opened once per batch",
+    # ---- LeRobot's LeRobotDataset against fluxon_video.lerobot's (the lerobot suite) ----
+    **{f"lerobot-clip-w{n}": f"a DataLoader with {n} workers, batches of 8 random rows: a "
+                             "16-frame clip of the front camera (delta_timestamps), one frame "
+                             "of the wrist camera, state and action; items/s" for n in (0, 2)},
+    **{f"lerobot-rows16-w{n}": f"a DataLoader with {n} workers, batches of 16 consecutive rows "
+                               "(both cameras, a frame each); rows/s" for n in (0, 2)},
+    "lerobot-plain": "ds[i] for random rows in one process; items/s",
+    # ---- A-V clips: frames and their audio on one clock (the av suite) ----
+    "av-clips": "a random 2 s span per item: its 16 frames at 8 fps, 224x224, and its audio "
+                "at 16 kHz mono; one handle per video for all its items",
+    "av-clips-open": "the same spans, each item opening its video anew (a dataset's random "
+                     "clip per item) through the remote-store model",
 }
 # The datasets: "codecs", one video per codec and layout with several clips each (the
 # local suite); "remote", 24 short 720p/1080p videos (and the 2-minute "long" ones), one
 # clip per video per item, a new open per item (the remote suites); "threads", 1080p
 # H.264 and HEVC read at 1, 2 and auto decoder threads (the threads suite); "loader", the
-# DataLoader's short videos (the loader suites).
+# DataLoader's short videos (the loader suites); "av", videos with audio (the av suite).
 DATASETS = {
     "codecs": "one video per codec and layout, several clips of each through one handle",
     "remote": "short 720p/1080p videos, one item per video per round, a new open per item",
     "threads": "1080p H.264 and HEVC; clips of 16 frames 2 apart (not 4), one handle per "
                "pass and video",
     "loader": "24 short 640x360 videos (H.264 faststart and moov-at-end, HEVC, VP9 WebM), one "
-              "clip plan every contender reads in a real DataLoader"}
+              "clip plan every contender reads in a real DataLoader",
+    "lerobot": "a LeRobot v3 dataset LeRobot 0.6.1 wrote (two cameras, 480x640 and 240x320, "
+               "AV1, episodes spread over shard files), every run a process of its own",
+    "av": "videos with audio (30 s; --quick 12 s): 720p H.264 + AAC 48 kHz stereo (MP4), 360p "
+          "VP9 + Opus (WebM) and the MP4 cut at a non-keyframe (an edit list)"}
 STORES = ("local", "agent", "s3")
+# The lerobot suite's contenders that are not bench/contenders.py's peers: LeRobot's own
+# dataset on its torchcodec and pyav backends, and Daft's LeRobot reader.
+LEROBOT_PEERS = ("lerobot-torchcodec", "lerobot-pyav", "daft")
 # A "batched" peer case of the remote suites that is not one peer but the best exact one
 # (and the fastest, if that is another, flagged one) of "clips" at the same latency.
 BEST_CLIPS_PEER = "best-clips-peer"
+# The av suite's fluxon access that seeks with a pre-roll for the audio instead of decoding
+# it from the stream's start (get_clip_played_in_range's exact_audio=False).
+PREROLL_AUDIO = "exact_audio=False"
 
 
 @dataclass(frozen=True)
@@ -53,7 +75,8 @@ class Case:
     latency relay). A local-store case of a remote suite carries the latency of the rows it
     runs beside (it is their reference). ``access``: how a peer reaches the bytes ("path",
     "fsspec", "download", "download-union", "s3fs", "obstore", "file-object") or how fluxon
-    reads ("" clip by clip, "read_many": one call for the item); ``block_size`` of the
+    reads ("" clip by clip, "read_many": one call for the item, PREROLL_AUDIO: A-V clips
+    whose audio starts at a seek with pre-roll); ``block_size`` of the
     file object (None: the library's default)."""
 
     workload: str
@@ -102,9 +125,12 @@ class Case:
             count = f"{self.threads} thread" + "s" * (self.threads > 1) if self.threads \
                 else "auto threads"
             return f"{self.family} · {count}"
+        if self.fluxon and self.store == "local" and self.access == PREROLL_AUDIO:
+            return f"fluxon-local · {self.access}"
         if self.fluxon:
             if self.store == "local":
-                return "fluxon local file" if self.dataset == "remote" else "fluxon-local"
+                return "fluxon local file" if self.dataset in ("remote", "lerobot") \
+                    else "fluxon-local"
             how = {"read_many": "read_many ", "metadata": "video_metadata "}.get(
                 "metadata" if self.workload == "metadata" else self.access, "")
             return f"fluxon {how}{self.cache}".strip()
@@ -178,7 +204,8 @@ def select(suite_cases: list[Case], filters: Filters) -> list[Case]:
 def unknown(filters: Filters) -> list[str]:
     """Filter values no case can have (a typo would otherwise select nothing)."""
     known = {"workloads": set(WORKLOADS), "stores": set(STORES),
-             "contenders": {*PEERS, "fluxon"}, "caches": {*CACHES, "none"}}
+             "contenders": {*PEERS, *LEROBOT_PEERS, "fluxon"},
+             "caches": {*CACHES, "none"}}
     return [f"--{name} {value}" for name, allowed in known.items()
             for value in sorted(getattr(filters, name)) if value not in allowed]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_OFFLINE = "2.13.0"  # the CPU build this project's machines keep on disk
-# LeRobot as a bench peer (bench/lerobot.py): its own virtualenv, see install_lerobot().
+# LeRobot as a bench peer (the lerobot suite): its own virtualenv, see install_lerobot().
 LEROBOT_SPEC = "lerobot==0.6.1"
 
 
@@ -58,7 +58,7 @@ DAFT_SPEC = "daft==0.7.26"
 
 def install_daft(python: Path) -> bool:
     """Daft (its LeRobot reader, which decodes with PyAV) beside LeRobot in its
-    virtualenv, for bench/lerobot.py; False when it did not install."""
+    virtualenv, for the lerobot suite; False when it did not install."""
     if subprocess.run([str(python), "-c", "import daft.datasets.lerobot"], cwd="/",
                       capture_output=True).returncode == 0:
         return True
@@ -80,7 +80,7 @@ def python312() -> str | None:
 
 def install_lerobot(venv: Path) -> Path | None:
     """LeRobot 0.6.1 as its users install it, ``pip install 'lerobot[dataset,training]'``,
-    in a virtualenv of its own on CPython 3.12, for bench/lerobot.py and
+    in a virtualenv of its own on CPython 3.12, for the lerobot suite and
     bench/lerobot_train.py.
 
     Its pins (torch < 2.12, torchcodec < 0.12) take PyPI's torch 2.11, a CUDA build (about
@@ -101,11 +101,11 @@ def install_lerobot(venv: Path) -> Path | None:
     if subprocess.run([base, "-m", "venv", str(venv)]).returncode or subprocess.run(
             [str(python), "-m", "pip", "install", "-q",
              LEROBOT_SPEC.replace("==", "[dataset,training]==")]).returncode:
-        print("bench: installing LeRobot failed; bench/lerobot.py skips it")
+        print("bench: installing LeRobot failed; the lerobot suite skips it")
         return None
     if subprocess.run([str(python), "-c", "import lerobot.datasets.lerobot_dataset"],
                       cwd="/").returncode:
-        print("bench: LeRobot does not import; bench/lerobot.py skips it")
+        print("bench: LeRobot does not import; the lerobot suite skips it")
         return None
     stamp.write_text(LEROBOT_SPEC)
     return python
@@ -116,7 +116,7 @@ if __name__ == "__main__":
 
     ap = tool_parser("install_peers.py")
     ap.add_argument("--lerobot-venv", type=Path, default=None,
-                    help="only install LeRobot (bench/lerobot.py's peer) into this virtualenv")
+                    help="only install LeRobot (the lerobot suite's peer) into this virtualenv")
     args = ap.parse_args()
     if args.lerobot_venv is not None:
         sys.exit(0 if install_lerobot(args.lerobot_venv) else 1)

@@ -1,14 +1,16 @@
 """The committed results of the retired scripts, read as records: a bench/run.py JSON
 (suite "local"), a bench/remote.py one (suites "remote", "remote-s3", "remote-long"), a
-bench/threads.py one ("threads") or a bench/dataloader.py one ("loader", "loader-s3"),
-converted by the same functions that tally the runner's own passes."""
+bench/threads.py one ("threads"), a bench/dataloader.py one ("loader", "loader-s3"), a
+bench/lerobot.py one ("lerobot") or a bench/av_clips.py one ("av"), converted by the same
+functions that tally the runner's own passes."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from record import Record, Results
-from tally import codecs_records, loader_records, meta_of, rounds_records, threads_case
+from tally import (av_note, av_records, codecs_records, lerobot_records, loader_records,
+                   meta_of, rounds_records, threads_case)
 
 
 def suite_of(data: dict[str, Any]) -> str:
@@ -18,11 +20,14 @@ def suite_of(data: dict[str, Any]) -> str:
         return "local"
     if "bench/threads.py" in command:
         return "threads"
+    if "bench/av_clips.py" in command:
+        return "av"
+    if "bench/lerobot.py" in command:
+        return "lerobot"
     if "bench/dataloader.py" in command:
         return "loader-s3" if data["conditions"]["export"].get("store") == "s3" else "loader"
     if "bench/remote.py" not in command:
-        raise ValueError(f"not a bench/run.py, remote.py, threads.py or dataloader.py "
-                         f"result: {command!r}")
+        raise ValueError(f"not a result of a retired bench script: {command!r}")
     if data["conditions"]["store"].get("origin") == "s3":
         return "remote-s3"
     return "remote-long" if data["conditions"]["workload"].get("long_videos") else "remote"
@@ -33,8 +38,23 @@ def convert(data: dict[str, Any]) -> Results:
     suite = suite_of(data)
     if suite == "threads":
         return threads_results(data)
+    if suite == "lerobot":  # its machine and versions stood at the top, LeRobot's apart
+        data = {**data, "conditions": {"machine": data["machine"], "versions": {
+            **data["versions"],
+            **{f"LeRobot's {k}": v for k, v in data.get("lerobot_versions", {}).items()}}}}
+    if suite == "av":  # its machine and versions stood at the top, its videos as names
+        remote = {"latencies_ms": [data["settings"]["latency_ms"]],
+                  "bandwidth_mbps_per_connection": 50.0} if data.get("remote") else None
+        data = {**data, "videos": [], "skipped": {},
+                "conditions": {"machine": data["machine"], "versions": data["versions"],
+                               "store": remote},
+                "notes": [av_note(data["videos"], data["settings"]["items"]),
+                          "bench/av_clips.py kept only each row's fastest pass (by its median "
+                          "item time): one pass per row, no CPU time or byte counts"]}
     records = (codecs_records(data) if suite == "local" else
-               loader_records(data) if suite.startswith("loader") else rounds_records(data))
+               av_records(data) if suite == "av" else
+               loader_records(data) if suite.startswith("loader") else
+               lerobot_records(data) if suite == "lerobot" else rounds_records(data))
     return Results({**meta_of(data, suite), "converted_from": data.get("command")}, records)
 
 

@@ -1,4 +1,5 @@
-"""One measured run of bench/lerobot.py, in a process of its own (either virtualenv).
+"""One measured pass of the lerobot suite (bench/lerobot_group.py), in a process of its own
+(either virtualenv).
 
     python bench/lerobot_client.py SPEC.json    # prints one JSON line: the run's figures
 
@@ -8,7 +9,7 @@ pyav, run with the LeRobot virtualenv's python; "fluxon": fluxon_video.lerobot's
 with its cameras decoded, queried per batch, in the LeRobot virtualenv), ``root``, ``delta`` (delta_timestamps or null),
 ``workload`` ("loader": a DataLoader over ``batches`` as its batch_sampler with
 ``workers`` workers; "plain": ``ds[i]`` for every index of ``batches``), ``refs`` and
-``expect`` (the frame check's references, see bench/lerobot.py). The timed pass is one
+``expect`` (the frame check's references, see bench/lerobot_group.py). The timed pass is one
 epoch: from the DataLoader's iterator (its workers started) to its last batch, or the
 loop of ``ds[i]``; the dataset is built before it, untimed. Frames are checked in the timed
 pass with the clock stopped when nothing runs in the background (0 workers, plain), and
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-# bench/lerobot.py would shadow the lerobot package: this folder goes last on the path.
+# The bench's modules must not shadow installed packages: this folder goes last on the path.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE] + [str(HERE)]
 
 import numpy as np  # noqa: E402

@@ -1,7 +1,7 @@
 """LeRobot's own training script with fluxon_video.lerobot's dataset swapped in.
 
 ``lerobot-train`` (LeRobot 0.6.1, unmodified, in its own virtualenv on Python 3.12)
-trains a policy for a few steps on the dataset LeRobot wrote for bench/lerobot.py, twice
+trains a policy for a few steps on the dataset LeRobot wrote for the lerobot suite, twice
 with the same seed: once with LeRobot's ``LeRobotDataset``, once with
 ``fluxon_video.lerobot.LeRobotDataset`` put in its place the way docs/lerobot.md shows
 (``lerobot.datasets.factory.LeRobotDataset = ...``). Each run records, per step, a digest
@@ -42,7 +42,7 @@ EXPORT = "lerobot"
 
 def child(impl: str, root: Path, steps: int, batch: int, workers: int, work: Path) -> None:
     """Run in LeRobot's virtualenv: one training run, its steps as a JSON line."""
-    # bench/lerobot.py would shadow the lerobot package
+    # the bench's own modules stay out of the way of LeRobot's
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCH]
     import torch
     from lerobot.scripts import lerobot_train
@@ -95,7 +95,7 @@ def child(impl: str, root: Path, steps: int, batch: int, workers: int, work: Pat
 
 def prepare(data: Path, episodes: int, seed: int) -> tuple[Path, Path]:
     """LeRobot's virtualenv with fluxon_video built into it, and the dataset LeRobot wrote
-    (bench/lerobot.py's, written here when missing)."""
+    (the lerobot suite's, written here when missing)."""
     sys.path.insert(0, str(BENCH))
     from install_peers import install_lerobot
 
@@ -111,7 +111,7 @@ def prepare(data: Path, episodes: int, seed: int) -> tuple[Path, Path]:
                 [str(python), "-m", "pip", "install", "-q", f"{ROOT}[lerobot]"]).returncode:
             sys.exit("bench: fluxon_video did not build for LeRobot's Python")
         stamp.write_text(source)
-    from lerobot import lerobot_dataset  # bench/lerobot.py (.venv has no lerobot package)
+    from lerobot_group import lerobot_dataset
 
     return python, lerobot_dataset(python, data, episodes, seed)[0]
 

@@ -22,7 +22,7 @@ from suites import SUITES, Suite  # noqa: E402
 # ignored by it.
 SETTINGS = [
     ("--repeat", int, "local, threads: timed runs of every measurement; loader: timed "
-                     "epochs per case; figures are medians"),
+                     "epochs per case; lerobot, av: passes per case; figures are medians"),
     ("--clips", int, "local, threads: random clips per video (and workload; threads: per "
                      "pass)"),
     ("--batch-clips", int, "local: clips of the 60 s video in the batched workload"),
@@ -47,7 +47,7 @@ SETTINGS = [
     ("--long-items", int, "remote: items (random clips, a new open each) per long video per "
                           "round"),
     ("--thread-videos", str, "threads: the 1080p videos, comma separated (h264, hevc)"),
-    ("--items", int, "loader: clips per epoch"),
+    ("--items", int, "loader: clips per epoch; av: random 2 s spans per video"),
     ("--workers", int, "loader: DataLoader worker processes"),
     ("--batch-size", int, "loader: clips per batch"),
     ("--per-video", int, "loader: clips per video in the loader-batched workload"),
@@ -56,9 +56,15 @@ SETTINGS = [
     ("--max-other-cpu", float, "loader: redo a timed epoch during which other work on the "
                                "machine used more than this many cores"),
     ("--retries", int, "loader: at most this many redos per timed epoch"),
+    ("--episodes", int, "lerobot: episodes LeRobot writes"),
+    ("--clip-batches", int, "lerobot: clip batches of 8 rows"),
+    ("--row-batches", int, "lerobot: batches of 16 consecutive rows"),
+    ("--plain-items", int, "lerobot: ds[i] items"),
+    ("--seconds", float, "av: length of the videos made, s (at least 4)"),
 ]
 AT_LEAST_ONE = ("repeat", "clips", "batch_clips", "threads", "videos", "batched_items",
-                "batched_clips", "items", "batch_size", "per_video")
+                "batched_clips", "items", "batch_size", "per_video", "episodes", "clip_batches",
+                "row_batches", "plain_items")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -78,9 +84,12 @@ def parser() -> argparse.ArgumentParser:
                          "own name")
     ap.add_argument("--list", action="store_true", help="print the selected cases and stop")
     for name, what in (("workloads", "clips, clips-native, sequential, batched, metadata, "
-                                     "long, loader-clips, loader-batched"),
+                                     "long, loader-clips, loader-batched, lerobot-clip-w0, "
+                                     "lerobot-clip-w2, lerobot-rows16-w0, lerobot-rows16-w2, "
+                                     "lerobot-plain, av-clips, av-clips-open"),
                        ("stores", "local, agent, s3"),
-                       ("contenders", "fluxon, decord, pyav, torchcodec, spdl"),
+                       ("contenders", "fluxon, decord, pyav, torchcodec, spdl, "
+                                      "lerobot-torchcodec, lerobot-pyav, daft"),
                        ("caches", "cold, cold+lookahead, warm-kv, warm-kv+shared, "
                                   "warm-reader, none")):
         ap.add_argument(f"--{name}", metavar="A,B", help=f"only these {name} ({what})")
@@ -127,38 +136,42 @@ def settings_of(suite: Suite, args: argparse.Namespace, ap: argparse.ArgumentPar
     if "per_video" in settings and (settings["batch_size"] % settings["per_video"]
                                     or settings["items"] % settings["batch_size"]):
         ap.error("--batch-size must be a multiple of --per-video, --items of --batch-size")
+    # av: spans start in [0, seconds - 3.9 s] (the edit-list copy lacks the first 1.3 s)
+    if float(settings.get("seconds") or 4) < 4:
+        ap.error("--seconds must be at least 4")
     if settings.get("store") == "s3" and "default" in str(settings.get("block_sizes", "")):
         ap.error("--suite remote-s3: name every block size (s3fs's default is 50 MiB; obstore "
                  "needs one)")
     return settings
 
 
+# Each dataset's group (its module and class) and the tally of its results; the other
+# datasets' cases run as round groups. A module loads when its cases run (the loader's
+# imports torch, the lerobot's installs LeRobot).
+GROUPS = {"codecs": ("codecs_group", "CodecsGroup", "codecs_records"),
+          "threads": ("threads_group", "ThreadsGroup", "threads_records"),
+          "loader": ("loader_group", "LoaderGroup", "loader_records"),
+          "lerobot": ("lerobot_group", "LerobotGroup", "lerobot_records"),
+          "av": ("av_group", "AvGroup", "av_records")}
+ROUNDS_GROUP = ("rounds_group", "RoundsGroup", "rounds_records")
+
+
 def run_groups(cases: list[Case], settings: dict[str, Any], data: Path, quick: bool,
                argv: list[str]) -> tuple[dict[str, Any], list]:
     """Each group of cases that share a setup, run in turn; their records and meta."""
-    from codecs_group import CodecsGroup
-    from rounds_group import RoundsGroup
-    from tally import codecs_records, loader_records, meta_of, rounds_records, threads_records
-    from threads_group import ThreadsGroup
+    import importlib
+
+    import tally
 
     records: list = []
     meta: dict[str, Any] = {}
     for dataset, group in grouped(cases, lambda c: c.setup).items():
-        if dataset == "codecs":
-            results = CodecsGroup(group, settings, data, quick).run(argv)
-            records += codecs_records(results)
-        elif dataset == "threads":
-            results = ThreadsGroup(group, settings, data).run(argv)
-            records += threads_records(results)
-        elif dataset == "loader":
-            from loader_group import LoaderGroup  # imports torch
-
-            results = LoaderGroup(group, settings, data).run(argv)
-            records += loader_records(results)
-        else:
-            results = RoundsGroup(group, settings, data).run(argv)
-            records += rounds_records(results)
-        meta = merge_meta(meta, meta_of(results, "", argv))
+        module, runner, tally_of = GROUPS.get(dataset, ROUNDS_GROUP)
+        group_class = getattr(importlib.import_module(module), runner)
+        results = group_class(group, settings, data, *((quick,) if dataset == "codecs" else ())
+                              ).run(argv)
+        records += getattr(tally, tally_of)(results)
+        meta = merge_meta(meta, tally.meta_of(results, "", argv))
     return meta, records
 
 
@@ -215,7 +228,8 @@ def summary(results: Any) -> str:
     for r in results.records:
         per = {"metadata": (1 / r.clips_per_item, "videos/s"),
                "sequential": ((r.frames_per_item or 0) / r.clips_per_item, "frames/s")}
-        scale, unit = per.get(r.case.workload, (1.0, "clips/s"))
+        scale, unit = per.get(r.case.workload, (
+            1.0, "items/s" if r.case.workload.startswith("lerobot-") else "clips/s"))
         rate = f"{r.clips_per_s * scale:.2f} {unit}" if r.clips_per_s else "–"
         lines.append(f"{r.case.key()}{' ' + r.video if r.video else ''}: {rate}, "
                      + (f"p50 {r.item_ms_p50:.0f} ms, " if r.item_ms_p50 else "")

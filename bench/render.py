@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from cases import CACHES, DATASETS, PEERS, WORKLOADS, Case, size_text
+from cases import CACHES, DATASETS, LEROBOT_PEERS, PEERS, WORKLOADS, Case, size_text
 from goals import Outcome, evaluate, value
 from harness import DASH, KiB, MiB, grouped, kinds_of, listing, num, table, times
 from record import Record, Results
@@ -143,17 +143,53 @@ LOADER_COLUMNS: list[Column] = [
     ("frames", loader_frames)]
 
 
+LEROBOT_COLUMNS: list[Column] = [
+    ("items/s (rows16: rows/s; median, range)", rate_text),
+    ("peak RSS main MiB", lambda r: f(r.peak_rss_mib, 0)),
+    ("peak RSS per worker MiB", lambda r: count_text(r, "worker_rss_mib", 0)),
+    ("CPU-s: client / store's servers", lambda r: count_text(r, "client_cpu_s", 1) + (
+        " / " + count_text(r, "servers_cpu_s", 1) if r.case.store != "local" else "")),
+    ("frames vs the ffmpeg CLI", check_text)]
+
+
+# ---- the av suite's tables ----
+
+def shift_text(r: Record) -> str:
+    """The shifts (samples) at which a row's inexact audio matches the CLI's, and whether
+    some matched nowhere."""
+    shifts = [str(x) for x in r.counts.get("audio_shifts", [])]
+    return ", ".join(shifts + ["no match"] * bool(r.counts.get("audio_no_match"))) or DASH
+
+
+AV_COLUMNS: list[Column] = [
+    ("A-V clips/s (median, range)", rate_text),
+    ("p50 ms/clip", lambda r: f(r.item_ms_p50, 0)),
+    ("CPU ms/clip", lambda r: f(r.cpu_s * 1e3 if r.cpu_s is not None else None, 0)),
+    ("MiB/clip from the store", lambda r: f(r.mib_per_item)),
+    ("req/clip", lambda r: f(r.requests_per_item, 1)),
+    ("audio exact", lambda r: pair_text(r, "audio_exact", "audio_items")),
+    ("audio exact per video", lambda r: " · ".join(
+        f"{exact}/{n}" for exact, n in r.counts.get("audio_by_video", {}).values()) or DASH),
+    ("audio shift (samples)", shift_text),
+    ("audio max diff", lambda r: count_text(r, "audio_max_diff", 4)),
+    ("frames", check_text)]
+
+
 def columns_of(workload: str) -> list[Column]:
+    if workload.startswith("lerobot-"):
+        return COMMON + LEROBOT_COLUMNS
     return COMMON + {"sequential": SEQUENTIAL_COLUMNS, "metadata": METADATA_COLUMNS,
                      "loader-clips": LOADER_COLUMNS,
-                     "loader-batched": LOADER_COLUMNS}.get(workload, CLIP_COLUMNS)
+                     "loader-batched": LOADER_COLUMNS, "av-clips": AV_COLUMNS,
+                     "av-clips-open": AV_COLUMNS}.get(workload, CLIP_COLUMNS)
 
 
 def rank(r: Record, videos: list[str]) -> tuple:
     """Rows in a table: video, latency, peers before fluxon, then cache state."""
     c = r.case
-    family = (PEERS.index(c.family) if c.family in PEERS else len(PEERS)) if not c.fluxon \
-        else len(PEERS) + 1 + (c.store != "local")
+    peers = (*PEERS, *LEROBOT_PEERS)
+    family = (peers.index(c.family) if c.family in peers else len(peers)) if not c.fluxon \
+        else len(peers) + 1 + (c.store != "local")
     cache = (CACHES.index(c.cache) if c.cache in CACHES else -1, c.access)
     return (videos.index(r.video) if r.video in videos else -1, c.latency_ms,
             c.piece_size or 0, 99 if c.threads == 0 else c.threads or 0, family, cache,
@@ -191,9 +227,13 @@ def goal_cells(o: Outcome) -> list[str]:
 
     def figure(r: Record | None, name: str) -> str:
         got = value(r, name)
-        unit = {"clips_per_s": "clips/s", "item_ms_p50": "ms", "mib_per_item": "MiB/item",
+        rate = "items/s" if g.top.workload.startswith("lerobot-") else "clips/s"
+        unit = {"clips_per_s": rate, "item_ms_p50": "ms", "mib_per_item": "MiB/item",
+                "peak_rss_mib": "MiB", "worker_rss_mib": "MiB per worker",
+                "frames_wrong": "wrong frames",
                 "needed_mib_per_item": "MiB/item needed", "floor_ms": "ms floor",
                 "round_trips_p50": "round trips", "cores_busy": "of the cores busy",
+                "audio_exact_share": "of the items' audio exact",
                 "span_piece_mib_per_item":
                 "MiB/item in the spans' pieces", "open_model_mib_per_item":
                 "MiB/item in the spans' and the scan's pieces"}.get(name, name)

@@ -191,10 +191,10 @@ class RemoteStore:
 
 class PassModel(RemoteStore):
     """The remote suites' store at L ms per request and 50 MB/s per connection, for the
-    scenarios that read their whole workload through it once per pass (bench/av_clips.py):
-    fluxon through the agent and Redis ("fluxon cold": Redis flushed,
-    then a new patcher; "fluxon warm": a new patcher, Redis warm), the peers from the
-    HTTP Range server (``url``)."""
+    scenarios that read their whole workload through it once per pass (the av suite,
+    bench/av_group.py): fluxon through the agent and Redis (a row "fluxon cold": Redis
+    flushed, then a new patcher; another fluxon row: a new patcher, Redis warm), the peers
+    from the HTTP Range server (``url``)."""
 
     def __init__(self, work: Path, export: str, root: Path, latency_ms: float) -> None:
         super().__init__(work, export, root, 50.0)

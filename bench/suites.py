@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cases import BEST_CLIPS_PEER, CACHES, PEERS, Case, parse_size
+from cases import BEST_CLIPS_PEER, CACHES, PEERS, PREROLL_AUDIO, Case, parse_size
 from goals import BEST_PEER, FASTEST_PEER, FEWEST_BYTES_PEER, Goal, Pick
 from harness import MiB
 
@@ -320,6 +320,155 @@ LOADER_DEFAULTS: dict[str, Any] = {
     "retries": 3, "seed": 7}
 LOADER_QUICK = {"items": 32, "repeat": 1}
 
+# ---- the lerobot suite (bench/lerobot_group.py; was bench/lerobot.py) ----
+
+LEROBOT_WORKLOADS = ("lerobot-clip-w0", "lerobot-clip-w2", "lerobot-rows16-w0",
+                     "lerobot-rows16-w2", "lerobot-plain")
+LEROBOT_BASE = "lerobot-torchcodec"  # the goals' reference: LeRobot as its users run it
+
+
+def lerobot_cases(s: dict[str, Any]) -> list[Case]:
+    """Per workload: LeRobot (torchcodec, pyav), Daft (0-worker rows: it runs its own
+    threads) and fluxon on the local files; fluxon through an S3 export cold, cold with
+    lookahead (not ds[i]: no next batch to plan) and warm."""
+    lat, out = target_latency(s), []
+    for workload in LEROBOT_WORKLOADS:
+        local = Case(workload, "lerobot", "local", "fluxon", latency_ms=lat)
+        peers = [LEROBOT_BASE, "lerobot-pyav"] + ["daft"] * (not workload.endswith("w2"))
+        out += [*(replace(local, family=p) for p in peers), local]
+        s3 = Case(workload, "lerobot", "s3", "fluxon", latency_ms=lat, bandwidth_mbps=50.0)
+        out += [replace(s3, cache=c) for c in ("cold", "cold+lookahead", "warm-kv")
+                if not (workload == "lerobot-plain" and c == "cold+lookahead")]
+    return out
+
+
+def lerobot_goals() -> tuple[Goal, ...]:
+    """Issue 36's: fluxon >= 1.5x LeRobot (torchcodec) locally, >= 2x through an S3 export
+    cold; peak memory no higher than LeRobot's; no wrong frame."""
+    goals: list[Goal] = []
+    for w in LEROBOT_WORKLOADS:
+        local, base = Pick(w, "fluxon", store="local"), Pick(w, LEROBOT_BASE)
+        goals.append(Goal("fluxon ÷ LeRobot (torchcodec), local files", local, base,
+                          at_least=1.5))
+        goals += [Goal(f"fluxon S3 {cache} ÷ LeRobot (torchcodec) on the local files",
+                       Pick(w, "fluxon", cache), base, at_least=2.0)
+                  for cache in ("cold", "cold+lookahead")]
+        goals.append(Goal("context: fluxon S3 warm-kv ÷ LeRobot (torchcodec) on the local "
+                          "files", Pick(w, "fluxon", "warm-kv"), base))
+        workers = w.endswith("w2")
+        goals.append(Goal(f"peak RSS {'per worker' if workers else 'of the main process'}: "
+                          "fluxon ÷ LeRobot (torchcodec)", local, base,
+                          figure="worker_rss_mib" if workers else "peak_rss_mib", at_most=1.0))
+        goals += [Goal(f"wrong frames, fluxon {where}", pick, figure="frames_wrong", at_most=0)
+                  for where, pick in (("local files", local),
+                                      ("S3 cold", Pick(w, "fluxon", "cold")))]
+    return tuple(goals)
+
+
+LEROBOT_NOTES = (
+    "LeRobot 0.6.1 runs in its own virtualenv on Python 3.12 (bench/install_peers.py "
+    "--lerobot-venv) and writes the dataset once (bench/lerobot_write.py: LeRobotDataset."
+    "create + add_frame + save_episode; LeRobot's default AV1 encoding).",
+    "Every pass is a client process of its own (bench/lerobot_client.py) reading the same "
+    "seeded rows. Throughput: items (rows16: rows) per second of one epoch, DataLoader "
+    "start-up included, dataset construction excluded; the median over --repeat passes, "
+    "interleaved. Peak RSS: the client's main process and, with workers, its largest worker.",
+    "S3 rows: moto behind the latency proxy at L ms per request and 50 MB/s per connection, "
+    "read through the agent and Redis; cold: Redis flushed before the pass; cold+lookahead: "
+    "cold, the dataset told the DataLoader's batch order (plan_batches) so that each process "
+    "fetches its next batch's bytes while one decodes. LeRobot reads no object store: the "
+    "S3 rows' goals compare them with LeRobot on the local files.",
+    "Daft: its LeRobot reader (daft.datasets.lerobot.read, one camera decoded per "
+    "DataFrame), queried per batch for the batch's rows (a clip's window clamped to its "
+    "episode as LeRobot pads); it gives uint8 HWC frames (no float conversion) and runs its "
+    "own threads, so it has 0-worker rows only.",
+    "CPU-s: the whole client run (dataset construction and, with workers, the untimed check "
+    "pass included); for S3 rows also what redis, moto, the relays and the agent used "
+    "meanwhile, on the same cores.",
+    "Frames: each against the ffmpeg CLI's frame whose pts is nearest the row's time "
+    "(from_timestamp + the row's float32 timestamp, LeRobot's rule): exact (bit for bit), "
+    "right (that frame, another converter's rounding) or wrong; *_is_pad flags checked too.")
+LEROBOT_DEFAULTS: dict[str, Any] = {
+    "episodes": 12, "clip_batches": 10, "row_batches": 20, "plain_items": 40, "repeat": 2,
+    "seed": 7, "latencies": "10"}
+LEROBOT_QUICK = {"episodes": 4, "clip_batches": 2, "row_batches": 3, "plain_items": 12,
+                 "repeat": 1}
+
+
+# ---- the av suite (bench/av_group.py; was bench/av_clips.py) ----
+
+AV_PEERS = ("torchcodec", "pyav", "decord")
+
+
+def av_cases(s: dict[str, Any]) -> list[Case]:
+    """bench/av_clips.py's rows: fluxon (exact audio, and with pre-roll) and the peers on
+    the local files; at each latency through its remote-store model (stores.PassModel, 50
+    MB/s per connection), fluxon cold and warm-kv and the peers downloading the file."""
+    local = Case("av-clips", "av", "local", "fluxon")
+    out = [local, replace(local, access=PREROLL_AUDIO),
+           *(replace(local, family=p) for p in AV_PEERS)]
+    for lat in latencies(s):
+        flux = Case("av-clips-open", "av", "agent", "fluxon", latency_ms=lat,
+                    bandwidth_mbps=50.0)
+        out += [replace(flux, cache=c) for c in ("cold", "warm-kv")]
+        out += [replace(flux, family=p, access="download") for p in AV_PEERS]
+    return out
+
+
+AV_FLUXON = Pick("av-clips", "fluxon", store="local", access="")  # exact audio
+AV_GOALS = (
+    *(Goal(f"audio equal to the ffmpeg CLI's on every item: fluxon {where}", pick,
+           figure="audio_exact_share", at_least=1.0)
+      for where, pick in (("on the local files", AV_FLUXON),
+                          ("cold, each item opening its video through the store",
+                           Pick("av-clips-open", "fluxon", "cold")),
+                          ("warm-kv, each item opening its video through the store",
+                           Pick("av-clips-open", "fluxon", "warm-kv")))),
+    Goal("context: A-V clips/s, fluxon ÷ best exact peer on the local files", AV_FLUXON,
+         Pick("av-clips", BEST_PEER)),
+    *(Goal(f"context: A-V clips/s, fluxon {cache} ÷ best exact peer, each item opening its "
+           "video through the store", Pick("av-clips-open", "fluxon", cache),
+           Pick("av-clips-open", BEST_PEER)) for cache in ("cold", "warm-kv")),
+    Goal("context: A-V clips/s, fluxon exact_audio=False (pre-roll) ÷ exact audio, local files",
+         Pick("av-clips", "fluxon", store="local", access=PREROLL_AUDIO), AV_FLUXON))
+AV_NOTES = (
+    "Each item is a random 2 s span [t, t + 2 s) of a video (as many per video as the items "
+    "setting, seeded): the 16 frames on screen at t + k/8 s, 224x224, and the span's audio at "
+    "16 kHz mono. Videos as long as the seconds setting: 720p H.264 + AAC 48 kHz stereo (MP4 "
+    "faststart), 360p VP9 + Opus (WebM), and the MP4 cut at 1.3 s, a non-keyframe (an edit "
+    "list). One process, one decoder thread.",
+    "Rows: fluxon-local: fv.open_video + get_clip_played_in_range (exact_audio=True: the "
+    "audio decoded as the CLI does, AAC from the stream's start); fluxon-local · "
+    "exact_audio=False: the audio from a seek with pre-roll instead; torchcodec: "
+    "VideoDecoder (exact, decoder-side Resize) get_frames_played_at + AudioDecoder"
+    "(sample_rate=16000, num_channels=1) get_samples_played_in_range; pyav: one container, "
+    "per clip a seek and forward decode of the video (its reformatter) and of the audio "
+    "(AudioResampler to 16 kHz mono); decord: AVReader(sample_rate=16000, mono=True, width, "
+    "height), one slice of the span's frames with their audio.",
+    "av-clips: the local files, one handle per video for all its items. av-clips-open: each "
+    "item opens its video through the remote-store model (L ms per request, 50 MB/s per "
+    "connection): fluxon through the agent and Redis, cold (Redis flushed, then a new "
+    "patcher) and warm-kv (a new patcher, Redis warm); the peers download the file from the "
+    "HTTP Range server (one GET) and decode the bytes. The open is timed with the item.",
+    "Audio is checked against `ffmpeg -i IN -map 0:a:0 -af aresample=16000 -ac 1 -f f32le -` "
+    "at each contender's own start time: audio exact counts the items equal to it sample for "
+    "sample (per video: the MP4, the WebM, the edit-list MP4); where not exact, audio shift "
+    "lists the shifts within 1/8 s at which the samples match the CLI's (mean difference "
+    "under 5% of their level; \"no match\": nowhere) and audio max diff the largest "
+    "difference there.",
+    "Frames against the ffmpeg CLI (bilinear 224x224): fluxon bit-exact, peers the right "
+    "frame within a mean abs diff of 3 (bench/frames.py); a row with items that failed is "
+    "flagged, its first error shown.",
+    "A-V clips/s: items ÷ the pass's time (each item from its open or read to its samples, "
+    "checks not timed), the median over repeat passes of a row run one after another, the "
+    "range in brackets. CPU ms/clip: this process's CPU time per item, every thread (the "
+    "agent's, Redis's and the range server's not in it). MiB and requests per clip: the "
+    "origin's counters (the agent's for fluxon, the range server's for the peers).")
+AV_DEFAULTS: dict[str, Any] = {"latencies": "10", "items": 8, "seconds": 30.0, "repeat": 2,
+                               "seed": 7}
+AV_QUICK = {"items": 3, "seconds": 12.0}
+
+
 REMOTE_DEFAULTS: dict[str, Any] = {
     "store": "agent", "latencies": "0,2,10", "bandwidth_mbps": 50.0, "rounds": "2",
     "videos": 24, "batched_items": 3, "batched_clips": 8, "block_sizes": "256K,default",
@@ -360,6 +509,10 @@ SUITES = {s.name: s for s in (
           "--agent-latency-ms 10 --workers 4)", "dataloader-s3-4workers", loader_cases,
           {**LOADER_DEFAULTS, "store": "s3", "latencies": "10", "workers": 4}, LOADER_QUICK,
           loader_goals(0.9), notes=LOADER_NOTES),
+    Suite("lerobot", "LeRobot's LeRobotDataset (torchcodec, pyav) and Daft vs "
+          "fluxon_video.lerobot on a dataset LeRobot wrote, locally and fluxon through an S3 "
+          "export (was bench/lerobot.py)", "lerobot", lerobot_cases, LEROBOT_DEFAULTS,
+          LEROBOT_QUICK, lerobot_goals(), notes=LEROBOT_NOTES),
     Suite("threads", "decoder threads on 1080p: 1, 2 and auto threads, fluxon against every "
           "peer at the same setting (was bench/threads.py)", "threads", threads_cases,
           {"clips": 12, "repeat": 3, "thread_videos": "h264,hevc", "seed": 5,
@@ -370,4 +523,8 @@ SUITES = {s.name: s for s in (
                  "fluxon opens each file with fv.open_video(path, 224, 224, num_threads=t): "
                  "with t >= 2 a read whose frames start at different keyframes is split over "
                  "two decoders.", TORCHCODEC_NOTE)),
+    Suite("av", "A-V clips: a 2 s span's frames and its 16 kHz audio, fluxon vs torchcodec, "
+          "PyAV and decord's AVReader, local and through the remote-store model (was "
+          "bench/av_clips.py)", "av", av_cases, AV_DEFAULTS, AV_QUICK, AV_GOALS,
+          notes=AV_NOTES),
 )}

@@ -6,12 +6,13 @@ functions read the passes of the legacy bench/run.py and bench/remote.py JSONs."
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
-from cases import PEERS, Case
+from cases import PEERS, PREROLL_AUDIO, Case
 from harness import MiB, count, grouped, median, merge_checks, pct, verdict
 from record import Record
 
@@ -257,6 +258,111 @@ def loader_records(results: dict) -> list[Record]:
             frames_exact=check["bit_exact"] if check else 0,
             frames_wrong=len(check["wrong"]) + len(check["off"]) if check else 0,
             errors=[row["first_error"]] if row.get("first_error") else [], counts=counts)
+        out.append(record)
+    return out
+
+
+# ---- the LeRobot group (bench/lerobot_group.py's runs; bench/lerobot.py's too) ----
+
+def lerobot_records(results: dict) -> list[Record]:
+    """One record per run and contender: items/s over the passes, the main process's peak
+    RSS (the largest worker's in counts), the client's and the servers' CPU-seconds, and
+    the frame check (exact, right, wrong; wrong *_is_pad flags count as wrong)."""
+    from lerobot_group import RUNS, case_of
+
+    latency = float(results.get("latency_ms", results["settings"].get("latency_ms", 10.0)))
+    out = []
+    for run, by_name in results["runs"].items():
+        for name, x in by_name.items():
+            ran = [p for p in x.get("passes", []) if "items_per_s" in p]
+            check = x.get("check") or {}
+            wrong = check.get("wrong", 0) + check.get("pad_flags_wrong", 0)
+            verdict = (f"FAILED: {x['error']}" if "error" in x else
+                       f"{check['frames']} checked: {check['exact']} exact, {check['right']} "
+                       f"right, {check['wrong']} wrong" + (
+                           f", {check['pad_flags_wrong']} bad pad flags"
+                           if check.get("pad_flags_wrong") else ""))
+            counts = {k: x[v] for k, v in (("worker_rss_mib", "worker_mib"),
+                                            ("client_cpu_s", "client_cpu_s"),
+                                            ("servers_cpu_s", "servers_cpu_s"))
+                      if x.get(v) is not None}
+            out.append(Record(
+                case=case_of(run, name, latency), settings={"workers": RUNS[run][1]},
+                rounds=len(ran), items=sum(p.get("items", 0) for p in ran),
+                items_per_s=x.get("items_per_s"),
+                items_per_s_rounds=[p["items_per_s"] for p in ran],
+                peak_rss_mib=x.get("main_mib"), ok="error" not in x and not wrong,
+                verdict=verdict, frames_checked=check.get("frames", 0),
+                frames_exact=check.get("exact", 0), frames_wrong=wrong,
+                errors=[x["error"]] if "error" in x else [], counts=counts))
+    return out
+
+
+# ---- the A-V group (bench/av_group.py's rows; bench/av_clips.py's passes too) ----
+
+def av_note(videos: list[str], items_per_video: int) -> str:
+    """The report's note of the videos the items came from (the group's, an old JSON's)."""
+    return f"videos: {', '.join(videos)}; {items_per_video} random spans of each"
+
+
+def av_case(contender: str, latency_ms: float | None) -> Case:
+    """The case of a bench/av_clips.py row: on the local files (``latency_ms`` None), or
+    through its remote-store model ("fluxon cold", "fluxon warm", the peers' downloads)."""
+    family = contender.split(" ")[0]  # "decord AVReader", "fluxon (exact_audio=False)"
+    if latency_ms is None:
+        return Case("av-clips", "av", "local", family,
+                    access=PREROLL_AUDIO if PREROLL_AUDIO in contender else "")
+    cache = {"fluxon cold": "cold", "fluxon warm": "warm-kv"}.get(contender, "")
+    return Case("av-clips-open", "av", "agent", family, cache,
+                access="" if family == "fluxon" else "download", latency_ms=latency_ms,
+                bandwidth_mbps=50.0)
+
+
+def av_rows(results: dict) -> list[dict]:
+    """The A-V group's rows; a bench/av_clips.py JSON's as rows of one pass each (it kept
+    only each row's fastest pass), its local passes and its remote ones at --latency-ms."""
+    if "rows" in results:
+        return results["rows"]
+    latency = float(results["settings"]["latency_ms"])
+    return [{"case": asdict(av_case(p["contender"], latency if remote else None)),
+             "row": p["contender"],
+             "passes": [{**p, "check": p["frames"], "extra": {},
+                         "error_count": len(p["errors"])}]}
+            for remote, passes in ((False, results["passes"]), (True, results.get("remote", [])))
+            for p in passes]
+
+
+def audio_counts(audio: list[dict]) -> dict[str, Any]:
+    """A row's audio verdicts (bench/av_group.audio_verdict's, one per item): the items
+    exact, overall and per video; where not, the shifts at which they match, how many match
+    nowhere, the largest difference; and every item's verdict (its max diff None where the
+    samples were not all numbers)."""
+    off = [a for a in audio if not a["exact"]]
+    diffs = [a["max_diff"] for a in off if not math.isnan(a["max_diff"])]
+    out: dict[str, Any] = {
+        "audio_per_item": [{**a, "max_diff": None if math.isnan(a["max_diff"])
+                            else a["max_diff"]} for a in audio],
+        "audio_items": len(audio), "audio_exact": len(audio) - len(off),
+        "audio_by_video": {video: [sum(a["exact"] for a in mine), len(mine)]
+                           for video, mine in grouped(audio, lambda a: a["video"]).items()},
+        "audio_shifts": sorted({a["shift"] for a in off if a["shift"] is not None}),
+        "audio_no_match": sum(a["shift"] is None for a in off)}
+    if audio:
+        out["audio_exact_share"] = out["audio_exact"] / len(audio)
+    if diffs:
+        out["audio_max_diff"] = max(diffs)
+    return out
+
+
+def av_records(results: dict) -> list[Record]:
+    """One record per A-V case over its passes (items/s, CPU and the origin's bytes and
+    requests per item as record_of counts them), the audio verdicts in counts."""
+    out = []
+    for row in av_rows(results):
+        passes = row["passes"]
+        record = record_of(Case(**row["case"]), passes, frames_per_item=16,
+                           settings={"size": "224x224", "threads": 1, "passes": len(passes)})
+        record.counts.update(audio_counts([a for p in passes for a in p["audio"]]))
         out.append(record)
     return out
 

@@ -473,7 +473,7 @@ def test_spdl_reads_the_remote_download_as_bytes():
 def test_av_audio_verdict_names_exact_shifted_and_broken_audio():
     from fractions import Fraction
 
-    from av_clips import RATE, Truth, audio_verdict
+    from av_group import RATE, Truth, audio_verdict
 
     truth = Truth.__new__(Truth)  # the CLI's audio without running it: noise at 16 kHz
     truth.first = Fraction(-1, 100)
@@ -489,12 +489,99 @@ def test_av_audio_verdict_names_exact_shifted_and_broken_audio():
     assert audio_verdict(broken, start, truth)["shift"] is None
 
 
+def test_the_av_suite_makes_the_av_clips_rows_and_checks_its_settings():
+    from cases import Filters, select
+    from matrix import parser, settings_of
+    from suites import SUITES
+
+    suite = SUITES["av"]
+    cases = select(suite.cases(suite.defaults), Filters())
+    assert [(c.workload, c.label()) for c in cases] == [
+        ("av-clips", "fluxon-local"), ("av-clips", "fluxon-local · exact_audio=False"),
+        ("av-clips", "torchcodec"), ("av-clips", "pyav"), ("av-clips", "decord"),
+        ("av-clips-open", "fluxon cold"), ("av-clips-open", "fluxon warm-kv"),
+        ("av-clips-open", "torchcodec · download (1 GET)"),
+        ("av-clips-open", "pyav · download (1 GET)"),
+        ("av-clips-open", "decord · download (1 GET)")]
+    assert suite.stem == "av" and {c.latency_ms for c in cases if c.store != "local"} == {10.0}
+    # bench/av_clips.py --latency-ms -1 (local files only) is --stores local
+    assert {c.workload for c in select(cases, Filters.parse(stores="local"))} == {"av-clips"}
+    warm = select(cases, Filters.parse(caches="warm-kv"))
+    assert [c.label() for c in warm] == ["fluxon cold", "fluxon warm-kv"]
+    ap = parser()
+    full = settings_of(suite, ap.parse_args(["--suite", "av"]), ap)
+    assert (full["items"], full["seconds"], full["repeat"], full["latencies"]) == (8, 30, 2, "10")
+    quick = settings_of(suite, ap.parse_args(["--suite", "av", "--quick"]), ap)
+    assert (quick["items"], quick["seconds"], quick["repeat"]) == (3, 12, 2)
+    for wrong in (["--seconds", "3"], ["--items", "0"], ["--repeat", "0"]):
+        with pytest.raises(SystemExit):
+            settings_of(suite, ap.parse_args(["--suite", "av", *wrong]), ap)
+
+
+def av_pass(contender, item_ms, audio, frames_ok=True, errors=()):
+    """A pass as bench/av_clips.py wrote it; ``audio``: (video, shift, max diff) per item."""
+    frames = 16 * len(item_ms)
+    return {"contender": contender, "item_ms": item_ms, "errors": list(errors),
+            "frames": {"exact_required": contender.startswith("fluxon"), "frames": frames,
+                       "bit_exact": frames if frames_ok else 0, "worst_mean_abs_diff": 0.0,
+                       "wrong": [] if frames_ok else ["frame 5 looks like frame 6"], "off": [],
+                       "ok": frames_ok, "verdict": "bit-exact"},
+            "audio": [{"video": v, "t": 1.0, "start_s": 1.0, "exact": shift == 0 and not diff,
+                       "shift": shift, "max_diff": diff} for v, shift, diff in audio]}
+
+
+def test_legacy_av_clips_results_convert_to_records():
+    from goals import evaluate
+    from legacy import convert
+    from render import markdown
+    from suites import SUITES
+
+    exact = [("a.mp4", 0, 0.0), ("b.webm", 0, 0.0)]
+    data = {"command": "python bench/av_clips.py --quick", "generated": "x", "duration_s": 9.0,
+            "settings": {"items": 1, "seconds": 12, "repeat": 2, "latency_ms": 10.0},
+            "machine": {"cpu": "x", "cores": 2, "memory_gib": 1, "os": "y", "git": "z"},
+            "versions": {"python": "3.11"}, "items": 2, "videos": ["a.mp4", "b.webm"],
+            "passes": [av_pass("fluxon", [100.0, 100.0], exact),
+                       av_pass("fluxon (exact_audio=False)", [50.0, 50.0],
+                               [("a.mp4", 0, 0.02), ("b.webm", 0, 0.0)]),
+                       av_pass("torchcodec", [400.0], exact[:1],
+                               errors=["b.webm @ 1.00 s: RuntimeError: No audio frames"]),
+                       av_pass("pyav", [200.0, 200.0],
+                               [("a.mp4", -145, 0.2), ("b.webm", None, float("nan"))]),
+                       av_pass("decord AVReader", [50.0, 50.0], exact, frames_ok=False)],
+            "remote": [av_pass("fluxon cold", [200.0, 200.0], exact),
+                       av_pass("fluxon warm", [100.0, 100.0], exact),
+                       av_pass("pyav", [400.0, 400.0], exact)]}
+    results = convert(data)
+    assert results.meta["suite"] == "av" and results.meta["videos"] == []
+    assert "a.mp4, b.webm" in results.meta["notes"][0]
+    flux, preroll, torchcodec, pyav, decord, cold, warm, remote_pyav = results.records
+    # every row is a case of the av suite at the JSON's latency
+    assert {r.case for r in results.records} <= set(SUITES["av"].cases({"latencies": "10"}))
+    assert flux.items_per_s == 10.0 and flux.counts["audio_exact_share"] == 1.0
+    assert flux.counts["audio_by_video"] == {"a.mp4": [1, 1], "b.webm": [1, 1]}
+    assert preroll.case.access == "exact_audio=False" and preroll.counts["audio_exact"] == 1
+    assert preroll.counts["audio_shifts"] == [0] and preroll.counts["audio_max_diff"] == 0.02
+    assert pyav.ok and pyav.counts["audio_shifts"] == [-145]
+    assert pyav.counts["audio_no_match"] == 1 and pyav.counts["audio_max_diff"] == 0.2
+    assert not torchcodec.ok and torchcodec.verdict.startswith("FAILED on 1 item(s): b.webm")
+    assert not decord.ok and decord.case.family == "decord"
+    assert (cold.case.cache, warm.case.cache, warm.case.store) == ("cold", "warm-kv", "agent")
+    assert remote_pyav.case.access == "download" and remote_pyav.case.latency_ms == 10.0
+    outcomes = evaluate(SUITES["av"].goals, results.records, 10.0, [])
+    assert [o.status for o in outcomes[:3]] == ["met"] * 3
+    # the best exact peer on the local files: not decord (wrong frames), not torchcodec
+    assert outcomes[3].bottom is pyav and outcomes[3].ratio == pytest.approx(2.0)
+    text = markdown(results, [])
+    assert "| audio exact |" in text and "| -145, no match |" in text
+
+
 def test_lerobot_plans_and_summaries():
-    """bench/lerobot.py's workloads are seeded, of the sizes asked, 16 consecutive
+    """The lerobot suite's workloads are seeded, of the sizes asked, 16 consecutive
     rows in rows16; a row's summary is the median of the passes that ran."""
     from types import SimpleNamespace
 
-    from lerobot import plans, summarise
+    from lerobot_group import plans, summarise
 
     args = SimpleNamespace(seed=7, clip_batches=3, row_batches=4, plain_items=5)
     plan = plans(100, args)
@@ -513,12 +600,62 @@ def test_lerobot_plans_and_summaries():
     assert summarise([{"error": "boom"}])["error"] == "boom"
 
 
-def test_lerobot_help():
-    out = subprocess.run([sys.executable, str(BENCH / "lerobot.py"), "--help"], check=True,
-                         capture_output=True, text=True).stdout
-    for option in ("--quick", "--episodes", "--clip-batches", "--row-batches", "--plain-items",
-                   "--runs", "--out", "--latency-ms"):
-        assert option in out
+def test_the_lerobot_suite_makes_bench_lerobots_runs():
+    from cases import Filters, select
+    from lerobot_group import RUNS, case_of, name_of, run_of
+    from matrix import parser, settings_of
+    from suites import SUITES
+
+    suite = SUITES["lerobot"]
+    cases = select(suite.cases(suite.defaults), Filters())
+    by_workload = {}
+    for case in cases:
+        by_workload.setdefault(case.workload, []).append(case.label())
+    assert by_workload["lerobot-clip-w0"] == [
+        "lerobot-torchcodec", "lerobot-pyav", "daft", "fluxon local file", "fluxon cold",
+        "fluxon cold+lookahead", "fluxon warm-kv"]
+    assert "daft" not in by_workload["lerobot-clip-w2"]  # Daft runs its own threads
+    assert "fluxon cold+lookahead" not in by_workload["lerobot-plain"]  # no next batch
+    # every case is one of bench/lerobot.py's runs and contenders, and back
+    for case in cases:
+        assert case_of(run_of(case), name_of(case), 10.0) == case
+    assert set(map(run_of, cases)) == set(RUNS)
+    ap = parser()
+    quick = settings_of(suite, ap.parse_args(["--suite", "lerobot", "--quick"]), ap)
+    assert (quick["episodes"], quick["clip_batches"], quick["repeat"]) == (4, 2, 1)
+    local = select(cases, Filters.parse(stores="local", contenders="fluxon,daft"))
+    assert {c.family for c in local} == {"fluxon", "daft"}
+    with pytest.raises(SystemExit):
+        settings_of(suite, ap.parse_args(["--suite", "lerobot", "--episodes", "0"]), ap)
+
+
+def test_legacy_lerobot_results_convert_to_records():
+    from legacy import convert
+
+    def summary(rate, main, worker=None, wrong=0):
+        check = {"frames": 100, "exact": 100 - wrong, "right": 0, "wrong": wrong,
+                 "pad_flags_wrong": 0}
+        passes = [{"items_per_s": r, "items": 80} for r in (rate - 1, rate + 1)]
+        return {"items_per_s": rate, "main_mib": main, "worker_mib": worker,
+                "client_cpu_s": 20.0, "servers_cpu_s": 1.0, "check": check, "examples": [],
+                "passes": passes}
+    data = {"command": "python bench/lerobot.py", "settings": {"latency_ms": 10.0},
+            "machine": {"cores": 2}, "versions": {"python": "3.11"},
+            "lerobot_versions": {"lerobot": "0.6.1"},
+            "runs": {"clip w2": {"LeRobot (torchcodec)": summary(10.0, 800, 1600),
+                                 "fluxon": summary(15.0, 400, 1200),
+                                 "fluxon S3 cold": summary(12.0, 400, 1200, wrong=1)},
+                     "plain w0": {"fluxon": {"error": "boom", "passes": [{"error": "boom"}]}}}}
+    results = convert(data)
+    assert results.meta["suite"] == "lerobot"
+    assert results.meta["versions"]["LeRobot's lerobot"] == "0.6.1"
+    base, local, cold, failed = results.records
+    assert base.case.family == "lerobot-torchcodec" and base.case.workload == "lerobot-clip-w2"
+    assert local.case.store == "local" and local.items_per_s_rounds == [14.0, 16.0]
+    assert local.items == 160 and local.counts["worker_rss_mib"] == 1200
+    assert cold.case.store == "s3" and cold.case.cache == "cold" and not cold.ok
+    assert cold.frames_wrong == 1 and "1 wrong" in cold.verdict
+    assert failed.case.workload == "lerobot-plain" and failed.verdict == "FAILED: boom"
 
 
 def test_the_training_swap_compares_every_step_with_lerobots_run():

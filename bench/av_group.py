@@ -1,4 +1,5 @@
-"""A-V clips: a 2 s clip's frames and its audio on one clock, as audio-visual training reads them.
+"""The A-V group (the av suite; was bench/av_clips.py): a 2 s clip's frames and its audio on
+one clock, as audio-visual training reads them.
 
 Each item is a random span [t, t + 2 s) of a video: the 16 frames on screen at t + k/8
 (224x224) and the span's audio at 16 kHz mono. Contenders: fluxon_video
@@ -8,7 +9,9 @@ and forward decode per stream, ``AudioResampler``) and decord's ``AVReader``.
 Frames are checked against the ffmpeg CLI's (fluxon bit for bit); audio against the
 CLI's whole-stream ``-af aresample=16000 -ac 1``, each peer at the start time it
 reports: "exact", the sample shift that best lines it up, and the largest difference
-there. Local files; one process, one thread per decoder.
+there. "av-clips": the local files, one handle per video for all its items;
+"av-clips-open": each item opens its video through the remote-store model
+(stores.PassModel). One process, one thread per decoder.
 """
 
 from __future__ import annotations
@@ -18,20 +21,24 @@ import json
 import math
 import random
 import subprocess
-import sys
 import time
 import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict
 from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
-from contenders import TorchcodecHandle, pyav_frames_at, pyav_open
+from cases import PREROLL_AUDIO, Case
+from contenders import TorchcodecHandle, pyav_frames_at, pyav_open, unavailable
 from dataset import ffmpeg_make
 from frames import CheckResult, cli_reference, frame_times, needed
-from harness import (add_options, finish, header, machine, machine_line, median, num,
-                     publish, scenario_parser, say, table, versions)
+from harness import (Pass, error_text, grouped, header, machine, module_versions, say,
+                     versions)
+from tally import av_note
 
 H = W = 224
 RATE, FPS, FRAMES = 16000, 8, 16
@@ -208,152 +215,129 @@ class Decord:
         del self.reader
 
 
-CONTENDERS = {"fluxon": lambda p: Fluxon(p, True), "fluxon (exact_audio=False)":
-              lambda p: Fluxon(p, False), "torchcodec": Torchcodec, "pyav": PyAV,
-              "decord AVReader": Decord}
+PEER_READERS = {"torchcodec": Torchcodec, "pyav": PyAV, "decord": Decord}
 
 
-def run_pass(name: str, videos: list[Path], items: dict[Path, list[float]],
+def reader_of(case: Case) -> Callable[[Any], Any]:
+    """What opens a source for the case's items."""
+    if case.fluxon:
+        return lambda source: Fluxon(source, exact=case.access != PREROLL_AUDIO)
+    return PEER_READERS[case.family]
+
+
+def run_pass(case: Case, videos: list[Path], items: dict[Path, list[float]],
              truths: dict[Path, Truth], open_source: Any = None) -> dict[str, Any]:
     """Every item of every video. Locally one handle serves a video's items; with
     ``open_source`` (the remote model) each item opens its video anew, as a dataset's
     random clip per item does, and the open is timed with the clip."""
-    check = CheckResult(exact_required=name.startswith("fluxon"))
-    item_ms, audio, errors = [], [], []
-    make = CONTENDERS["fluxon" if name in ("fluxon cold", "fluxon warm") else name]
+    make = reader_of(case)
+    one = Pass({"contender": case.label()}, CheckResult(exact_required=case.fluxon))
+    assert one.check is not None
+    audio = []
     for path in videos:
         handle = None
         for t, clip in zip(items[path], truths[path].clips):
-            t0 = time.perf_counter()
+            started = one.clock()
             try:
                 if handle is None:
-                    handle = make(open_source(name, path) if open_source else path)
+                    handle = make(open_source(path) if open_source else path)
                 frames, samples, start = handle.clip(t, clip)
             except Exception as exc:  # noqa: BLE001 - a failing read is a finding
-                errors.append(f"{path.name} @ {t:.2f} s: {type(exc).__name__}: {exc}"[:200])
+                one.errors.append(f"{path.name} @ {t:.2f} s: {error_text(exc)}")
                 continue
             finally:
                 if open_source and handle is not None:
                     handle.close()
                     handle = None
-            item_ms.append((time.perf_counter() - t0) * 1e3)
-            check.add(frames, clip, truths[path].ref)
+            one.took(started)
+            one.item_videos.append(path.name)
+            one.check.add(frames, clip, truths[path].ref)
             audio.append({"video": path.name, "t": t, "start_s": start,
                           **audio_verdict(samples, start, truths[path])})
         if handle is not None:
             handle.close()
-    return {"contender": name, "item_ms": item_ms, "frames": check.as_dict(), "audio": audio,
-            "errors": errors}
+    return {**one.result({}), "audio": audio}
 
 
-# Through the remote model (stores.PassModel): fluxon cold and warm through the agent and
-# Redis, the peers downloading each item's file from the HTTP Range server (one GET: what
-# their users do with a remote file; bytes, as torchcodec takes them).
-REMOTE_ROWS = ("fluxon cold", "fluxon warm", "torchcodec", "pyav", "decord AVReader")
-
-
-def remote_open(model: Any, row: str, path: Path) -> Any:
-    """What a remote item opens: a reader of the pass's patcher, or the downloaded file."""
+def remote_open(model: Any, path: Path) -> Any:
+    """What a remote item opens: a reader of the pass's patcher, or the downloaded file
+    (one GET: what their users do with a remote file; bytes, as torchcodec takes them)."""
     if model.patcher is not None:
         return model.patcher.open_video_reader("av", path.name, H, W)
     with urllib.request.urlopen(model.url(path.name), timeout=60) as r:
         return r.read()
 
 
-def render(results: dict) -> str:
-    rows, notes = table_rows(results["passes"])
-    remote_rows, _ = table_rows(results.get("remote", []))
-    head = ["contender", "A-V clips/s", "ms/clip (median)", "frames", "audio exact",
-            "audio shift (samples)", "audio max diff", "errors"]
-    remote = ["", f"Through the remote-store model (L = {results['settings']['latency_ms']:g} ms "
-              "per request, 50 MB/s per connection; each item opens its video: fluxon through "
-              "the agent and Redis, cold (Redis flushed) and warm (a new patcher, Redis warm); "
-              "the peers download the file, one GET, and decode the bytes):", "",
-              table(head, remote_rows)] if remote_rows else []
-    return "\n".join([
-        "# A-V clips (bench/av_clips.py)", "",
-        f"- Generated {results['generated']} by `{results['command']}`.",
-        f"- Machine: {machine_line(results['machine'])}.",
-        f"- Items: {results['items']} random 2 s spans of {len(results['videos'])} videos "
-        f"({', '.join(results['videos'])}): 16 frames at 8 fps, 224x224, and the span's audio "
-        "at 16 kHz mono; one process, one decoder thread; best of "
-        f"{results['settings']['repeat']} passes.",
-        "- Audio is checked against `ffmpeg -i IN -map 0:a:0 -af aresample=16000 -ac 1 -f f32le -` "
-        "at each contender's own start time: exact items; where not exact, the shift within "
-        "1/8 s at which its samples match the CLI's (mean difference under 5% of their level; "
-        "\"no match\": nowhere), and the largest difference there.", "",
-        "Local files (one handle per video for all its items):", "",
-        table(head, rows), *remote, "",
-        "Alignment on the edit-list file (per item, local):", "", *notes, ""])
+class AvGroup:
+    """The av suite's cases: the local ones on the files, then the remote ones through one
+    stores.PassModel (restarted at each latency); each case's ``repeat`` passes one after
+    another, a remote pass counted by the origin's servers."""
 
+    def __init__(self, cases: list[Case], settings: dict[str, Any], data: Path) -> None:
+        self.cases, self.s, self.data = cases, settings, data
+        self.skipped: dict[str, str] = {}
+        self.rows: list[dict[str, Any]] = []
 
-def table_rows(passes: list[dict]) -> tuple[list[list[str]], list[str]]:
-    rows, notes = [], []
-    for p in passes:
-        ms = median(p["item_ms"])
-        a = p["audio"]
-        exact = sum(x["exact"] for x in a)
-        shifts = sorted({x["shift"] for x in a if not x["exact"] and x["shift"] is not None})
-        shifts = [*map(str, shifts), *(["no match"] if any(
-            x["shift"] is None for x in a) else [])]
-        diffs = [x["max_diff"] for x in a if not x["exact"]]
-        rows.append([p["contender"], num(1e3 / ms if ms else None), num(ms, 1),
-                     p["frames"]["verdict"][:60], f"{exact}/{len(a)}",
-                     ", ".join(shifts) or "–", num(max(diffs), 4) if diffs else "–",
-                     str(len(p["errors"]))])
-        edit = [x for x in a if x["video"].startswith(Path(EDIT_LIST).stem)]
-        if edit:
-            notes.append(f"- {p['contender']} on the edit-list file: "
-                         + "; ".join(f"{x['t']:.2f} s: " + ("exact" if x["exact"] else
-                                     f"shift {x['shift'] if x['shift'] is not None else 'none'}"
-                                     f", max diff {num(x['max_diff'], 4)}") for x in edit))
-        notes += [f"- {p['contender']}: {e}" for e in p["errors"][:3]]
-    return rows, notes
+    def working(self) -> list[Case]:
+        """The cases whose contender imports here (the others skipped, with a note)."""
+        for peer in dict.fromkeys(c.family for c in self.cases if not c.fluxon):
+            why = unavailable(peer)
+            if why:
+                self.skipped[peer] = why
+                say(f"note: {peer} skipped: {why}")
+        return [c for c in self.cases if c.family not in self.skipped]
 
+    def passes(self, case: Case, videos: list[Path], items: dict[Path, list[float]],
+               truths: dict[Path, Truth], model: Any = None) -> None:
+        from stores import Counters
 
-def main(argv: list[str] | None = None) -> None:
-    ap = scenario_parser("av_clips.py", __doc__, "3 items per video, 12 s videos",
-                         "av.md and av.json", render=False)
-    full, quick = add_options(ap, [
-        ("--items", int, 8, 3, "random spans per video"),
-        ("--seconds", float, 30, 12, "video length"),
-        ("--repeat", int, 2, "passes per contender"),
-        ("--latency-ms", float, 10.0, "the remote model's latency per request (-1: local "
-                                      "only)")])
-    args = finish(ap, ap.parse_args(argv), full, quick, ("items", "repeat"))
-    t0 = time.perf_counter()
-    videos = make_videos(args.data / "av", args.seconds)
-    rng = random.Random(7)
-    items = {p: [round(rng.uniform(0.0, args.seconds - 1.4 - SPAN_S - 0.5), 3)
-                 for _ in range(args.items)] for p in videos}
-    say("reference frames and audio from the ffmpeg CLI")
-    truths = {p: Truth(p, items[p]) for p in videos}
-    def best_of(name: str, before: Any = None, open_source: Any = None) -> dict[str, Any]:
-        say(name)
-        runs = []
-        for _ in range(args.repeat):
-            if before is not None:
-                before(name)
-            runs.append(run_pass(name, videos, items, truths, open_source))
-        return min(runs, key=lambda r: median(r["item_ms"]) or float("inf"))
+        say(case.key())
+        passes = []
+        for _ in range(self.s["repeat"]):
+            if model is None:
+                passes.append(run_pass(case, videos, items, truths))
+                continue
+            model.start_pass(case.label())  # fluxon cold: Redis flushed; a new patcher
+            counters = Counters(model.urls(), "fluxon" if case.fluxon else "peer")
+            before = counters.start()
+            result = run_pass(case, videos, items, truths, lambda p: remote_open(model, p))
+            passes.append({**result, "server": counters.since(before)})
+        self.rows.append({"case": asdict(case), "row": case.label(), "passes": passes})
 
-    passes = [best_of(name) for name in CONTENDERS]
-    remote = []
-    if args.latency_ms >= 0:
+    def run(self, argv: list[str]) -> dict[str, Any]:
         from stores import PassModel
 
-        model = PassModel(args.data / "av-remote", "av", args.data / "av", args.latency_ms)
-        try:
-            remote = [best_of(row, model.start_pass, lambda row, path: remote_open(
-                model, row, path)) for row in REMOTE_ROWS]
-        finally:
-            model.stop()
-    results = {**header("av_clips.py", argv, time.perf_counter() - t0, args),
-               "machine": machine(), "versions": versions(), "items": sum(map(len, items.values())),
-               "videos": [p.name for p in videos], "passes": passes, "remote": remote}
-    publish(args, "av", render, results)
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    main()
+        started, s = time.perf_counter(), self.s
+        cases = self.working()
+        seconds = float(s["seconds"])
+        videos = make_videos(self.data / "av", seconds)
+        rng = random.Random(s["seed"])
+        items = {p: [round(rng.uniform(0.0, seconds - 1.4 - SPAN_S - 0.5), 3)
+                     for _ in range(s["items"])] for p in videos}
+        say("reference frames and audio from the ffmpeg CLI")
+        truths = {p: Truth(p, items[p]) for p in videos}
+        for case in (c for c in cases if c.store == "local"):
+            self.passes(case, videos, items, truths)
+        remote = grouped([c for c in cases if c.store != "local"], lambda c: c.latency_ms)
+        if remote:
+            work = self.data / "av-remote"
+            work.mkdir(parents=True, exist_ok=True)
+            model = PassModel(work, "av", self.data / "av", next(iter(remote)))
+            try:
+                for k, (latency, group) in enumerate(remote.items()):
+                    if k:
+                        model.set_latency(latency)
+                    for case in group:
+                        self.passes(case, videos, items, truths, model)
+            finally:
+                model.stop()
+        found = {**versions(), **module_versions("torchcodec", "av", "decord",
+                                                 missing="not installed")}
+        return {
+            **header("matrix.py", argv, time.perf_counter() - started, SimpleNamespace(**s)),
+            "conditions": {"machine": machine(), "versions": found,
+                           "store": {"latencies_ms": list(remote),
+                                     "bandwidth_mbps_per_connection": 50.0} if remote else None},
+            "items": sum(map(len, items.values())), "av_videos": [p.name for p in videos],
+            "rows": self.rows, "skipped": self.skipped,
+            "notes": [av_note([p.name for p in videos], s["items"])]}
