@@ -180,7 +180,7 @@ def fluxon_pass(task: dict) -> dict:
     import fluxon_video as fv
 
     from harness import fluxon_versions
-    from stores import Counters, make_patcher, settle
+    from stores import Counters, cpu_s, make_patcher, settle
 
     fv.decode_local_frames(task["warm_path"], [0], SIZE, SIZE, task["threads"])  # untimed
     if task.get("local_only"):
@@ -195,10 +195,11 @@ def fluxon_pass(task: dict) -> dict:
     out, pool = [], patcher.open_video_reader_pool()
     try:
         for cache in [task["cache"]] + ["warm-reader"] * bool(task.get("warm_reader")):
-            before = counters.start()
+            before, store_cpu = counters.start(), cpu_s(task["store_pids"])
             one = fluxon_items(task, pool, patcher, {"family": "fluxon", "cache": cache})
             out.append(one.result(counters.since(before)))
-            settle(patcher)
+            settle(patcher)  # the backfills' writes are the store's work for this pass too
+            out[-1]["servers_cpu_s"] = cpu_s(task["store_pids"]) - store_cpu
     finally:
         pool.close()
         patcher.close()

@@ -73,6 +73,7 @@ CLIP_COLUMNS: list[Column] = [
     ("p50 ms/item", lambda r: f(r.item_ms_p50, 0)), ("p95", lambda r: f(r.item_ms_p95, 0)),
     ("CPU ms/clip", lambda r: f(per_clip(r, r.cpu_s * 1e3 if r.cpu_s is not None else None),
                                 0)),
+    ("store CPU ms/clip", lambda r: f(per_clip(r, r.counts.get("store_cpu_ms_per_item")), 0)),
     ("open ms", lambda r: f(r.open_ms, 1) + (f" (+{f(r.index_ms, 1)} scan)" if r.index_ms
                                              else "")),
     ("floor ms", lambda r: f(r.floor_ms, 0)),
@@ -206,6 +207,27 @@ def workload_table(records: list[Record], videos: list[str]) -> str:
     return table([cols[i][0] for i in keep], [[row[i] for i in keep] for row in cells])
 
 
+def layout_table(records: list[Record], videos: list[str]) -> str:
+    """The rows again, one column per container layout: p50 ms per item and, where
+    fluxon counted them, MiB from the origin and round trips before the first frame."""
+    rows = sorted((r for r in records if isinstance(r.counts.get("by_layout"), dict)),
+                  key=lambda r: rank(r, videos))
+    layouts = list(dict.fromkeys(k for r in rows for k in r.counts["by_layout"]))
+
+    def cell(x: dict | None) -> str:
+        if not x:
+            return DASH
+        parts = [f"{f(x['item_ms_p50'], 0)} ms"]
+        if x.get("mib_per_item") is not None:
+            parts.append(f"{f(x['mib_per_item'])} MiB")
+        if x.get("round_trips_p50") is not None:
+            parts.append(f"{f(x['round_trips_p50'], 0)} RT")
+        return " · ".join(parts) + f" ({x['items']})"
+    return table(["store", "row", *layouts],
+                 [[store_text(r.case), row_name(r),
+                   *(cell(r.counts["by_layout"].get(k)) for k in layouts)] for r in rows])
+
+
 def sections(records: list[Record], videos: list[str]) -> list[str]:
     out = []
     groups = grouped(records, lambda r: (r.case.workload, r.case.dataset,
@@ -216,6 +238,10 @@ def sections(records: list[Record], videos: list[str]) -> list[str]:
         title = f"## {workload}" + (": piece-size sweep" if sweep else "")
         about = f"{WORKLOADS[workload]}; {dataset} dataset: {DATASETS.get(dataset, '?')}"
         out += [title, "", about + ".", "", workload_table(rows, videos), ""]
+        if any("by_layout" in r.counts for r in rows):
+            out += ["By container layout: p50 ms per item; for fluxon through the store also "
+                    "MiB per item from the origin and round trips before the first frame "
+                    "(p50); the items in brackets.", "", layout_table(rows, videos), ""]
     return out
 
 

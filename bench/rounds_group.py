@@ -179,6 +179,7 @@ class RoundsGroup:
     def task(self, workload: str, r: int, **more: Any) -> dict:
         return {"workload": workload, "items": self.plans[workload][r],
                 "videos": self.video_table(), "store": self.store.urls(),
+                "store_pids": self.store.pids(),
                 "threads": self.s["threads"], "s3": self.store.peer_access(), **more}
 
     def record(self, result: dict, workload: str, latency: float, r: int) -> None:
@@ -224,6 +225,7 @@ class RoundsGroup:
 
     def run_workload(self, workload: str, latency: float) -> None:
         from peer_passes import peer_pass
+        from stores import cpu_s
 
         fluxon = any(c.fluxon for c in self.selected(workload, latency))
         slots: list[dict | None] = [*self.peer_rows(workload, latency), *[None] * fluxon]
@@ -233,8 +235,10 @@ class RoundsGroup:
                 if slot is None:  # None: fluxon's passes
                     self.run_fluxon(workload, latency, r)
                 else:
+                    before = cpu_s(self.store.pids())
                     result = self.workers[slot["family"]].call(
                         peer_pass, self.task(workload, r, row=slot))
+                    result["servers_cpu_s"] = cpu_s(self.store.pids()) - before
                     self.record(result if "row" in result else {**failed_pass(
                         slot, result["fatal"])}, workload, latency, r)
 

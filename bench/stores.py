@@ -116,6 +116,21 @@ class RelayProcess:
                 self.proc.wait()
 
 
+def cpu_s(pids: list[int]) -> float:
+    """CPU-seconds so far of these processes (the store's: what it costs the cores the
+    readers share with it on this machine); a process gone counts nothing."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
 class RemoteStore:
     """The remote suites' store (bench/rounds_group.py): Redis, the agent behind a relay,
     and the peers' origin behind another: range_server.py --root, or with ``s3`` (object
@@ -177,6 +192,11 @@ class RemoteStore:
                 "agent_url": self.agent_relay.url,
                 "agent_metrics": f"http://127.0.0.1:{self.agent_port}/metrics",
                 "agent_relay_control": self.agent_relay.control, "fluxon_origin": self.origin}
+
+    def pids(self) -> list[int]:
+        """The store's processes (Redis, the agent, the relays, moto)."""
+        return [proc.pid for proc in (getattr(s, "proc", None) for s in (
+            self.agent, self.agent_relay, self.range, self.redis, self.s3)) if proc is not None]
 
     def flush(self) -> None:
         client = self.redis.client()

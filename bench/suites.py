@@ -225,7 +225,11 @@ REMOTE_NOTES = (
     "checks. MiB and requests are the origin servers' counters, conns the connections that "
     "carried requests during a pass (the relay's count, median over passes).",
     "Redis has no injected latency: it is the cache next to the training nodes, the agent "
-    "is the remote store.")
+    "is the remote store.",
+    "store CPU ms/clip: the CPU time of the store's processes (Redis, the agent, the relays, "
+    "moto) during the row's passes, per clip. They run on the same cores as the reader, so a "
+    "row that makes the store work (a cold read) pays for it in its own time too; in a real "
+    "deployment that work is on other machines.")
 
 THREADS = (1, 2, 0)  # 0: each library's own choice (FFmpeg's thread_count 0, fluxon "auto")
 

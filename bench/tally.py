@@ -67,6 +67,9 @@ def record_of(case: Case, group: list[dict], clips_per_item: float = 1.0,
         frames_exact=check["bit_exact"] if check else 0,
         frames_wrong=len(check["wrong"]) + len(check["off"]) if check else 0,
         errors=[e for p in group for e in p.get("errors", [])][:5], counts=counts, **known)
+    store_cpu = [p["servers_cpu_s"] for p in timed if "servers_cpu_s" in p]
+    if store_cpu and len(store_cpu) == len(timed):
+        record.counts["store_cpu_ms_per_item"] = 1e3 * sum(store_cpu) / items
     if servers:
         record.mib_per_item = per_item_of(sum(s.get("bytes", 0) for s in servers) / MiB)
         record.requests_per_item = per_item_of(sum(s.get("requests", 0) for s in servers))
@@ -143,6 +146,29 @@ def rounds_case(row: dict, workload: str, latency: float, store: str, bandwidth:
                    seek_mode=row.get("seek_mode", "") if row["family"] == "torchcodec" else "")
 
 
+def by_layout(group: list[dict], layouts: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """A round group's figures per container layout (mp4 faststart, mp4 moov-at-end,
+    mkv, ...): items, p50 ms per item and, where fluxon counted them per item, MiB from
+    the origin and round trips before the first frame."""
+    times: dict[str, list[float]] = {}
+    for p in group:
+        for video, ms in zip(p.get("item_videos") or [], p.get("item_ms") or []):
+            times.setdefault(layouts.get(video, "?"), []).append(ms)
+    fetched: dict[str, list[float]] = {}
+    trips: dict[str, list[float]] = {}
+    for x in (x for p in group for x in p["extra"].get("per_item", [])):
+        layout = layouts.get(x.get("video", ""), "?")
+        if "remote_bytes" in x:
+            fetched.setdefault(layout, []).append(x["remote_bytes"] / MiB)
+        if "open_round_trips" in x:
+            trips.setdefault(layout, []).append(x["open_round_trips"]
+                                                + x.get("first_frame_waits", 0))
+    return {layout: {"items": len(ms), "item_ms_p50": pct(ms, 0.5),
+                     "mib_per_item": statistics.mean(fetched[layout]) if fetched.get(layout)
+                     else None, "round_trips_p50": median(trips.get(layout) or [])}
+            for layout, ms in sorted(times.items())}
+
+
 def rounds_records(results: dict) -> list[Record]:
     """One record per case of a round group's results (bench/remote.py's shape)."""
     cond = results["conditions"]
@@ -172,6 +198,10 @@ def rounds_records(results: dict) -> list[Record]:
                 if items and all(key in i for i in items):
                     record.counts[key.replace("_bytes", "_mib_per_item")] = (
                         sum(i[key] for i in items) / MiB / record.items)
+        layouts = {v["video"]: v["layout"] for v in results.get("videos", [])}
+        split = by_layout(group, layouts)
+        if len(split) > 1:
+            record.counts["by_layout"] = split
         if workload == "metadata":
             wrong = sum(p.get("metadata_wrong_count", 0) for p in group)
             record.frames_wrong = wrong  # here: videos whose metadata was wrong

@@ -310,6 +310,35 @@ def test_legacy_remote_results_convert_to_records():
         convert({**data, "command": "python bench/stages.py"})
 
 
+def test_round_groups_split_their_figures_by_layout_and_count_the_stores_cpu():
+    from render import layout_table
+    from tally import rounds_records
+
+    fluxon = {"family": "fluxon", "cache": "cold"}
+    per_item = [{"video": v, "remote_bytes": b << 20, "open_round_trips": t,
+                 "first_frame_waits": 1} for v, b, t in (("a.mp4", 1, 1), ("b.mkv", 3, 2),
+                                                          ("c.mp4", 2, 1))]
+    passes = [{**passes_of(fluxon, [100.0, 300.0, 200.0], server={},
+                           extra={"per_item": per_item}),
+               "item_videos": ["a.mp4", "b.mkv", "c.mp4"], "workload": "clips",
+               "latency_ms": 10.0, "round": 0, "servers_cpu_s": 0.3}]
+    videos = [{"video": "a.mp4", "layout": "mp4 faststart"},
+              {"video": "b.mkv", "layout": "mkv"}, {"video": "c.mp4", "layout": "mp4 faststart"}]
+    data = {"videos": videos, "passes": passes, "conditions": {
+        "store": {"origin": "dir", "bandwidth_mbps_per_connection": 50.0},
+        "workload": {"batched_clips": 8, "threads": 1}}}
+    record, = rounds_records(data)
+    assert record.counts["store_cpu_ms_per_item"] == pytest.approx(100.0)  # 0.3 s, 3 items
+    split = record.counts["by_layout"]
+    assert split["mkv"] == {"items": 1, "item_ms_p50": 300.0, "mib_per_item": 3.0,
+                            "round_trips_p50": 3}
+    assert split["mp4 faststart"]["items"] == 2 and split["mp4 faststart"]["mib_per_item"] == 1.5
+    text = layout_table([record], [])
+    assert "| store | row | mkv | mp4 faststart |" in text and "3.00 MiB · 3 RT (1)" in text
+    one_layout = rounds_records({**data, "videos": [{**v, "layout": "mkv"} for v in videos]})
+    assert "by_layout" not in one_layout[0].counts
+
+
 def test_legacy_local_results_count_a_read_many_call_as_its_clips():
     from legacy import convert
 
