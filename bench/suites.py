@@ -138,8 +138,9 @@ def remote_goals() -> tuple[Goal, ...]:
                                                     "fluxon {cache} ÷ best exact peer"),
              Goal("fluxon cold+lookahead ÷ fluxon warm-kv (issue 38: cold as fast as warm)",
                   Pick("clips", "fluxon", "cold+lookahead"), clip, at_least=0.9),
-             Goal("long videos: fluxon cold+lookahead ÷ fluxon warm-kv",
-                  Pick("long", "fluxon", "cold+lookahead"), Pick("long", "fluxon", "warm-kv")),
+             Goal("long videos: fluxon cold+lookahead ÷ fluxon warm-kv (issue 38)",
+                  Pick("long", "fluxon", "cold+lookahead"), Pick("long", "fluxon", "warm-kv"),
+                  at_least=0.9),
              Goal("fluxon warm-kv ÷ fluxon's decoder on the local files (the store costs "
                   "≤ 10%)", clip, local, at_least=0.9),
              Goal("fluxon warm-kv+shared ÷ fluxon's decoder on the local files",
