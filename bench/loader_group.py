@@ -142,6 +142,11 @@ class CpuMeter:
                 pass
         return busy, ours
 
+    def busy_share(self, before: tuple[float, float], seconds: float) -> float:
+        """The share of the machine's cores busy with anything during the epoch (ours, the
+        store's, other work's): 1.0 when no core was idle."""
+        return (self.sample()[0] - before[0]) / (seconds * (os.cpu_count() or 1))
+
     def other_cores(self, before: tuple[float, float], seconds: float) -> float:
         busy, ours = self.sample()
         return max(0.0, (busy - before[0]) - (ours - before[1])) / seconds
@@ -167,6 +172,7 @@ class Epoch:
     check: dict | None = None
     redone: int = 0  # epochs thrown away first: other work loaded the machine
     cpu_s: float | None = None  # this process and its reaped workers, over the epoch
+    machine_busy: float | None = None  # the share of the cores busy with anything
     clips_per_s: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -186,6 +192,7 @@ def row_of(case: Case, epochs: list[Epoch]) -> dict[str, Any]:
             "order": row.split(" ", 1)[1], "cache": cache, "items": first.items,
             "clips_per_s": statistics.median(rates), "clips_per_s_min": min(rates),
             "clips_per_s_max": max(rates), "epoch_s": mid("seconds"), "cpu_s": mid("cpu_s"),
+            "machine_busy": mid("machine_busy"),
             "first_batch_s": mid("first_batch_s"),
             "workers_up_s": mid("workers_up_s"), "errors": sum(e.errors for e in epochs),
             "other_cpu_cores": mid("other_cpu_cores"), "redone": sum(e.redone for e in epochs),
@@ -307,7 +314,8 @@ class LoaderGroup:
                     errors[0] if errors else None, self.cpu.other_cores(cpu0, seconds),
                     stats.total().as_dict() if exact else None,
                     worker_cpu=sorted(cpu / life for cpu, life in busy.values() if life > 0),
-                    cpu_s=sum(os.times()[:4]) - own0)
+                    cpu_s=sum(os.times()[:4]) - own0,
+                    machine_busy=self.cpu.busy_share(cpu0, seconds))
         if check:  # per codec too: a peer may fail on one codec
             out.check = {**result.as_dict(), "by_codec": {
                 c: {"ok": r.ok, "verdict": r.verdict(), "worst_mean_abs_diff":

@@ -291,7 +291,11 @@ def loader_goals(busy_goal: float | None) -> tuple[Goal, ...]:
         *(Goal(f"cores busy, fluxon {cache}, batched: the workers' CPU ÷ the cores they can "
                "use (min(workers, cores))", Pick("loader-batched", "fluxon", cache),
                figure="cores_busy", at_least=busy_goal if cache == "cold+lookahead" else None)
-          for cache in ("cold", "cold+lookahead", "warm-kv")))
+          for cache in ("cold", "cold+lookahead", "warm-kv")),
+        *(Goal(f"context: cores busy, fluxon {cache}, batched: every process's CPU (the "
+               "workers, the main process, the store's, other work) ÷ the machine's cores",
+               Pick("loader-batched", "fluxon", cache), figure="machine_busy")
+          for cache in ("cold+lookahead", "warm-kv")))
 
 
 LOADER_NOTES = (
@@ -312,9 +316,11 @@ LOADER_NOTES = (
     "epochs, the range in brackets. CPU ms/clip: this process and its workers over the "
     "epoch (the agent's, Redis's and the store's not in it).",
     "worker CPU: each worker's CPU time from its start to its last batch ÷ that span (1.00: "
-    "a core kept busy), sorted, medians over epochs. other CPU: cores the machine spent on "
-    "work that is not the benchmark's during the epoch; an epoch above max_other_cpu was "
-    "redone (at most retries times).",
+    "a core kept busy), sorted, medians over epochs; cores busy: the workers' sum ÷ the "
+    "cores they can use, and every process's CPU during the epoch ÷ the machine's cores "
+    "(the main process, the store's processes and other work share the same cores). other "
+    "CPU: cores the machine spent on work that is not the benchmark's during the epoch; an "
+    "epoch above max_other_cpu was redone (at most retries times).",
     "KV hit/miss, MiB/clip (from the store), index scans/from KV and lookahead pages: the "
     "workers' FluxonFS stats over the first timed epoch (StatsCollate + LoaderStats).",
     "frames: every item of the first timed epoch against the ffmpeg CLI (bilinear 224x224): "

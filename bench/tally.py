@@ -261,7 +261,8 @@ def loader_records(results: dict) -> list[Record]:
         first_items = epochs[0]["items"] if epochs else 0
         failed = row["errors"] or (check and not check["ok"])
         counts = {k: row[k] for k in ("epoch_s", "workers_up_s", "first_batch_s",
-                                      "other_cpu_cores", "redone") if row.get(k) is not None}
+                                      "other_cpu_cores", "redone", "machine_busy")
+                  if row.get(k) is not None}
         if row.get("worker_cpu"):  # each worker's cores; their sum over the cores they had
             busy = row["worker_cpu"]
             usable = min(len(busy), results["conditions"]["machine"].get("cores") or len(busy))

@@ -413,8 +413,8 @@ def test_legacy_dataloader_results_convert_to_records():
                 "loader": {"workers": 4, "batch_size": 8},
                 "export": {"agent_latency_ms": 10.0, "store": "s3"}},
             "rows": [loader_row("fluxon", "batched-no-lookahead", "cold", [10.0]),
-                     loader_row("fluxon", "batched", "cold", [20.0, 30.0, 40.0],
-                                (0.4, 0.45, 0.45, 0.5), stats),
+                     {**loader_row("fluxon", "batched", "cold", [20.0, 30.0, 40.0],
+                                   (0.4, 0.45, 0.45, 0.5), stats), "machine_busy": 0.97},
                      loader_row("decord", "per-clip", "local file", [5.0], check_ok=False)]}
     results = convert(data)
     assert results.meta["suite"] == "loader-s3"
@@ -424,6 +424,7 @@ def test_legacy_dataloader_results_convert_to_records():
     assert ahead.items_per_s == 30.0 and ahead.items_per_s_rounds == [20.0, 30.0, 40.0]
     assert ahead.cpu_s == pytest.approx(0.1) and ahead.mib_per_item == 1.0
     assert ahead.counts["cores_busy"] == pytest.approx(0.9)  # 1.8 cores' worth of 2
+    assert ahead.counts["machine_busy"] == 0.97 and "machine_busy" not in plain.counts
     assert ahead.counts["ahead_hits"] == 4 and ahead.frames_exact == 32
     assert decord.case.store == "local" and decord.case.workload == "loader-clips"
     assert not decord.ok and decord.counts["by_codec"]["hevc"] == "WRONG: x"
