@@ -283,12 +283,19 @@ class LerobotGroup:
 
     def passes(self, runs: dict[str, list[Case]], python: dict[str, Path], spec: Any,
                before: Any = None) -> dict[str, dict[str, Any]]:
-        """Every run's cases, interleaved ``repeat`` times; the summaries by run and name."""
+        """Every run's cases, interleaved ``repeat`` times; the summaries by run and name.
+        A local case's timed pass comes right after ``warmup`` untimed ones of its own: a
+        process that allocates fresh memory right after another program's is slow on
+        this VM (transparent huge pages compacted on fault), which a running training
+        job is not. An S3 case has none (a pass would warm its cache)."""
         out: dict[str, dict[str, Any]] = {}
         for run, cases in runs.items():
             got: dict[str, list] = {name_of(c): [] for c in cases}
             for _ in range(self.s["repeat"]):
                 for case in cases:
+                    for _ in range(self.s["warmup"] if case.store == "local" else 0):
+                        say(f"{run}: {name_of(case)} (warm-up, untimed)")
+                        run_client(python[case.family], spec(run, case), self.work, "warmup")
                     if before is not None:
                         before(case)
                     say(f"{run}: {name_of(case)}")

@@ -60,6 +60,7 @@ SETTINGS = [
     ("--clip-batches", int, "lerobot: clip batches of 8 rows"),
     ("--row-batches", int, "lerobot: batches of 16 consecutive rows"),
     ("--plain-items", int, "lerobot: ds[i] items"),
+    ("--warmup", int, "lerobot: untimed passes of a local case right before each timed one"),
     ("--seconds", float, "av: length of the videos made, s (at least 4)"),
 ]
 AT_LEAST_ONE = ("repeat", "clips", "batch_clips", "threads", "videos", "batched_items",

@@ -381,8 +381,11 @@ LEROBOT_NOTES = (
     "--lerobot-venv) and writes the dataset once (bench/lerobot_write.py: LeRobotDataset."
     "create + add_frame + save_episode; LeRobot's default AV1 encoding).",
     "Every pass is a client process of its own (bench/lerobot_client.py) reading the same "
-    "seeded rows. Throughput: items (rows16: rows) per second of one epoch, DataLoader "
-    "start-up included, dataset construction excluded; the median over --repeat passes, "
+    "seeded rows; a local case's timed pass comes right after an untimed one of its own "
+    "(warmup: on this VM a process that allocates fresh memory right after another "
+    "program's pays for huge-page compaction, which a running training job does not). "
+    "Throughput: items (rows16: rows) per second of one epoch, DataLoader start-up "
+    "included, dataset construction excluded; the median over --repeat passes, "
     "interleaved. Peak RSS: the client's main process and, with workers, its largest worker.",
     "S3 rows: moto behind the latency proxy at L ms per request and 50 MB/s per connection, "
     "read through the agent and Redis; cold: Redis flushed before the pass; cold+lookahead: "
@@ -401,9 +404,9 @@ LEROBOT_NOTES = (
     "right (that frame, another converter's rounding) or wrong; *_is_pad flags checked too.")
 LEROBOT_DEFAULTS: dict[str, Any] = {
     "episodes": 12, "clip_batches": 10, "row_batches": 20, "plain_items": 40, "repeat": 2,
-    "seed": 7, "latencies": "10"}
+    "warmup": 1, "seed": 7, "latencies": "10"}
 LEROBOT_QUICK = {"episodes": 4, "clip_batches": 2, "row_batches": 3, "plain_items": 12,
-                 "repeat": 1}
+                 "repeat": 1, "warmup": 0}
 
 
 # ---- the av suite (bench/av_group.py; was bench/av_clips.py) ----
