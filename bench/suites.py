@@ -324,7 +324,9 @@ LOADER_NOTES = (
     "KV hit/miss, MiB/clip (from the store), index scans/from KV and lookahead pages: the "
     "workers' FluxonFS stats over the first timed epoch (StatsCollate + LoaderStats).",
     "frames: every item of the first timed epoch against the ffmpeg CLI (bilinear 224x224): "
-    "fluxon bit-exact; peers the right frame within a mean abs diff of 3 (bench/frames.py).")
+    "fluxon bit-exact; peers the right frame within a mean abs diff of 3 (bench/frames.py). "
+    "That check runs in the main process during the first epoch, for every row alike: it "
+    "is in that epoch's time and CPU (the median over epochs leans on the others).")
 LOADER_DEFAULTS: dict[str, Any] = {
     "store": "agent", "latencies": "0", "items": 96, "repeat": 3, "workers": 2,
     "batch_size": 8, "per_video": 4, "threads": 1, "context": None, "max_other_cpu": 0.25,
