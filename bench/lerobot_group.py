@@ -38,12 +38,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from cases import Case
-from harness import grouped, header, machine, say, versions
+from harness import grouped, header, machine, median, say, versions
 
 BENCH = Path(__file__).resolve().parent
 FPS = 30
@@ -167,21 +168,6 @@ def needed(expect: dict, plan: dict[str, list[list[int]]]) -> dict[int, set[int]
 
 # ---- runs ----
 
-def servers_cpu_s() -> float:
-    """CPU seconds so far of this bench's other children (redis, moto, the relays,
-    the agent): what the S3 rows' store costs the 2 cores the client decodes on."""
-    import psutil
-
-    total = 0.0
-    for p in psutil.Process().children(recursive=True):
-        try:
-            t = p.cpu_times()
-        except psutil.Error:
-            continue
-        total += t.user + t.system
-    return total
-
-
 def lerobot_dataset(python: Path, data: Path, episodes: int, seed: int
                     ) -> tuple[Path, dict[str, Any]]:
     """The dataset LeRobot writes (bench/lerobot_write.py with LeRobot's python), written
@@ -201,12 +187,17 @@ def lerobot_dataset(python: Path, data: Path, episodes: int, seed: int
     return root, json.loads(report.read_text())
 
 
-def run_client(python: Path, spec: dict, work: Path, name: str) -> dict[str, Any]:
+def run_client(python: Path, spec: dict, work: Path, name: str,
+               store_pids: Sequence[int] = ()) -> dict[str, Any]:
+    """One pass in a client process of its own; its figures, its CPU (with its workers)
+    and what the store's processes (``store_pids``: the S3 rows') spent meanwhile."""
     import resource
+
+    from stores import cpu_s
 
     path = work / f"spec-{name}.json"
     path.write_text(json.dumps(spec))
-    servers0 = servers_cpu_s()
+    servers0 = cpu_s(store_pids)
     own0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "PYTHONPATH": str(BENCH.parent) if spec["impl"] == "fluxon" else "",
@@ -221,11 +212,7 @@ def run_client(python: Path, spec: dict, work: Path, name: str) -> dict[str, Any
     # the whole run (dataset construction and the check pass included)
     return {**json.loads(lines[-1]),
             "client_cpu_s": own1.ru_utime + own1.ru_stime - own0.ru_utime - own0.ru_stime,
-            "servers_cpu_s": servers_cpu_s() - servers0}
-
-
-def median(values: list[float]) -> float | None:
-    return float(np.median(values)) if values else None
+            "servers_cpu_s": cpu_s(store_pids) - servers0}
 
 
 def summarise(passes: list[dict]) -> dict[str, Any]:
@@ -282,7 +269,8 @@ class LerobotGroup:
         return refs
 
     def passes(self, runs: dict[str, list[Case]], python: dict[str, Path], spec: Any,
-               before: Any = None) -> dict[str, dict[str, Any]]:
+               before: Any = None, store_pids: Sequence[int] = ()
+               ) -> dict[str, dict[str, Any]]:
         """Every run's cases, interleaved ``repeat`` times; the summaries by run and name.
         A local case's timed pass comes right after ``warmup`` untimed ones of its own: a
         process that allocates fresh memory right after another program's is slow on
@@ -300,7 +288,7 @@ class LerobotGroup:
                         before(case)
                     say(f"{run}: {name_of(case)}")
                     got[name_of(case)].append(run_client(python[case.family], spec(run, case),
-                                                         self.work, case.store))
+                                                         self.work, case.store, store_pids))
             out[run] = {name: summarise(p) for name, p in got.items() if p}
         return out
 
@@ -384,7 +372,7 @@ class LerobotGroup:
                 if case.cache.startswith("cold"):
                     store.flush()
             return self.passes(runs, python, lambda run, case: spec(run, case, store.fx()),
-                               flush)
+                               flush, store.pids())
         finally:
             store.stop()
 

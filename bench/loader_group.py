@@ -123,24 +123,21 @@ class TimedCollate:
 class CpuMeter:
     """How busy the machine was with work that is not this benchmark's during an epoch:
     busy CPU time minus this process, its reaped children (the epoch's workers) and the
-    agent and redis-server."""
+    store's processes (``pids``)."""
 
     def __init__(self, pids: list[int]) -> None:
-        import psutil
-
-        self.psutil, self.servers = psutil, [psutil.Process(pid) for pid in pids]
+        self.pids = pids
 
     def sample(self) -> tuple[float, float]:
-        t = self.psutil.cpu_times()
+        import psutil
+
+        from stores import cpu_s
+
+        t = psutil.cpu_times()
         busy = sum(t) - sum(getattr(t, k, 0.0) for k in ("idle", "iowait", "steal", "guest",
                                                           "guest_nice"))
-        ours = sum(os.times()[:4])  # user, system, children's user and system
-        for proc in self.servers:
-            try:
-                ours += sum(proc.cpu_times()[:2])
-            except self.psutil.Error:
-                pass
-        return busy, ours
+        # user, system, children's user and system; and the store's processes
+        return busy, sum(os.times()[:4]) + cpu_s(self.pids)
 
     def busy_share(self, before: tuple[float, float], seconds: float) -> float:
         """The share of the machine's cores busy with anything during the epoch (ours, the
@@ -355,9 +352,9 @@ class LoaderGroup:
                 self.notes.append("top-up: the backfill did not finish within 120 s")
         return stats
 
-    def start_store(self, work: Path) -> list[Any]:
+    def start_store(self, work: Path) -> list[int]:
         """Redis and the agent (reading the video folder, or moto's S3 behind the latency
-        relay at 50 MB/s per connection); the servers whose CPU is ours."""
+        relay at 50 MB/s per connection); the pids of the servers, whose CPU is ours."""
         from fluxon_video.testing import RedisServer
 
         from stores import RemoteStore, agent, store
@@ -367,11 +364,11 @@ class LoaderGroup:
                                  s3=sorted({v.name for v in self.videos}))
             remote.set_latency(self.latency_ms)
             self.redis, self.server, self.fx = remote.redis, remote, remote.fx()
-            return [remote.redis, remote.agent, remote.agent_relay, remote.range, remote.s3]
+            return remote.pids()
         self.redis = RedisServer(work).start()
         self.server = agent(work, EXPORT, self.video_dir, self.latency_ms)
         self.fx = store(EXPORT, self.video_dir, self.server.url, self.redis.url)
-        return [self.redis, self.server]
+        return [self.redis.proc.pid, self.server.proc.pid]
 
     def run(self, argv: list[str]) -> dict[str, Any]:
         from stores import make_patcher
@@ -390,7 +387,7 @@ class LoaderGroup:
             # One patcher for every fluxon dataset; never used in this process (each worker
             # builds its own client and readers on first use).
             self.patcher = make_patcher(self.fx)
-            self.cpu = CpuMeter([p.proc.pid for p in servers])
+            self.cpu = CpuMeter(servers)
             self.redis.client().flushall()
             for case in warm_ups:  # untimed: Redis warm for fluxon, page cache for peers
                 say(f"  {case.key()} warm-up")
