@@ -177,6 +177,21 @@ def test_delta_timestamps_pad_at_episode_edges(dataset_root, uint8):
             assert item["observation.images.front"].dtype == (torch.uint8 if uint8 else torch.float32)
 
 
+def test_frame_buffers_are_reused_only_once_released(dataset_root):
+    """A batch's frame buffers serve the next batch once the first batch's
+    tensors are gone; a frame kept (a slice of an item's clip) keeps its
+    buffer and its pixels while later batches are read."""
+    with LeRobotDataset("test/pusht", root=dataset_root, delta_timestamps=DELTA) as ds:
+        first = ds.__getitems__([13, 14])
+        kept = first[1]["observation.images.front"][2]  # a view of the clip's last frame
+        del first
+        for _ in range(3):
+            ds.__getitems__([40, 41])  # same shapes: the freed buffers
+        assert ds._buffers is not None and ds._buffers.reused >= 4
+        want = expected_item(dataset_root, 14, DELTA)["observation.images.front"][2]
+        assert np.array_equal(as_uint8_hwc(kept), want)
+
+
 def test_episodes_subset(dataset_root):
     with LeRobotDataset("test/pusht", root=dataset_root, episodes=[3, 1]) as ds:
         assert len(ds) == 9 + 8 and ds.num_episodes == 2
