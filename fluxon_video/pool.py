@@ -197,9 +197,10 @@ class PoolCounters:
 class _State:
     """Everything that belongs to one process; replaced wholesale after fork."""
 
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    # a Condition: the lookahead waits on it for the reader a read leases
+    lock: threading.Condition = field(default_factory=threading.Condition)
     idle: OrderedDict[FluxonFsVideoReader, ReaderKey] = field(default_factory=OrderedDict)
-    leased: set[FluxonFsVideoReader] = field(default_factory=set)
+    leased: dict[FluxonFsVideoReader, ReaderKey] = field(default_factory=dict)
     counters: PoolCounters = field(default_factory=PoolCounters)
 
 
@@ -243,7 +244,8 @@ class FluxonFsVideoReaderPool:
             reader = next((r for r in reversed(state.idle) if state.idle[r] == key), None)
             if reader is not None:
                 del state.idle[reader]
-                state.leased.add(reader)
+                state.leased[reader] = key
+                state.lock.notify_all()
                 state.counters.leases_reused += 1
                 state.counters.peak_leased = max(state.counters.peak_leased, len(state.leased))
         reused = reader is not None
@@ -251,7 +253,8 @@ class FluxonFsVideoReaderPool:
             reader = self.opener.open_reader(key.export_name, key.relpath, key.options,
                                              identity=key.identity)
             with state.lock:
-                state.leased.add(reader)
+                state.leased[reader] = key
+                state.lock.notify_all()
                 state.counters.readers_opened += 1
                 state.counters.peak_leased = max(state.counters.peak_leased, len(state.leased))
         healthy = False
@@ -273,7 +276,7 @@ class FluxonFsVideoReaderPool:
                    healthy: bool) -> None:
         to_close = []
         with state.lock:
-            state.leased.discard(reader)
+            state.leased.pop(reader, None)
             if self._closed or not healthy or reader.closed:
                 to_close.append(reader)
                 if not healthy:
@@ -353,8 +356,9 @@ class FluxonFsVideoReaderPool:
         ahead too). While these decode, their readers are opened and their
         pages fetched (``prefetch``, on a thread of its own, in the caller's
         context: its identity); those that share a reader with these are
-        queued once these are read. A failure there is left for the next
-        call to raise; the call returns once the lookahead has queued.
+        queued on it beside the read (behind the read's own pages). A failure
+        there is left for the next call to raise; the call returns once the
+        lookahead has queued.
         """
         groups = self._groups(requests)
         if max_workers is not None:
@@ -372,6 +376,9 @@ class FluxonFsVideoReaderPool:
         finally:
             read.set()
             if lookahead is not None:
+                state = self._local()
+                with state.lock:
+                    state.lock.notify_all()  # a lookahead waiting for a reader: the read is over
                 lookahead.join()
         results: list[FluxonFsVideoReadResult | None] = [None] * len(requests)
         for group_results in outcomes:
@@ -427,8 +434,7 @@ class FluxonFsVideoReaderPool:
     def _look_ahead(self, ahead: Ahead, current: dict[ReaderKey, list[int]],
                     read: threading.Event) -> None:
         """The lookahead thread: ``ahead``'s readers opened and pages queued,
-        those that share a reader with the current read once it is read (the
-        reader is busy until then)."""
+        those that share a reader with the current read on the reader it holds."""
         try:
             requests = ahead() if callable(ahead) else ahead
         except Exception as exc:  # noqa: BLE001 - the next call makes them again, and raises
@@ -436,8 +442,36 @@ class FluxonFsVideoReaderPool:
             return
         coming = self._groups(requests, quiet=True)
         self._prefetch_quietly({k: v for k, v in coming.items() if k not in current}, requests)
+        # The files being read now: queued on the reader the read holds, beside
+        # the read (its own pages go first); after the read if it is over first.
+        later = {}
+        for key, positions in coming.items():
+            if key not in current:
+                continue
+            reader = self._reader_in_use(key, read)
+            if reader is None:
+                later[key] = positions
+                continue
+            try:
+                reader.prefetch_frames([i for p in positions for i in _frames_of(reader,
+                                                                                 requests[p])])
+            except FluxonFsError as exc:
+                log.debug("lookahead beside the read of %s failed (%s)", key.relpath, exc)
         read.wait()
-        self._prefetch_quietly({k: v for k, v in coming.items() if k in current}, requests)
+        self._prefetch_quietly(later, requests)
+
+    def _reader_in_use(self, key: ReaderKey, read: threading.Event
+                       ) -> FluxonFsVideoReader | None:
+        """The reader a read holds for ``key``, once it holds one; None when the
+        read is over first."""
+        state = self._local()
+        with state.lock:
+            while not read.is_set():
+                reader = next((r for r, k in state.leased.items() if k == key), None)
+                if reader is not None:
+                    return reader
+                state.lock.wait(0.05)  # a lease notifies; the read's end does not
+        return None
 
     def _prefetch_quietly(self, groups: dict[ReaderKey, list[int]],
                           requests: Sequence[FluxonFsVideoReadRequest]) -> None:

@@ -101,6 +101,9 @@ class FluxonFsVideoReader:
         self._range_source = video.source
         self._on_read = on_read  # the patcher's cumulative stats
         self._lock = threading.Lock()
+        # prefetch_frames runs beside a read (which holds _lock); close() takes
+        # this one too before it frees what a prefetch queues into
+        self._prefetch_lock = threading.Lock()
         self._closed = False
         self._byte_source: Any = video.byte_source
         self._decoder: Any = None
@@ -468,22 +471,27 @@ class FluxonFsVideoReader:
         queued for the fetch workers. Never more than the page cache holds;
         nothing a read of them would not read. Bytes queued (0: nothing to
         plan by, e.g. no trusted index or an index out of range; the read
-        itself then says why)."""
-        with self._lock:
-            self._check_open()
-            index = self._decoder.index
+        itself then says why). Safe beside a read of this reader on another
+        thread: the pages join the fetch queue behind the read's own."""
+        with self._prefetch_lock:
+            if self._closed:
+                raise FluxonFsClosedError(f"{self.name}: the reader is closed")
+            decoder, source = self._decoder, self._byte_source
+            if decoder is None or source.pid != os.getpid():
+                return 0  # a forked copy: its read makes its own fetch workers
+            index = decoder.index
             if index is None or not index.trusted or (index.pkt_pos < 0).any():
                 return 0
             spans = _frame_spans(index, indices)
             if spans is None:
                 return 0
             packets = decode_span_packets(*spans)
-            page: int = self._byte_source.page_size
+            page: int = source.page_size
             first = index.pkt_pos[packets] // page
             last = (index.pkt_pos[packets] + np.maximum(index.pkt_size[packets], 1) - 1) // page
             queued = 0
             for start, stop in page_runs(first, last):
-                queued += self._byte_source.prefetch(start * page, (stop - start + 1) * page)
+                queued += source.prefetch(start * page, (stop - start + 1) * page)
             return queued * page
 
     # ---- num_threads >= 2: two GOP sets on two decoders at once ----
@@ -529,7 +537,7 @@ class FluxonFsVideoReader:
 
     def close(self) -> None:
         """Release the decoder, page cache and fetch workers. Safe to call twice."""
-        with self._lock:
+        with self._lock, self._prefetch_lock:
             if self._closed:
                 return
             self._closed = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -113,6 +114,82 @@ def test_a_batch_read_opens_and_fetches_the_next_one_meanwhile(media):
         pool.read_many_numpy_with_stats(now, ahead=missing)  # not this call's error
         with pytest.raises(errors.FluxonFsNotFoundError, match="gone.mp4"):
             pool.read_many_numpy_with_stats(missing)
+
+
+def test_the_next_clip_of_the_file_being_read_is_queued_beside_the_read(media, monkeypatch):
+    """read_many(..., ahead=next) where the next clip is of the file being read:
+    its pages are queued on the reader while the read still holds it (not once
+    it is over), the read's frames are untouched, and the next read finds its
+    pages there as it would after a prefetch on an idle reader."""
+    from fluxon_video.reader import FluxonFsVideoReader
+
+    queued_during_read, reading, queued = [], threading.Event(), threading.Event()
+    prefetch, read = FluxonFsVideoReader.prefetch_frames, FluxonFsVideoReader.read_frames_numpy
+
+    def watched_prefetch(self, indices):
+        queued_during_read.append(reading.is_set())
+        try:
+            return prefetch(self, indices)
+        finally:
+            queued.set()
+
+    def read_once_queued(self, indices, out=None):
+        reading.set()
+        try:
+            queued.wait(30)  # the read lasts until the lookahead has queued (or 30 s)
+            return read(self, indices, out)
+        finally:
+            reading.clear()
+
+    monkeypatch.setattr(FluxonFsVideoReader, "prefetch_frames", watched_prefetch)
+    monkeypatch.setattr(FluxonFsVideoReader, "read_frames_numpy", read_once_queued)
+    now = [fv.FluxonFsVideoReadRequest("train", NAME, H, W, 1, tuple(CLIPS[0]))]
+    coming = [fv.FluxonFsVideoReadRequest("train", NAME, H, W, 1, tuple(CLIPS[1]))]
+    ref = media.reference(NAME, H, W)
+    with make_patcher(None, media.root, piece_size=16 << 10) as patcher, \
+            patcher.open_video_reader_pool() as pool:
+        first = pool.read_many_numpy_with_stats(now, max_workers=1, ahead=coming)
+        assert queued_during_read == [True]  # queued while the read held the reader
+        np.testing.assert_array_equal(first[0].frames, ref[CLIPS[0]])
+        (reader,) = [r for r in pool._local().idle]
+        wait_for_pages(reader, reader._byte_source.stats()["ahead_pages"])
+        second = pool.read_many_numpy_with_stats(coming, max_workers=1)
+        np.testing.assert_array_equal(second[0].frames, ref[CLIPS[1]])
+        assert second[0].reader_reused and pool.counters().readers_opened == 1
+        # it fetched no more itself than after a prefetch on an idle reader
+        _, alone, _, _ = cold_read(media, CLIPS[1], ahead=True)
+        assert second[0].stats.ahead_hits > 0 and second[0].stats.ahead_wasted == 0
+        assert second[0].stats.bytes_fetched <= alone.bytes_fetched
+
+
+def test_a_prefetch_beside_reads_and_close_is_safe(media):
+    """prefetch_frames from other threads while the reader reads and then
+    closes: every read is right, and a prefetch after close says so."""
+    ref = media.reference(NAME, H, W)
+    with make_patcher(None, media.root, piece_size=16 << 10) as patcher:
+        reader = patcher.open_video_reader("train", NAME, H, W)
+        outcomes, stop = [], threading.Event()
+
+        def keep_prefetching(clip):
+            while not stop.is_set():
+                try:
+                    reader.prefetch_frames(clip)
+                except errors.FluxonFsClosedError:
+                    outcomes.append("closed")
+                    return
+            outcomes.append("stopped")
+
+        threads = [threading.Thread(target=keep_prefetching, args=(c,)) for c in CLIPS]
+        for t in threads:
+            t.start()
+        for clip in CLIPS * 3:
+            np.testing.assert_array_equal(reader.read_frames_numpy(clip), ref[clip])
+        reader.close()
+        time.sleep(0.05)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert outcomes == ["closed", "closed"]
 
 
 # ---- the dataset: the sampler's next batch, fetched while this one decodes ----

@@ -68,8 +68,8 @@ class ShardReaders:
         """Start fetching what ``read(wanted)`` will read, on a thread of its own
         (in the caller's context): each file's reader opened, the pages of its
         frames queued on its fetch workers (``reader.prefetch_frames``), within
-        its page cache; the files in ``last`` (a read holds their readers) after
-        the others. A failure is logged: the read of those times says why."""
+        its page cache; the files in ``last`` (being read now) after the others.
+        A failure is logged: the read of those times says why."""
         self._check_fork()
         self.wait_prefetch()
         ahead = threading.Thread(target=contextvars.copy_context().run,
@@ -98,16 +98,15 @@ class ShardReaders:
             ahead.join()
 
     def _prefetch_all(self, wanted: dict[str, np.ndarray], last: Collection[str]) -> None:
-        # Each reader's lock keeps the lookahead and a read apart; pages queued
-        # before a read are the plan's and survive its seeks.
+        # No reader lock: prefetch_frames runs beside a read of the same file
+        # (its pages queue behind the read's); pages queued are the plan's and
+        # survive the read's seeks.
         for relpath in sorted(wanted, key=lambda r: r in last):
             times = wanted[relpath]
             try:
-                reader, lock = self._reader(relpath)
-                with lock:
-                    indices = nearest_frames(reader, times, self.tolerance_s,
-                                             self.files.name(relpath))
-                    reader.prefetch_frames(np.unique(indices))
+                reader, _ = self._reader(relpath)
+                indices = nearest_frames(reader, times, self.tolerance_s, self.files.name(relpath))
+                reader.prefetch_frames(np.unique(indices))
             except FluxonFsError as exc:
                 log.debug("lookahead of %s failed (%s); its read will say why", relpath, exc)
 
