@@ -139,14 +139,18 @@ class CpuMeter:
         # user, system, children's user and system; and the store's processes
         return busy, sum(os.times()[:4]) + cpu_s(self.pids)
 
-    def busy_share(self, before: tuple[float, float], seconds: float) -> float:
-        """The share of the machine's cores busy with anything during the epoch (ours, the
-        store's, other work's): 1.0 when no core was idle."""
-        return (self.sample()[0] - before[0]) / (seconds * (os.cpu_count() or 1))
+    @staticmethod
+    def busy_share(before: tuple[float, float], after: tuple[float, float],
+                   seconds: float) -> float:
+        """The share of the machine's cores busy with anything between two samples (ours,
+        the store's, other work's): 1.0 when no core was idle."""
+        return (after[0] - before[0]) / (seconds * (os.cpu_count() or 1))
 
-    def other_cores(self, before: tuple[float, float], seconds: float) -> float:
-        busy, ours = self.sample()
-        return max(0.0, (busy - before[0]) - (ours - before[1])) / seconds
+    @staticmethod
+    def other_cores(before: tuple[float, float], after: tuple[float, float],
+                    seconds: float) -> float:
+        """Cores busy with work that is not the benchmark's between two samples."""
+        return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / seconds
 
 
 # ---- the parent ----
@@ -307,12 +311,13 @@ class LoaderGroup:
                     one.add(frames.numpy(), indices.tolist(), self.refs[relpath])
         seconds = time.monotonic() - t0
         del loader
+        cpu1 = self.cpu.sample()  # after the workers are reaped: their CPU is ours
         out = Epoch(items, seconds, first, max(ups.values(), default=None), len(errors),
-                    errors[0] if errors else None, self.cpu.other_cores(cpu0, seconds),
+                    errors[0] if errors else None, self.cpu.other_cores(cpu0, cpu1, seconds),
                     stats.total().as_dict() if exact else None,
                     worker_cpu=sorted(cpu / life for cpu, life in busy.values() if life > 0),
                     cpu_s=sum(os.times()[:4]) - own0,
-                    machine_busy=self.cpu.busy_share(cpu0, seconds))
+                    machine_busy=self.cpu.busy_share(cpu0, cpu1, seconds))
         if check:  # per codec too: a peer may fail on one codec
             out.check = {**result.as_dict(), "by_codec": {
                 c: {"ok": r.ok, "verdict": r.verdict(), "worst_mean_abs_diff":

@@ -453,8 +453,7 @@ class FluxonFsVideoReaderPool:
                 later[key] = positions
                 continue
             try:
-                reader.prefetch_frames([i for p in positions for i in _frames_of(reader,
-                                                                                 requests[p])])
+                _queue_on(reader, positions, requests)
             except FluxonFsError as exc:
                 log.debug("lookahead beside the read of %s failed (%s)", key.relpath, exc)
         read.wait()
@@ -470,7 +469,7 @@ class FluxonFsVideoReaderPool:
                 reader = next((r for r, k in state.leased.items() if k == key), None)
                 if reader is not None:
                     return reader
-                state.lock.wait(0.05)  # a lease notifies; the read's end does not
+                state.lock.wait(0.05)  # a lease and the read's end notify; a guard
         return None
 
     def _prefetch_quietly(self, groups: dict[ReaderKey, list[int]],
@@ -497,8 +496,7 @@ class FluxonFsVideoReaderPool:
         queued = 0
         for key, positions in groups.items():
             with self._lease(key) as (reader, _):
-                queued += reader.prefetch_frames(
-                    [i for p in positions for i in _frames_of(reader, requests[p])])
+                queued += _queue_on(reader, positions, requests)
         return queued
 
     def _split_groups(self, groups: list[tuple[ReaderKey, list[int]]],
@@ -644,6 +642,12 @@ class FluxonFsVideoReaderPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _queue_on(reader: FluxonFsVideoReader, positions: list[int],
+              requests: Sequence[FluxonFsVideoReadRequest]) -> int:
+    """``reader.prefetch_frames`` of the frames ``requests[positions]`` read: bytes queued."""
+    return reader.prefetch_frames([i for p in positions for i in _frames_of(reader, requests[p])])
 
 
 def _frames_of(reader: FluxonFsVideoReader, request: FluxonFsVideoReadRequest) -> tuple[int, ...]:

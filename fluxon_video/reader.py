@@ -404,9 +404,12 @@ class FluxonFsVideoReader:
         return FrameBatch(np.empty((0, self.height, self.width, 3), np.uint8), empty, empty,
                           np.empty(0, np.int64))
 
-    def _check_open(self) -> None:
+    def _check_not_closed(self) -> None:
         if self._closed:
             raise FluxonFsClosedError(f"{self.name}: the reader is closed")
+
+    def _check_open(self) -> None:
+        self._check_not_closed()
         if self._byte_source.pid != os.getpid():
             # Forked: the parent's fetch workers and page cache are not ours.
             self._make_decoder(self._decoder.index)
@@ -474,8 +477,7 @@ class FluxonFsVideoReader:
         itself then says why). Safe beside a read of this reader on another
         thread: the pages join the fetch queue behind the read's own."""
         with self._prefetch_lock:
-            if self._closed:
-                raise FluxonFsClosedError(f"{self.name}: the reader is closed")
+            self._check_not_closed()  # not _check_open: a read, not a prefetch, rebuilds after fork
             decoder, source = self._decoder, self._byte_source
             if decoder is None or source.pid != os.getpid():
                 return 0  # a forked copy: its read makes its own fetch workers

@@ -196,17 +196,17 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
         frames = shards.read({relpath: np.concatenate([w for _, _, w in asks])
                               for relpath, asks in wanted.items()},
                              ahead=self._times_of(upcoming) if upcoming else None)
+        if self._buffers is None:
+            self._buffers = BufferPool()
         places, tasks = [], []
         for relpath, asks in wanted.items():
             decoded, rows = frames[relpath]
             start = 0
             for item_no, key, when in asks:
                 places.append((item_no, key))
-                tasks.append((decoded, rows[start:start + len(when)]))
+                tasks.append((decoded, rows[start:start + len(when)], self._buffers))
                 start += len(when)
         # the conversions release the GIL: the decode threads share them out
-        if self._buffers is None:
-            self._buffers = BufferPool()
         for (item_no, key), tensor in zip(places, shards.map(self._frames_tensor, tasks)):
             items[item_no][key] = tensor
         for item in items:
@@ -275,13 +275,12 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
         episode's window never leaves the episode)."""
         return np.searchsorted(self._rows["index"], absolute)
 
-    def _frames_tensor(self, decoded: np.ndarray, rows: np.ndarray) -> Any:
+    def _frames_tensor(self, decoded: np.ndarray, rows: np.ndarray, buffers: BufferPool) -> Any:
         """The item's frames (``decoded[rows]``) as LeRobot gives them: (T, C, H, W),
-        no T for one frame."""
+        no T for one frame, written into one of ``buffers``."""
         import torch
 
         _, h, w, c = decoded.shape
-        buffers = self._buffers or BufferPool()
         if self.return_uint8:
             picked = buffers.empty((len(rows), c, h, w), np.uint8)
             np.copyto(picked, decoded[rows].transpose(0, 3, 1, 2))
