@@ -121,14 +121,15 @@ class TimedCollate:
 
 
 class CpuMeter:
-    """How busy the machine was with work that is not this benchmark's during an epoch:
-    busy CPU time minus this process, its reaped children (the epoch's workers) and the
-    store's processes (``pids``)."""
+    """How busy the machine was during an epoch: with work that is not this benchmark's
+    (busy CPU time minus this process, its reaped children, the epoch's workers, and the
+    store's processes, ``pids``), and with the processes that stand in for other machines
+    (``model_pids``: the relays and moto, a subset of ``pids``)."""
 
-    def __init__(self, pids: list[int]) -> None:
-        self.pids = pids
+    def __init__(self, pids: list[int], model_pids: list[int]) -> None:
+        self.pids, self.model_pids = pids, model_pids
 
-    def sample(self) -> tuple[float, float]:
+    def sample(self) -> tuple[float, float, float]:
         import psutil
 
         from stores import cpu_s
@@ -137,17 +138,23 @@ class CpuMeter:
         busy = sum(t) - sum(getattr(t, k, 0.0) for k in ("idle", "iowait", "steal", "guest",
                                                           "guest_nice"))
         # user, system, children's user and system; and the store's processes
-        return busy, sum(os.times()[:4]) + cpu_s(self.pids)
+        return busy, sum(os.times()[:4]) + cpu_s(self.pids), cpu_s(self.model_pids)
 
     @staticmethod
-    def busy_share(before: tuple[float, float], after: tuple[float, float],
+    def model_cores(before: tuple[float, float, float], after: tuple[float, float, float],
+                    seconds: float) -> float:
+        """Cores the stand-ins for other machines (relays, moto) kept busy."""
+        return (after[2] - before[2]) / seconds
+
+    @staticmethod
+    def busy_share(before: tuple[float, float, float], after: tuple[float, float, float],
                    seconds: float) -> float:
         """The share of the machine's cores busy with anything between two samples (ours,
         the store's, other work's): 1.0 when no core was idle."""
         return (after[0] - before[0]) / (seconds * (os.cpu_count() or 1))
 
     @staticmethod
-    def other_cores(before: tuple[float, float], after: tuple[float, float],
+    def other_cores(before: tuple[float, float, float], after: tuple[float, float, float],
                     seconds: float) -> float:
         """Cores busy with work that is not the benchmark's between two samples."""
         return max(0.0, (after[0] - before[0]) - (after[1] - before[1])) / seconds
@@ -174,6 +181,7 @@ class Epoch:
     redone: int = 0  # epochs thrown away first: other work loaded the machine
     cpu_s: float | None = None  # this process and its reaped workers, over the epoch
     machine_busy: float | None = None  # the share of the cores busy with anything
+    model_cores: float | None = None  # cores busy with the stand-ins for other machines
     clips_per_s: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -193,7 +201,7 @@ def row_of(case: Case, epochs: list[Epoch]) -> dict[str, Any]:
             "order": row.split(" ", 1)[1], "cache": cache, "items": first.items,
             "clips_per_s": statistics.median(rates), "clips_per_s_min": min(rates),
             "clips_per_s_max": max(rates), "epoch_s": mid("seconds"), "cpu_s": mid("cpu_s"),
-            "machine_busy": mid("machine_busy"),
+            "machine_busy": mid("machine_busy"), "model_cores": mid("model_cores"),
             "first_batch_s": mid("first_batch_s"),
             "workers_up_s": mid("workers_up_s"), "errors": sum(e.errors for e in epochs),
             "other_cpu_cores": mid("other_cpu_cores"), "redone": sum(e.redone for e in epochs),
@@ -317,7 +325,8 @@ class LoaderGroup:
                     stats.total().as_dict() if exact else None,
                     worker_cpu=sorted(cpu / life for cpu, life in busy.values() if life > 0),
                     cpu_s=sum(os.times()[:4]) - own0,
-                    machine_busy=self.cpu.busy_share(cpu0, cpu1, seconds))
+                    machine_busy=self.cpu.busy_share(cpu0, cpu1, seconds),
+                    model_cores=self.cpu.model_cores(cpu0, cpu1, seconds))
         if check:  # per codec too: a peer may fail on one codec
             out.check = {**result.as_dict(), "by_codec": {
                 c: {"ok": r.ok, "verdict": r.verdict(), "worst_mean_abs_diff":
@@ -357,9 +366,10 @@ class LoaderGroup:
                 self.notes.append("top-up: the backfill did not finish within 120 s")
         return stats
 
-    def start_store(self, work: Path) -> list[int]:
+    def start_store(self, work: Path) -> tuple[list[int], list[int]]:
         """Redis and the agent (reading the video folder, or moto's S3 behind the latency
-        relay at 50 MB/s per connection); the pids of the servers, whose CPU is ours."""
+        relay at 50 MB/s per connection); the pids of the servers, whose CPU is ours, and
+        of those the ones that stand in for other machines (the relays and moto)."""
         from fluxon_video.testing import RedisServer
 
         from stores import RemoteStore, agent, store
@@ -369,11 +379,11 @@ class LoaderGroup:
                                  s3=sorted({v.name for v in self.videos}))
             remote.set_latency(self.latency_ms)
             self.redis, self.server, self.fx = remote.redis, remote, remote.fx()
-            return remote.pids()
+            return remote.pids(), remote.model_pids()
         self.redis = RedisServer(work).start()
         self.server = agent(work, EXPORT, self.video_dir, self.latency_ms)
         self.fx = store(EXPORT, self.video_dir, self.server.url, self.redis.url)
-        return [self.redis.proc.pid, self.server.proc.pid]
+        return [self.redis.proc.pid, self.server.proc.pid], []
 
     def run(self, argv: list[str]) -> dict[str, Any]:
         from stores import make_patcher
@@ -387,12 +397,12 @@ class LoaderGroup:
         warm_ups = list(dict.fromkeys(replace_cache(c) for c in cases))
         cold = [c for c in cases if c.fluxon and c.cache.startswith("cold")]
         warm = [c for c in cases if c not in cold]
-        servers = self.start_store(work)
+        servers, model = self.start_store(work)
         try:
             # One patcher for every fluxon dataset; never used in this process (each worker
             # builds its own client and readers on first use).
             self.patcher = make_patcher(self.fx)
-            self.cpu = CpuMeter(servers)
+            self.cpu = CpuMeter(servers, model)
             self.redis.client().flushall()
             for case in warm_ups:  # untimed: Redis warm for fluxon, page cache for peers
                 say(f"  {case.key()} warm-up")

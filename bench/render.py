@@ -137,6 +137,9 @@ LOADER_COLUMNS: list[Column] = [
      or DASH),
     ("cores busy: workers / all", lambda r: count_text(r, "cores_busy") + " / "
      + count_text(r, "machine_busy") if "cores_busy" in r.counts else DASH),
+    ("store model's cores / workers' share of the rest", lambda r: count_text(
+        r, "model_cores") + " / " + count_text(r, "cores_busy_left")
+     if "cores_busy_left" in r.counts else DASH),
     ("fluxon reads", lambda r: count_text(r, "reads", 0)),
     ("KV hit/miss", lambda r: pair_text(r, "kv_hits", "kv_misses")),
     ("MiB/clip from the store", lambda r: f(r.mib_per_item, 3)),
@@ -262,6 +265,7 @@ def goal_cells(o: Outcome) -> list[str]:
                 "needed_mib_per_item": "MiB/item needed", "floor_ms": "ms floor",
                 "round_trips_p50": "round trips", "cores_busy": "of the cores busy",
                 "machine_busy": "of the cores busy",
+                "cores_busy_left": "of the cores left busy",
                 "audio_exact_share": "of the items' audio exact",
                 "span_piece_mib_per_item":
                 "MiB/item in the spans' pieces", "open_model_mib_per_item":

@@ -198,6 +198,12 @@ class RemoteStore:
         return [proc.pid for proc in (getattr(s, "proc", None) for s in (
             self.agent, self.agent_relay, self.range, self.redis, self.s3)) if proc is not None]
 
+    def model_pids(self) -> list[int]:
+        """Of ``pids``, the ones that stand in for other machines: the relays (the network)
+        and moto (the object store). A training node does not share its cores with them."""
+        return [proc.pid for proc in (getattr(s, "proc", None) for s in (
+            self.agent_relay, self.range, self.s3)) if proc is not None]
+
     def flush(self) -> None:
         client = self.redis.client()
         client.flushall()

@@ -290,8 +290,14 @@ def loader_goals(busy_goal: float | None) -> tuple[Goal, ...]:
                                                     "batches"))),
         *(Goal(f"cores busy, fluxon {cache}, batched: the workers' CPU ÷ the cores they can "
                "use (min(workers, cores))", Pick("loader-batched", "fluxon", cache),
-               figure="cores_busy", at_least=busy_goal if cache == "cold+lookahead" else None)
-          for cache in ("cold", "cold+lookahead", "warm-kv")),
+               figure="cores_busy") for cache in ("cold", "cold+lookahead", "warm-kv")),
+        # The relays and moto stand in for the network and the object store: on a training
+        # node they are other machines, here they take the workers' cores.
+        *(Goal(f"cores busy, fluxon {cache}, batched: the workers' CPU ÷ the cores left after "
+               "the store model (the relays and moto, other machines in a deployment)",
+               Pick("loader-batched", "fluxon", cache), figure="cores_busy_left",
+               at_least=busy_goal if cache == "cold+lookahead" else None)
+          for cache in ("cold", "cold+lookahead")),
         *(Goal(f"context: cores busy, fluxon {cache}, batched: every process's CPU (the "
                "workers, the main process, the store's, other work) ÷ the machine's cores",
                Pick("loader-batched", "fluxon", cache), figure="machine_busy")
@@ -318,7 +324,10 @@ LOADER_NOTES = (
     "worker CPU: each worker's CPU time from its start to its last batch ÷ that span (1.00: "
     "a core kept busy), sorted, medians over epochs; cores busy: the workers' sum ÷ the "
     "cores they can use, and every process's CPU during the epoch ÷ the machine's cores "
-    "(the main process, the store's processes and other work share the same cores). other "
+    "(the main process, the store's processes and other work share the same cores). store "
+    "model's cores: the CPU of the processes that stand in for other machines (the latency "
+    "relays and moto; the agent and Redis count as ours) ÷ the epoch; the workers' share of "
+    "the rest: their sum ÷ min(workers, cores - that). other "
     "CPU: cores the machine spent on work that is not the benchmark's during the epoch; an "
     "epoch above max_other_cpu was redone (at most retries times).",
     "KV hit/miss, MiB/clip (from the store), index scans/from KV and lookahead pages: the "

@@ -261,12 +261,16 @@ def loader_records(results: dict) -> list[Record]:
         first_items = epochs[0]["items"] if epochs else 0
         failed = row["errors"] or (check and not check["ok"])
         counts = {k: row[k] for k in ("epoch_s", "workers_up_s", "first_batch_s",
-                                      "other_cpu_cores", "redone", "machine_busy")
+                                      "other_cpu_cores", "redone", "machine_busy",
+                                      "model_cores")
                   if row.get(k) is not None}
         if row.get("worker_cpu"):  # each worker's cores; their sum over the cores they had
             busy = row["worker_cpu"]
-            usable = min(len(busy), results["conditions"]["machine"].get("cores") or len(busy))
-            counts.update(worker_cpu=busy, cores_busy=sum(busy) / usable)
+            cores = results["conditions"]["machine"].get("cores") or len(busy)
+            counts.update(worker_cpu=busy, cores_busy=sum(busy) / min(len(busy), cores))
+            if row.get("model_cores") is not None:  # what the other machines' stand-ins left
+                left = min(len(busy), cores - row["model_cores"])
+                counts["cores_busy_left"] = sum(busy) / left
         counts.update({k: stats[k] for k in ("reads", "kv_hits", "kv_misses", "index_scans",
                                              "index_from_kv", "ahead_pages", "ahead_hits",
                                              "ahead_wasted") if k in stats})
