@@ -269,21 +269,26 @@ class LerobotGroup:
         return refs
 
     def passes(self, runs: dict[str, list[Case]], python: dict[str, Path], spec: Any,
-               before: Any = None, store_pids: Sequence[int] = ()
+               before: Any = None, store_pids: Sequence[int] = (), warm_like: Any = None
                ) -> dict[str, dict[str, Any]]:
         """Every run's cases, interleaved ``repeat`` times; the summaries by run and name.
-        A local case's timed pass comes right after ``warmup`` untimed ones of its own: a
-        process that allocates fresh memory right after another program's is slow on
-        this VM (transparent huge pages compacted on fault), which a running training
-        job is not. An S3 case has none (a pass would warm its cache)."""
+        Each case's timed pass comes right after ``warmup`` untimed ones: a process that
+        allocates fresh memory right after another program's is slow on this VM
+        (transparent huge pages compacted on fault), which a running training job is not.
+        A local case warms up with itself; an S3 case, whose own pass would fill its
+        cache, with ``warm_like(run, case)``'s spec (the same client on the local files)."""
         out: dict[str, dict[str, Any]] = {}
         for run, cases in runs.items():
             got: dict[str, list] = {name_of(c): [] for c in cases}
             for _ in range(self.s["repeat"]):
                 for case in cases:
-                    for _ in range(self.s["warmup"] if case.store == "local" else 0):
-                        say(f"{run}: {name_of(case)} (warm-up, untimed)")
-                        run_client(python[case.family], spec(run, case), self.work, "warmup")
+                    local = case.store == "local"
+                    for _ in range(self.s["warmup"] if local or warm_like else 0):
+                        where = "" if local else " on the local files"
+                        say(f"{run}: {name_of(case)} (warm-up{where}, untimed)")
+                        run_client(python[case.family],
+                                   spec(run, case) if local else warm_like(run, case),
+                                   self.work, "warmup")
                     if before is not None:
                         before(case)
                     say(f"{run}: {name_of(case)}")
@@ -372,7 +377,7 @@ class LerobotGroup:
                 if case.cache.startswith("cold"):
                     store.flush()
             return self.passes(runs, python, lambda run, case: spec(run, case, store.fx()),
-                               flush, store.pids())
+                               flush, store.pids(), warm_like=spec)
         finally:
             store.stop()
 

@@ -392,9 +392,10 @@ LEROBOT_NOTES = (
     "--lerobot-venv) and writes the dataset once (bench/lerobot_write.py: LeRobotDataset."
     "create + add_frame + save_episode; LeRobot's default AV1 encoding).",
     "Every pass is a client process of its own (bench/lerobot_client.py) reading the same "
-    "seeded rows; a local case's timed pass comes right after an untimed one of its own "
-    "(warmup: on this VM a process that allocates fresh memory right after another "
-    "program's pays for huge-page compaction, which a running training job does not). "
+    "seeded rows; each case's timed pass comes right after an untimed one (warmup: on "
+    "this VM a process that allocates fresh memory right after another program's pays for "
+    "huge-page compaction, which a running training job does not): a local case's of its "
+    "own, an S3 case's the same client on the local files (its own would fill its cache). "
     "Throughput: items (rows16: rows) per second of one epoch, DataLoader start-up "
     "included, dataset construction excluded; the median over --repeat passes, "
     "interleaved. Peak RSS: the client's main process and, with workers, its largest worker.",
