@@ -128,6 +128,8 @@ class Case:
         if self.fluxon and self.store == "local" and self.access == PREROLL_AUDIO:
             return f"fluxon-local · {self.access}"
         if self.fluxon:
+            if self.store == "local" and self.dataset == "lerobot" and self.access:
+                return f"fluxon local file · {self.access}"
             if self.store == "local":
                 return "fluxon local file" if self.dataset in ("remote", "lerobot") \
                     else "fluxon-local"

@@ -194,6 +194,8 @@ def dataset(spec: dict) -> Any:
         from stores import make_patcher
 
         kw["patcher"] = make_patcher(spec["fx"])
+    if spec.get("uint8"):
+        kw["return_uint8"] = True
     return LeRobotDataset(spec["repo_id"], root=spec["root"], **kw)
 
 

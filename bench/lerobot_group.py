@@ -59,7 +59,9 @@ NAMES = {"LeRobot (torchcodec)": ("lerobot-torchcodec", "local", ""),
          "LeRobot (pyav)": ("lerobot-pyav", "local", ""), "Daft": ("daft", "local", ""),
          "fluxon": ("fluxon", "local", ""), "fluxon S3 cold": ("fluxon", "s3", "cold"),
          "fluxon S3 cold+lookahead": ("fluxon", "s3", "cold+lookahead"),
-         "fluxon S3 warm": ("fluxon", "s3", "warm-kv")}
+         "fluxon S3 warm": ("fluxon", "s3", "warm-kv"),
+         # uint8 frames (return_uint8=True): the same decode without the float batch
+         "fluxon uint8": ("fluxon", "local", "", "uint8")}
 CLIENT = {"lerobot-torchcodec": ("lerobot", "torchcodec"), "lerobot-pyav": ("lerobot", "pyav"),
           "daft": ("daft", None), "fluxon": ("fluxon", None)}
 
@@ -72,8 +74,8 @@ def workload_of(run: str) -> str:
 
 
 def case_of(run: str, name: str, latency_ms: float) -> Case:
-    family, store, cache = NAMES[name]
-    return Case(workload_of(run), "lerobot", store, family, cache,
+    family, store, cache, *access = NAMES[name]
+    return Case(workload_of(run), "lerobot", store, family, cache, *access,
                 latency_ms=latency_ms, bandwidth_mbps=50.0 * (store == "s3"))
 
 
@@ -82,8 +84,9 @@ def run_of(case: Case) -> str:
 
 
 def name_of(case: Case) -> str:
-    return next(n for n, (family, store, cache) in NAMES.items()
-                if (family, store, cache) == (case.family, case.store, case.cache))
+    return next(n for n, (family, store, cache, *access) in NAMES.items()
+                if (family, store, cache, *(access or [""])) == (
+                    case.family, case.store, case.cache, case.access))
 
 
 # ---- the dataset, as LeRobot wrote it, and the expected frames ----
@@ -327,7 +330,7 @@ class LerobotGroup:
                     "delta": CLIP if workload == "clip" else None, "workload": workload,
                     "workers": workers, "batches": plan[workload], "cameras": list(CAMERAS),
                     "refs": str(refs), "expect": expect,
-                    "ahead": case.cache == "cold+lookahead"}
+                    "ahead": case.cache == "cold+lookahead", "uint8": case.access == "uint8"}
 
         results = self.passes(grouped([c for c in cases if c.store == "local"], run_of),
                               python, spec)

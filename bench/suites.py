@@ -358,6 +358,8 @@ def lerobot_cases(s: dict[str, Any]) -> list[Case]:
         local = Case(workload, "lerobot", "local", "fluxon", latency_ms=lat)
         peers = [LEROBOT_BASE, "lerobot-pyav"] + ["daft"] * (not workload.endswith("w2"))
         out += [*(replace(local, family=p) for p in peers), local]
+        if workload != "lerobot-plain":  # a batch of float clips against one of uint8
+            out.append(replace(local, access="uint8"))
         s3 = Case(workload, "lerobot", "s3", "fluxon", latency_ms=lat, bandwidth_mbps=50.0)
         out += [replace(s3, cache=c) for c in ("cold", "cold+lookahead", "warm-kv")
                 if not (workload == "lerobot-plain" and c == "cold+lookahead")]
@@ -369,9 +371,13 @@ def lerobot_goals() -> tuple[Goal, ...]:
     cold; peak memory no higher than LeRobot's; no wrong frame."""
     goals: list[Goal] = []
     for w in LEROBOT_WORKLOADS:
-        local, base = Pick(w, "fluxon", store="local"), Pick(w, LEROBOT_BASE)
+        local, base = Pick(w, "fluxon", store="local", access=""), Pick(w, LEROBOT_BASE)
         goals.append(Goal("fluxon ÷ LeRobot (torchcodec), local files", local, base,
                           at_least=1.5))
+        if w != "lerobot-plain":
+            goals.append(Goal("context: fluxon with uint8 frames (return_uint8=True) ÷ fluxon "
+                              "(float), local files", Pick(w, "fluxon", store="local",
+                                                          access="uint8"), local))
         goals += [Goal(f"fluxon S3 {cache} ÷ LeRobot (torchcodec) on the local files",
                        Pick(w, "fluxon", cache), base, at_least=2.0)
                   for cache in ("cold", "cold+lookahead")]
@@ -404,6 +410,9 @@ LEROBOT_NOTES = (
     "cold, the dataset told the DataLoader's batch order (plan_batches) so that each process "
     "fetches its next batch's bytes while one decodes. LeRobot reads no object store: the "
     "S3 rows' goals compare them with LeRobot on the local files.",
+    "fluxon local file · uint8: the same dataset with return_uint8=True, frames uint8 "
+    "(C, H, W) as decoded, for a training step that divides by 255 where the batch lands; "
+    "not a drop-in for LeRobot's float frames, so no goal compares it with LeRobot.",
     "Daft: its LeRobot reader (daft.datasets.lerobot.read, one camera decoded per "
     "DataFrame), queried per batch for the batch's rows (a clip's window clamped to its "
     "episode as LeRobot pads); it gives uint8 HWC frames (no float conversion) and runs its "

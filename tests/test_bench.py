@@ -642,9 +642,10 @@ def test_the_lerobot_suite_makes_bench_lerobots_runs():
     for case in cases:
         by_workload.setdefault(case.workload, []).append(case.label())
     assert by_workload["lerobot-clip-w0"] == [
-        "lerobot-torchcodec", "lerobot-pyav", "daft", "fluxon local file", "fluxon cold",
-        "fluxon cold+lookahead", "fluxon warm-kv"]
+        "lerobot-torchcodec", "lerobot-pyav", "daft", "fluxon local file",
+        "fluxon local file · uint8", "fluxon cold", "fluxon cold+lookahead", "fluxon warm-kv"]
     assert "daft" not in by_workload["lerobot-clip-w2"]  # Daft runs its own threads
+    assert "fluxon local file · uint8" not in by_workload["lerobot-plain"]  # no batch
     assert "fluxon cold+lookahead" not in by_workload["lerobot-plain"]  # no next batch
     # every case is one of bench/lerobot.py's runs and contenders, and back
     for case in cases:
