@@ -218,9 +218,17 @@ def test_warm_interrupted_then_resumed(tree, config, tmp_path):
             AgentProcess(config(), ["--inject-latency-ms", "100"]) as slow:
         path = config(redis_url=redis_server.url, agent_url=slow.url)
         env = {**os.environ, "FLUXON_VIDEO_CONFIG": str(path), "FLUXON_VIDEO_IDENTITY": "alice"}
-        proc = subprocess.Popen([sys.executable, "-m", "fluxon_video", "warm", "data", "--json",
-                                 "--no-progress", "--workers", "1"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        # The child gets SIGINT as a terminal's Ctrl-C finds it: a process started in the
+        # background of a shell without job control (a CI job) inherits it ignored, and
+        # Python then keeps ignoring it. A handler here is the default in the child.
+        inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "fluxon_video", "warm", "data",
+                                     "--json", "--no-progress", "--workers", "1"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    env=env)
+        finally:
+            signal.signal(signal.SIGINT, inherited)
         deadline = time.monotonic() + 60
         while redis_server.client().dbsize() < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
