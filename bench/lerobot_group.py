@@ -272,31 +272,31 @@ class LerobotGroup:
         return refs
 
     def passes(self, runs: dict[str, list[Case]], python: dict[str, Path], spec: Any,
-               before: Any = None, store_pids: Sequence[int] = (), warm_like: Any = None
-               ) -> dict[str, dict[str, Any]]:
-        """Every run's cases, interleaved ``repeat`` times; the summaries by run and name.
-        Each case's timed pass comes right after ``warmup`` untimed ones: a process that
-        allocates fresh memory right after another program's is slow on this VM
-        (transparent huge pages compacted on fault), which a running training job is not.
-        A local case warms up with itself; an S3 case, whose own pass would fill its
-        cache, with ``warm_like(run, case)``'s spec (the same client on the local files)."""
+               store: Any = None) -> dict[str, dict[str, Any]]:
+        """Every run's cases, local and S3 alike interleaved ``repeat`` times (so that the
+        machine's load falls on them alike); the summaries by run and name. Each case's
+        timed pass comes right after ``warmup`` untimed ones: a process that allocates
+        fresh memory right after another program's is slow on this VM (transparent huge
+        pages compacted on fault), which a running training job is not. A local case
+        warms up with itself; an S3 case, whose own pass would fill its cache, with the
+        same client on the local files. ``store``: the S3 cases' (Redis flushed before a
+        cold pass; its processes' CPU counted in theirs)."""
         out: dict[str, dict[str, Any]] = {}
         for run, cases in runs.items():
             got: dict[str, list] = {name_of(c): [] for c in cases}
             for _ in range(self.s["repeat"]):
                 for case in cases:
-                    local = case.store == "local"
-                    for _ in range(self.s["warmup"] if local or warm_like else 0):
-                        where = "" if local else " on the local files"
+                    remote = case.store == "s3"
+                    for _ in range(self.s["warmup"]):
+                        where = " on the local files" if remote else ""
                         say(f"{run}: {name_of(case)} (warm-up{where}, untimed)")
-                        run_client(python[case.family],
-                                   spec(run, case) if local else warm_like(run, case),
-                                   self.work, "warmup")
-                    if before is not None:
-                        before(case)
+                        run_client(python[case.family], spec(run, case), self.work, "warmup")
+                    if remote and case.cache.startswith("cold"):
+                        store.flush()
                     say(f"{run}: {name_of(case)}")
-                    got[name_of(case)].append(run_client(python[case.family], spec(run, case),
-                                                         self.work, case.store, store_pids))
+                    got[name_of(case)].append(run_client(
+                        python[case.family], spec(run, case, store.fx() if remote else None),
+                        self.work, case.store, store.pids() if remote else ()))
             out[run] = {name: summarise(p) for name, p in got.items() if p}
         return out
 
@@ -332,11 +332,12 @@ class LerobotGroup:
                     "refs": str(refs), "expect": expect,
                     "ahead": case.cache == "cold+lookahead", "uint8": case.access == "uint8"}
 
-        results = self.passes(grouped([c for c in cases if c.store == "local"], run_of),
-                              python, spec)
-        remote = grouped([c for c in cases if c.store == "s3"], run_of)
-        if remote:
-            results = merge_runs(results, self.s3_passes(root, remote, python, spec))
+        store = self.s3_export(root) if any(c.store == "s3" for c in cases) else None
+        try:
+            results = self.passes(grouped(cases, run_of), python, spec, store)
+        finally:
+            if store is not None:
+                store.stop()
         self.notes += [
             f"LeRobot-written dataset: {written['rows']} rows, {written['episodes']} episodes;"
             " shard files per camera: " + ", ".join(
@@ -361,11 +362,9 @@ class LerobotGroup:
                 "dataset": {k: v for k, v in written.items() if k != "root"},
                 "runs": results, "notes": self.notes, "skipped": self.skipped}
 
-    def s3_passes(self, root: Path, runs: dict[str, list[Case]], python: dict[str, Path],
-                  spec: Any) -> dict[str, dict[str, Any]]:
-        """fluxon through an S3 export of the dataset (moto behind the latency relay at
-        50 MB/s per connection, the agent and Redis in between); Redis flushed before
-        each cold pass."""
+    def s3_export(self, root: Path) -> Any:
+        """The dataset as an S3 export: moto behind the latency relay at 50 MB/s per
+        connection, the agent and Redis in between."""
         from stores import RemoteStore
 
         names = [str(p.relative_to(root.parent)) for p in sorted(root.rglob("*")) if p.is_file()]
@@ -375,15 +374,7 @@ class LerobotGroup:
         store = RemoteStore(s3work, "lerobot", root.parent, 50.0, s3=names)
         try:
             store.set_latency(self.latency_ms)
-
-            def flush(case: Case) -> None:
-                if case.cache.startswith("cold"):
-                    store.flush()
-            return self.passes(runs, python, lambda run, case: spec(run, case, store.fx()),
-                               flush, store.pids(), warm_like=spec)
-        finally:
+        except BaseException:
             store.stop()
-
-
-def merge_runs(a: dict[str, dict], b: dict[str, dict]) -> dict[str, dict]:
-    return {run: {**a.get(run, {}), **b.get(run, {})} for run in dict.fromkeys([*a, *b])}
+            raise
+        return store

@@ -404,7 +404,8 @@ LEROBOT_NOTES = (
     "own, an S3 case's the same client on the local files (its own would fill its cache). "
     "Throughput: items (rows16: rows) per second of one epoch, DataLoader start-up "
     "included, dataset construction excluded; the median over --repeat passes, "
-    "interleaved. Peak RSS: the client's main process and, with workers, its largest worker.",
+    "interleaved: each round runs every contender of a run, local and S3 alike. Peak "
+    "RSS: the client's main process and, with workers, its largest worker.",
     "S3 rows: moto behind the latency proxy at L ms per request and 50 MB/s per connection, "
     "read through the agent and Redis; cold: Redis flushed before the pass; cold+lookahead: "
     "cold, the dataset told the DataLoader's batch order (plan_batches) so that each process "
