@@ -131,6 +131,11 @@ def cpu_s(pids: list[int]) -> float:
     return total
 
 
+def _pids(*servers: Any) -> list[int]:
+    """The pids of the servers that run (None, or one without a process: none)."""
+    return [proc.pid for proc in (getattr(s, "proc", None) for s in servers) if proc is not None]
+
+
 class RemoteStore:
     """The remote suites' store (bench/rounds_group.py): Redis, the agent behind a relay,
     and the peers' origin behind another: range_server.py --root, or with ``s3`` (object
@@ -195,14 +200,12 @@ class RemoteStore:
 
     def pids(self) -> list[int]:
         """The store's processes (Redis, the agent, the relays, moto)."""
-        return [proc.pid for proc in (getattr(s, "proc", None) for s in (
-            self.agent, self.agent_relay, self.range, self.redis, self.s3)) if proc is not None]
+        return _pids(self.agent, self.agent_relay, self.range, self.redis, self.s3)
 
     def model_pids(self) -> list[int]:
         """Of ``pids``, the ones that stand in for other machines: the relays (the network)
         and moto (the object store). A training node does not share its cores with them."""
-        return [proc.pid for proc in (getattr(s, "proc", None) for s in (
-            self.agent_relay, self.range, self.s3)) if proc is not None]
+        return _pids(self.agent_relay, self.range, self.s3)
 
     def flush(self) -> None:
         client = self.redis.client()
