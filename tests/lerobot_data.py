@@ -7,7 +7,8 @@ episode videos; ``from_timestamp`` is the duration of the episodes before in
 the shard. Row timestamps are float32 (``frame_index / fps`` rounded to
 float32), as LeRobot's parquet holds them. Tables are written with pyarrow
 in LeRobot's columns: data rows, per-episode metadata (with a stats column
-the reader must skip), tasks.
+the reader must skip), tasks. An image camera keeps each row's PNG (by the
+ffmpeg CLI) in the data table, as Hugging Face's ``struct<bytes, path>``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import numpy as np
 FPS = 30
 # camera -> (height, width); LeRobot's keys
 CAMERAS = {"observation.images.front": (96, 128), "observation.images.wrist": (64, 64)}
+# image cameras: each row's frame a PNG in the data table (LeRobot's dtype "image")
+IMAGE_CAMERAS = {"observation.images.top": (40, 56)}
 CODECS = {
     # LeRobot's default: AV1 (libsvtav1), a keyframe every 2 frames
     "av1": ["-c:v", "libsvtav1", "-preset", "12", "-g", "2", "-pix_fmt", "yuv420p"],
@@ -39,6 +42,48 @@ class Layout:
     data_files: tuple[int, ...] = (0, 0, 0, 1, 1)
     # per camera: the video file of each episode (cameras need not agree)
     video_files: tuple[tuple[int, ...], ...] = ((0, 0, 0, 1, 1), (0, 0, 0, 0, 0))
+    # LeRobot's language annotation columns (language_of gives each row's)
+    language: bool = False
+
+
+def language_of(index: int) -> dict[str, list]:
+    """Row ``index``'s language annotations (LeRobot's two columns), as LeRobot
+    hands them out: lists of records, ``tool_calls`` JSON parsed."""
+    persistent = [{"role": "assistant", "content": f"subtask {index // 4}", "style": "subtask",
+                   "timestamp": float(np.float32(index // 4 * 4 / FPS)), "camera": None,
+                   "tool_calls": None}] if index % 3 else []
+    events = [{"role": "user", "content": f"stop {index}", "style": "interjection",
+               "camera": None, "tool_calls": [{"name": "halt", "args": {"row": index}}]}
+              ] if index % 5 == 0 else []
+    return {"language_persistent": persistent, "language_events": events}
+
+
+def language_columns(indices: np.ndarray) -> dict:
+    """The two language columns of these rows, typed as LeRobot writes them (JSON
+    ``tool_calls``: Arrow's json type, built from text, which pyarrow cannot
+    convert from Python values directly)."""
+    import pyarrow as pa
+
+    json_type = pa.json_()
+
+    def record(fields: list[tuple[str, object]]) -> tuple[object, object]:
+        stored = pa.list_(pa.struct([pa.field(n, pa.list_(pa.string()) if n == "tool_calls"
+                                              else t) for n, t in fields]))
+        final = pa.list_(pa.struct([pa.field(n, pa.list_(json_type) if n == "tool_calls"
+                                             else t) for n, t in fields]))
+        return stored, final
+
+    common = [("role", pa.string()), ("content", pa.string()), ("style", pa.string())]
+    tail = [("camera", pa.string()), ("tool_calls", None)]
+    types = {"language_persistent": record([*common, ("timestamp", pa.float32()), *tail]),
+             "language_events": record([*common, *tail])}
+    out = {}
+    for column, (stored, final) in types.items():
+        values = [[{**r, "tool_calls": None if r["tool_calls"] is None
+                    else [json.dumps(c) for c in r["tool_calls"]]}
+                   for r in language_of(int(i))[column]] for i in indices]
+        out[column] = pa.array(values, stored).cast(final)
+    return out
 
 
 def stream_duration_s(path: Path) -> float:
@@ -47,6 +92,16 @@ def stream_duration_s(path: Path) -> float:
                           "stream=duration", "-of", "csv=p=0", str(path)],
                          check=True, capture_output=True, text=True).stdout
     return float(out.strip())
+
+
+def write_pngs(work: Path, cam_no: int, episode: int, h: int, w: int, n: int) -> list[bytes]:
+    """An episode's frames of an image camera, each a PNG by the ffmpeg CLI."""
+    pattern = work / f"image{cam_no}_{episode}_%03d.png"
+    subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i",
+                    f"testsrc=size={w}x{h}:rate={FPS},trim=start_frame={5 * episode}:"
+                    f"end_frame={5 * episode + n}", "-start_number", "0", str(pattern)],
+                   check=True, capture_output=True)
+    return [(work / f"image{cam_no}_{episode}_{k:03d}.png").read_bytes() for k in range(n)]
 
 
 def write_dataset(root: Path, codec: str, layout: Layout = Layout()) -> Path:
@@ -100,6 +155,9 @@ def write_dataset(root: Path, codec: str, layout: Layout = Layout()) -> Path:
     task_of = [e % len(TASKS) for e in range(n_eps)]
     episodes["tasks"] = [[TASKS[t]] for t in task_of]
 
+    images = {cam: [write_pngs(work, cam_no, e, h, w, layout.lengths[e]) for e in range(n_eps)]
+              for cam_no, (cam, (h, w)) in enumerate(IMAGE_CAMERAS.items())}
+    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     rng = np.random.default_rng(0)
     for shard in sorted(set(layout.data_files)):
         members = [e for e in range(n_eps) if layout.data_files[e] == shard]
@@ -116,6 +174,10 @@ def write_dataset(root: Path, codec: str, layout: Layout = Layout()) -> Path:
             "episode_index": pa.array(ep_index.astype(np.int64)),
             "index": pa.array(index.astype(np.int64)),
             "task_index": pa.array(np.array([task_of[e] for e in ep_index], np.int64)),
+            **{cam: pa.array([{"bytes": png, "path": f"frame-{k:06d}.png"}
+                              for e in members for k, png in enumerate(pngs[e])], image_type)
+               for cam, pngs in images.items()},
+            **(language_columns(index) if layout.language else {}),
         })
         out = root / "data" / "chunk-000" / f"file-{shard:03d}.parquet"
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -130,9 +192,13 @@ def write_dataset(root: Path, codec: str, layout: Layout = Layout()) -> Path:
         **{cam: {"dtype": "video", "shape": [h, w, 3], "names": ["height", "width", "channels"],
                  "info": {"video.codec": codec, "video.fps": FPS}}
            for cam, (h, w) in CAMERAS.items()},
+        **{cam: {"dtype": "image", "shape": [h, w, 3], "names": ["height", "width", "channels"]}
+           for cam, (h, w) in IMAGE_CAMERAS.items()},
         **{k: {"dtype": "int64", "shape": [1], "names": None}
            for k in ("frame_index", "episode_index", "index", "task_index")},
         "timestamp": {"dtype": "float32", "shape": [1], "names": None},
+        **({k: {"dtype": "language", "shape": [1], "names": None}
+            for k in ("language_persistent", "language_events")} if layout.language else {}),
     }
     info = {"codebase_version": "v3.0", "robot_type": "test", "total_episodes": n_eps,
             "total_frames": int(starts[-1]), "total_tasks": len(TASKS), "chunks_size": 1000,

@@ -1,10 +1,12 @@
 """fluxon_video.lerobot against LeRobot's v3 layout (tests/lerobot_data.py writes
 it as LeRobot does: episodes joined per shard, float32 row times, AV1 with a
-keyframe every 2 frames, and H.264 with B-frames).
+keyframe every 2 frames, and H.264 with B-frames; an image camera's PNGs in
+the data tables).
 
 Oracles: every frame by the ffmpeg CLI and its time by ffprobe; a row's frame
 is the one whose time is nearest ``from_timestamp + timestamp`` (LeRobot's
-rule), and the tables are read back by pyarrow.
+rule); an image camera's frames are its PNGs decoded by the ffmpeg CLI; the
+tables are read back by pyarrow.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from fluxon_video.lerobot import LeRobotDataset, LeRobotDatasetMetadata  # noqa:
 from fluxon_video.testing import AgentProcess  # noqa: E402
 from fluxon_video.fs.config import FluxonFsExport  # noqa: E402
 from tests.helpers import IDENTITIES, agent_config_text, check_rank_shards  # noqa: E402
-from tests.lerobot_data import CAMERAS, FPS, TASKS, write_dataset  # noqa: E402
+from tests.lerobot_data import (  # noqa: E402
+    CAMERAS, FPS, IMAGE_CAMERAS, TASKS, Layout, language_of, write_dataset)  # noqa: E402
 from tests.media import reference_frames  # noqa: E402
 
 
@@ -66,6 +69,21 @@ def tables_of(root: Path) -> tuple[dict, dict]:
     return rows, table(root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
 
 
+@lru_cache(maxsize=None)
+def cli_images(root: Path, cam: str) -> np.ndarray:
+    """An image camera's frame of every row (rows in table order), its PNGs
+    decoded by the ffmpeg CLI."""
+    rows, _ = tables_of(root)
+    h, w = IMAGE_CAMERAS[cam]
+    raw = subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-f", "png_pipe", "-i", "-",
+                          "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
+                         input=b"".join(cell["bytes"] for cell in rows[cam]),
+                         check=True, capture_output=True).stdout
+    frames = np.frombuffer(raw, np.uint8).reshape(-1, h, w, 3)
+    assert len(frames) == len(rows[cam])
+    return frames
+
+
 def expected_item(root: Path, idx: int, delta: dict | None = None) -> dict:
     """Row ``idx`` of the dataset as LeRobot defines it, from the files alone."""
     rows, eps = tables_of(root)
@@ -81,6 +99,12 @@ def expected_item(root: Path, idx: int, delta: dict | None = None) -> dict:
                  for q in at]
         nearest = [int(np.argmin(np.abs(pts - t))) for t in times]
         want[cam] = frames[nearest]
+        if cam in (delta or {}):
+            want[f"{cam}_is_pad"] = [not start <= idx + o < stop for o in offsets]
+    for cam in IMAGE_CAMERAS:  # LeRobot keeps a window's T even for one frame
+        offsets = [round(d * FPS) for d in (delta or {}).get(cam, [0])]
+        frames = cli_images(root, cam)[[min(max(idx + o, start), stop - 1) for o in offsets]]
+        want[cam] = frames if cam in (delta or {}) else frames[0]
         if cam in (delta or {}):
             want[f"{cam}_is_pad"] = [not start <= idx + o < stop for o in offsets]
     for key in ("observation.state", "action"):
@@ -119,6 +143,10 @@ def check_item(item: dict, want: dict, uint8: bool = False) -> None:
         assert np.array_equal(frames, expected), cam
         if f"{cam}_is_pad" in want:
             assert item[f"{cam}_is_pad"].tolist() == want[f"{cam}_is_pad"]
+    for cam in IMAGE_CAMERAS:  # float (LeRobot's ToTensor) whatever return_uint8 says
+        assert np.array_equal(as_uint8_hwc(item[cam]), want[cam]), cam
+        if f"{cam}_is_pad" in want:
+            assert item[f"{cam}_is_pad"].tolist() == want[f"{cam}_is_pad"]
 
 
 def test_every_row_is_the_nearest_frame(dataset_root):
@@ -127,6 +155,7 @@ def test_every_row_is_the_nearest_frame(dataset_root):
     with LeRobotDataset("test/pusht", root=dataset_root) as ds:
         assert len(ds) == ds.meta.total_frames == 54 and ds.num_episodes == 5 and ds.fps == FPS
         assert ds.meta.video_keys == list(CAMERAS)
+        assert ds.meta.camera_keys == [*CAMERAS, *IMAGE_CAMERAS]
         items = ds.__getitems__(list(range(len(ds))))
         for idx, item in enumerate(items):
             check_item(item, expected_item(dataset_root, idx))
@@ -160,6 +189,7 @@ def test_float32_row_times_fall_below_their_frames(dataset_root):
 
 DELTA = {"observation.images.front": [-0.1, -1 / 30, 0.0],
          "observation.images.wrist": [0.0, 0.2],
+         "observation.images.top": [-2 / 30, 0.0],
          "observation.state": [-1 / 30, 0.0], "action": [0.0, 1 / 30, 2 / 30, 0.5]}
 
 
@@ -222,6 +252,25 @@ def test_the_names_lerobots_training_script_reads(dataset_root):
     # the script builds the metadata first, as LeRobot's class is built
     meta = LeRobotDatasetMetadata("test/pusht", dataset_root, "v3.0", repo_type="dataset")
     assert (meta.fps, meta.features) == (FPS, ds.meta.features) and meta.root == dataset_root
+
+
+def test_language_columns_as_lerobot_gives_them(tmp_path_factory):
+    """LeRobot's language annotations (lists of records, JSON ``tool_calls``) come
+    as LeRobot's dataset hands them out: Python records, the JSON parsed, in
+    every row; the metadata says the rows carry language."""
+    pa = pytest.importorskip("pyarrow")
+    if not hasattr(pa, "json_"):
+        pytest.skip("pyarrow without Arrow's json type")
+    layout = Layout(lengths=(6, 5), data_files=(0, 1), video_files=((0, 0), (0, 0)),
+                    language=True)
+    root = write_dataset(tmp_path_factory.mktemp("lerobot_language") / "ds", "h264", layout)
+    with LeRobotDataset("test/language", root=root) as ds:
+        assert ds.meta.has_language_columns is True
+        items = ds.__getitems__(list(range(len(ds))))
+        assert sum(bool(item["language_events"]) for item in items) == 3  # rows 0, 5, 10
+        for item in items:
+            want = language_of(int(item["index"]))
+            assert {k: item[k] for k in want} == want
 
 
 def test_a_dataloader_batches_by_shard(dataset_root):
@@ -308,10 +357,45 @@ def test_stats_and_unsupported_features(dataset_root, tmp_path):
     with LeRobotDataset("x", root=copy) as ds:
         assert np.array_equal(ds.meta.stats["action"]["std"], [1.0, 2.0])
     info = _json.loads((copy / "meta" / "info.json").read_text())
-    info["features"]["observation.images.wrist"]["info"]["video.is_depth_map"] = True
-    (copy / "meta" / "info.json").write_text(_json.dumps(info))
-    with pytest.raises(fv.FluxonFsConfigError, match="observation.images.wrist"):
-        LeRobotDataset("x", root=copy)
+    for camera in ("observation.images.wrist", "observation.images.top"):
+        features = _json.loads(_json.dumps(info))
+        features["features"][camera].setdefault("info", {})["is_depth_map"] = True
+        (copy / "meta" / "info.json").write_text(_json.dumps(features))
+        with pytest.raises(fv.FluxonFsConfigError, match=f"{camera} are depth maps"):
+            LeRobotDataset("x", root=copy)
+
+
+def test_a_bad_image_names_its_file_row_and_camera(dataset_root, tmp_path):
+    """An image cell that is not an image, is missing, or is 16-bit (a depth map
+    stored as an image) fails the item that reads it, naming the data file, the
+    row and the camera; the other rows still read."""
+    import shutil
+
+    import pyarrow as pa
+
+    copy = tmp_path / "ds"
+    shutil.copytree(dataset_root, copy)
+    data = copy / "data" / "chunk-000" / "file-000.parquet"
+    rows = pq.read_table(data)
+    deep = subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-f", "lavfi", "-i",
+                           "testsrc=size=56x40", "-frames:v", "1", "-pix_fmt", "gray16be",
+                           "-f", "image2pipe", "-c:v", "png", "-"],
+                          check=True, capture_output=True).stdout
+    cells = rows.column("observation.images.top").to_pylist()
+    cells[2] = {"bytes": b"not a png", "path": "frame-000002.png"}
+    cells[4] = None
+    cells[6] = {"bytes": deep, "path": "frame-000006.png"}
+    column = rows.schema.get_field_index("observation.images.top")
+    pq.write_table(rows.set_column(column, "observation.images.top",
+                                   pa.array(cells, rows.schema.field(column).type)), data)
+    with LeRobotDataset("x", root=copy) as ds:
+        for index, why in ((2, "not a readable image"), (4, "the row has no image"),
+                           (6, "a I;16B? image .* a depth map")):
+            with pytest.raises(fv.FluxonFsDecodeError,
+                               match=f"file-000.parquet: index {index}, "
+                                     f"observation.images.top: {why}"):
+                ds[index]
+        check_item(ds[3], expected_item(dataset_root, 3))
 
 
 class _PlannedBatches:

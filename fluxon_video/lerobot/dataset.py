@@ -3,7 +3,8 @@ through fluxon_video (locally or through FluxonFS).
 
 An item is what ``lerobot.datasets.lerobot_dataset.LeRobotDataset[i]`` returns:
 the row's columns as tensors, each camera's frame (float32 CHW in [0, 1], or
-uint8 with ``return_uint8=True``), ``task``, and with ``delta_timestamps`` the
+uint8 with ``return_uint8=True`` for video cameras; image cameras, stored in
+the tables, are always float as in LeRobot), ``task``, and with ``delta_timestamps`` the
 windows of frames and columns around the row, clamped to the episode, with
 ``<key>_is_pad`` masks. Frames are the ones nearest each row's time within
 ``tolerance_s`` (bit-exact with the ffmpeg CLI's decode).
@@ -29,6 +30,7 @@ from fluxon_video.batch_plan import BatchPlan, PlannedSampler
 from fluxon_video.errors import FluxonFsConfigError, FluxonFsFrameIndexError
 from fluxon_video.lerobot.buffers import BufferPool
 from fluxon_video.lerobot.frames import ShardReaders
+from fluxon_video.lerobot.images import decode_images
 from fluxon_video.lerobot.meta import Episode, LeRobotDatasetMetadata, default_root
 from fluxon_video.lerobot.tables import concat, read_parquet
 from fluxon_video.validation import positive_int, thread_count, time_tolerance
@@ -77,7 +79,8 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
     files a process keeps open. LeRobot's download and encoding arguments
     (``revision``, ``force_cache_sync``, ``download_videos``, ``video_backend``,
     ``depth_output_unit``) are accepted and ignored; a dataset with depth maps
-    or image (not video) cameras is refused at construction."""
+    is refused at construction. Image cameras (frames stored in the tables)
+    are decoded with Pillow and come as float, as LeRobot's do."""
 
     def __init__(self, repo_id: str, root: str | os.PathLike[str] | None = None,
                  episodes: Sequence[int] | None = None,
@@ -184,11 +187,12 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """A batch of items, its frames read as one planned read per video file."""
         positions = [self._position(i) for i in indices]
-        items, wanted = [], {}
+        items, windows, wanted = [], [], {}
         for p in positions:
-            item, windows = self._row_item(p)
+            item, window = self._row_item(p)
             items.append(item)
-            for key, (relpath, when) in self._camera_times(p, windows).items():
+            windows.append(window)
+            for key, (relpath, when) in self._camera_times(p, window).items():
                 wanted.setdefault(relpath, []).append((len(items) - 1, key, when))
         shards = self._readers()
         upcoming = None if self._plan is None else self._plan.after(
@@ -198,16 +202,23 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
                              ahead=self._times_of(upcoming) if upcoming else None)
         if self._buffers is None:
             self._buffers = BufferPool()
-        places, tasks = [], []
+        places: list[tuple[int, str]] = []
+        tasks: list[tuple[Any, ...]] = []
         for relpath, asks in wanted.items():
             decoded, rows = frames[relpath]
             start = 0
             for item_no, key, when in asks:
                 places.append((item_no, key))
-                tasks.append((decoded, rows[start:start + len(when)], self._buffers))
+                tasks.append((self._video_tensor, decoded, rows[start:start + len(when)],
+                              self._buffers))
                 start += len(when)
-        # the conversions release the GIL: the decode threads share them out
-        for (item_no, key), tensor in zip(places, shards.map(self._frames_tensor, tasks)):
+        for item_no, (p, window) in enumerate(zip(positions, windows)):
+            for key in self.meta.image_keys:
+                places.append((item_no, key))
+                tasks.append((self._image_tensor, key, p, window.get(key), self._buffers))
+        # the conversions (and Pillow's decodes) release the GIL: the decode threads
+        # share them out
+        for (item_no, key), tensor in zip(places, shards.map(_call, tasks)):
             items[item_no][key] = tensor
         for item in items:
             self._finish(item)
@@ -259,13 +270,15 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
         rows = self._rows
         episode: Episode = self.meta.episodes[int(rows["episode_index"][p])]
         absolute = int(rows["index"][p])
-        item = {key: _tensor(torch, column[p]) for key, column in rows.items()}
+        images = self.meta.image_keys  # decoded with the batch's frames
+        item = {key: _tensor(torch, column[p]) for key, column in rows.items()
+                if key not in images}
         windows = self._windows(p)
         for key, offsets in (self.delta_indices or {}).items():
             item[f"{key}_is_pad"] = torch.tensor(
                 [not episode.from_row <= absolute + d < episode.to_row for d in offsets],
                 dtype=torch.bool)
-            if key not in self.meta.video_keys:
+            if key not in self.meta.camera_keys:
                 at = self._positions_of(windows[key])
                 item[key] = torch.stack([_tensor(torch, rows[key][q]) for q in at])
         return item, windows
@@ -275,20 +288,41 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
         episode's window never leaves the episode)."""
         return np.searchsorted(self._rows["index"], absolute)
 
-    def _frames_tensor(self, decoded: np.ndarray, rows: np.ndarray, buffers: BufferPool) -> Any:
-        """The item's frames (``decoded[rows]``) as LeRobot gives them: (T, C, H, W),
-        no T for one frame, written into one of ``buffers``."""
+    def _video_tensor(self, decoded: np.ndarray, rows: np.ndarray, buffers: BufferPool) -> Any:
+        """A video camera's frames (``decoded[rows]``) as LeRobot gives them: (T, C, H,
+        W), no T for one frame; uint8 with ``return_uint8``."""
+        return self._planes(decoded, rows, buffers, self.return_uint8).squeeze(0)
+
+    def _image_tensor(self, key: str, p: int, window: list[int] | None,
+                      buffers: BufferPool) -> Any:
+        """An image camera's frames for the item at position ``p`` as LeRobot gives
+        them (its ``ToTensor``: float whatever ``return_uint8`` says): (C, H, W), or
+        (T, C, H, W) over the ``delta_timestamps`` window."""
+        at = [p] if window is None else list(self._positions_of(window))
+        rows = self._rows
+        names = [f"{self.meta.files.name(self._data_file(q))}: index {int(rows['index'][q])}, "
+                 f"{key}" for q in at]
+        pixels = decode_images([rows[key][q] for q in at], names)
+        frames = self._planes(pixels, np.arange(len(at)), buffers, uint8=False)
+        return frames if window is not None else frames[0]
+
+    def _data_file(self, p: int) -> str:
+        return self.meta.episodes[int(self._rows["episode_index"][p])].data_file
+
+    @staticmethod
+    def _planes(decoded: np.ndarray, rows: np.ndarray, buffers: BufferPool, uint8: bool) -> Any:
+        """``decoded[rows]`` (N, H, W, C uint8) as (T, C, H, W), uint8 or LeRobot's
+        float ``frames / 255``, written into one of ``buffers``."""
         import torch
 
         _, h, w, c = decoded.shape
-        if self.return_uint8:
+        if uint8:
             picked = buffers.empty((len(rows), c, h, w), np.uint8)
             np.copyto(picked, decoded[rows].transpose(0, 3, 1, 2))
         else:  # LeRobot's frames / 255 (float32), picked and transposed in the same pass
             picked = buffers.empty((len(rows), c, h, w), np.float32)
             frames_to_planes(decoded, _unit_table(), picked, np.ascontiguousarray(rows, np.int64))
-        data = torch.from_numpy(picked)
-        return data.squeeze(0)
+        return torch.from_numpy(picked)
 
     def _finish(self, item: dict[str, Any]) -> None:
         if self.image_transforms is not None:
@@ -303,7 +337,7 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
     def _readers(self) -> ShardReaders:
         if self._shards is None:
             self._shards = ShardReaders(self.meta.files, self.tolerance_s, self.num_threads,
-                                        self.max_readers, max(1, len(self.meta.video_keys)))
+                                        self.max_readers, max(1, len(self.meta.camera_keys)))
         return self._shards
 
     def __getstate__(self) -> dict[str, Any]:
@@ -327,7 +361,7 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return (f"LeRobotDataset({self.repo_id!r}, {len(self)} rows of {self.num_episodes} "
-                f"episodes, cameras {self.meta.video_keys}, fps {self.fps})")
+                f"episodes, cameras {self.meta.camera_keys}, fps {self.fps})")
 
 
 @functools.cache
@@ -337,6 +371,10 @@ def _unit_table() -> np.ndarray:
     import torch
 
     return (torch.arange(256, dtype=torch.uint8) / 255.0).numpy()
+
+
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
 
 
 def _tensor(torch: Any, value: Any) -> Any:

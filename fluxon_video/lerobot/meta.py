@@ -78,7 +78,7 @@ def default_root(repo_id: str) -> Path:
 
 class LeRobotDatasetMetadata:
     """The metadata of one dataset (LeRobot's class of the same name, reading
-    side): ``info``, ``fps``, ``features``, ``video_keys``, ``camera_keys``,
+    side): ``info``, ``fps``, ``features``, ``video_keys``, ``image_keys``, ``camera_keys``,
     ``episodes``, ``tasks``, ``stats``, ``total_episodes``, ``total_frames``.
     Constructed as LeRobot's, ``root`` and ``patcher`` as for
     ``LeRobotDataset``; the hub arguments are accepted and ignored."""
@@ -95,12 +95,11 @@ class LeRobotDatasetMetadata:
         self.info: dict[str, Any] = self._info()
         self.fps: int = int(self.info["fps"])
         self.features: dict[str, dict[str, Any]] = self.info["features"]
-        unread = self.depth_keys + self.image_keys
-        if unread:
+        if self.depth_keys:
             raise FluxonFsConfigError(
-                f"{self.files.name(INFO_PATH)}: {', '.join(unread)} are depth maps or images "
-                "stored in the tables, which fluxon_video.lerobot does not read yet (video "
-                "cameras only); LeRobot's own dataset reads them")
+                f"{self.files.name(INFO_PATH)}: {', '.join(self.depth_keys)} are depth maps, "
+                "which fluxon_video.lerobot does not read yet (RGB video and image cameras "
+                "only); LeRobot's own dataset reads them")
         self.episodes: EpisodeTable = self._episodes()
         self.tasks: list[str] = self._tasks()
         self.stats: dict[str, dict[str, np.ndarray]] = self._stats()
@@ -217,4 +216,4 @@ class LeRobotDatasetMetadata:
     def __repr__(self) -> str:
         return (f"LeRobotDatasetMetadata({self.repo_id or self.files!r}: {self.total_episodes} "
                 f"episodes, {self.total_frames} frames at {self.fps} fps, cameras "
-                f"{self.video_keys})")
+                f"{self.camera_keys})")

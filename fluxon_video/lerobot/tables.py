@@ -1,12 +1,16 @@
 """Parquet tables as numpy columns (pyarrow, the ``lerobot`` extra).
 
 LeRobot writes its rows, episodes and tasks as parquet; a column here is a
-numpy array (a fixed-size list column: a 2-D array) or, for anything else
-(strings, nested values), a Python list.
+numpy array (a fixed-size list column: a 2-D array; an image column, Hugging
+Face's ``struct<bytes, path>``: an object array of each row's encoded image)
+or, for anything else (strings, nested values), a Python list; JSON values
+(Arrow's ``arrow.json``, as in LeRobot's language annotations) parsed, as
+Hugging Face's ``datasets.Json`` gives them to LeRobot.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -47,7 +51,44 @@ def _column(column: Any) -> Any:
         return flat.flatten().to_numpy(zero_copy_only=False).reshape(len(flat), kind.list_size)
     if _numeric(pa, kind) and column.null_count == 0:
         return column.to_numpy()
-    return column.to_pylist()
+    if pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0 \
+            and pa.types.is_binary(kind.field("bytes").type):
+        # an image per row: its file's bytes, as Python bytes (None: no image)
+        images = column.combine_chunks()
+        encoded = np.empty(len(images), dtype=object)
+        encoded[:] = images.field("bytes").to_pylist()
+        encoded[~images.is_valid().to_numpy(zero_copy_only=False)] = None
+        return encoded
+    values = column.to_pylist()
+    if _holds_json(pa, kind):
+        return [_parse_json(pa, kind, v) for v in values]
+    return values
+
+
+def _holds_json(pa: Any, kind: Any) -> bool:
+    if getattr(kind, "extension_name", None) == "arrow.json":
+        return True
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) \
+            or pa.types.is_fixed_size_list(kind):
+        return _holds_json(pa, kind.value_type)
+    if pa.types.is_struct(kind):
+        return any(_holds_json(pa, kind.field(i).type) for i in range(kind.num_fields))
+    return False
+
+
+def _parse_json(pa: Any, kind: Any, value: Any) -> Any:
+    """``value`` (a Python value of Arrow type ``kind``) with its JSON texts parsed."""
+    if value is None:
+        return None
+    if getattr(kind, "extension_name", None) == "arrow.json":
+        return json.loads(value)
+    if pa.types.is_struct(kind):
+        return {field.name: _parse_json(pa, field.type, value[field.name])
+                for field in (kind.field(i) for i in range(kind.num_fields))}
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) \
+            or pa.types.is_fixed_size_list(kind):
+        return [_parse_json(pa, kind.value_type, v) for v in value]
+    return value
 
 
 def _numeric(pa: Any, kind: Any) -> bool:

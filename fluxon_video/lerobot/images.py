@@ -1,0 +1,55 @@
+"""Image cameras: frames stored in the data tables, one encoded image per row.
+
+LeRobot keeps a camera of ``dtype`` ``"image"`` as each row's image file (PNG
+as LeRobot writes them) inside the parquet, and decodes it with Pillow
+through torchvision's ``ToTensor``. They are decoded the same way here, with
+Pillow (the ``lerobot`` extra), so the pixels are the ones LeRobot gives.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from fluxon_video.errors import FluxonFsConfigError, FluxonFsDecodeError
+
+
+def _pillow() -> Any:
+    try:
+        from PIL import Image
+    except ImportError:  # an optional dependency: say how to get it
+        raise FluxonFsConfigError(
+            "fluxon_video.lerobot decodes image cameras with Pillow: "
+            "pip install 'fluxon_video[lerobot]' (or pip install pillow)") from None
+    return Image
+
+
+def decode_images(encoded: Sequence[bytes | None], names: Sequence[str]) -> np.ndarray:
+    """Each image's pixels, (N, H, W, C) uint8 as ``ToTensor`` reads them before it
+    divides (a one-band image: C = 1; a 1-bit one: 0 or 255). ``names[k]`` says
+    which row ``encoded[k]`` is, for the errors."""
+    image_module = _pillow()
+    pixels = []
+    for data, name in zip(encoded, names):
+        if data is None:
+            raise FluxonFsDecodeError(f"{name}: the row has no image")
+        try:
+            with image_module.open(io.BytesIO(data)) as image:
+                mode = image.mode
+                array = np.asarray(image)
+        except (OSError, ValueError, SyntaxError) as exc:  # what Pillow raises on bad bytes
+            raise FluxonFsDecodeError(f"{name}: not a readable image ({exc})") from exc
+        if mode == "1":
+            array = array.astype(np.uint8) * np.uint8(255)
+        if array.dtype != np.uint8:
+            raise FluxonFsDecodeError(
+                f"{name}: a {mode} image ({array.dtype} samples, a depth map?); "
+                "fluxon_video.lerobot reads 8-bit image cameras")
+        pixels.append(array if array.ndim == 3 else array[:, :, None])
+    if len({p.shape for p in pixels}) > 1:
+        raise FluxonFsDecodeError(f"{names[0]}: the window's images differ in size "
+                                  f"({', '.join(str(p.shape) for p in pixels)})")
+    return np.stack(pixels)
