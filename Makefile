@@ -18,7 +18,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCHCODEC_SPEC ?= torchcodec==0.13.*
 PYTEST_ARGS ?=
 
-.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot bench-lerobot-train bench-threads bench-stages bench-remote-long clean
+.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot bench-lerobot-train bench-lerobot-parity bench-threads bench-stages bench-remote-long clean
 
 build: $(STAMP)
 
@@ -134,6 +134,12 @@ bench-lerobot: build $(BENCH_STAMP)
 # every batch and loss must agree; writes bench/results/lerobot-train.{md,json}.
 bench-lerobot-train: build $(BENCH_STAMP)
 	$(PY) bench/lerobot_train.py $(BENCH_ARGS)
+
+# Image cameras and language annotations (~1 min): LeRobot writes a dataset with both and
+# reads every row; fluxon_video.lerobot's items must equal its, value for value; writes
+# bench/results/lerobot-parity.json.
+bench-lerobot-parity: build $(BENCH_STAMP)
+	$(PY) bench/lerobot_parity.py $(BENCH_ARGS)
 
 # Decoder threads (~10 min; --quick ~1 min): random clips of 1080p H.264 and HEVC at
 # 224x224 with 1, 2 and auto threads, fluxon vs PyAV, torchcodec, decord and SPDL at the

@@ -713,6 +713,25 @@ def test_the_training_swap_compares_every_step_with_lerobots_run():
     assert "| 0 | fluxon's (agent + Redis) | 3 | 3/3 | 3/3 |" in text
 
 
+
+def test_the_parity_check_wants_dtype_shape_and_values_alike():
+    """bench/lerobot_parity.py: a value agrees with LeRobot's only with the same dtype,
+    shape and values; a uint8 video frame is LeRobot's float frame times 255."""
+    from lerobot_parity import same
+
+    torch = pytest.importorskip("torch")
+    frame = torch.tensor([[0, 128, 255]], dtype=torch.uint8)
+    floats = frame.numpy().astype(np.float32) / np.float32(255)
+    assert same(frame, floats, uint8_video=True)
+    assert not same(frame, floats, uint8_video=False)  # uint8 where LeRobot gives float
+    assert same(torch.from_numpy(floats), floats, uint8_video=False)
+    assert not same(torch.from_numpy(floats[None]), floats, uint8_video=False)  # a T too many
+    assert not same(torch.from_numpy(floats.astype(np.float64)), floats, uint8_video=False)
+    records = [{"role": "user", "tool_calls": [{"name": "halt"}]}]
+    assert same(records, [dict(records[0])], uint8_video=False)
+    assert not same(records, [{"role": "user", "tool_calls": ['{"name": "halt"}']}],
+                    uint8_video=False)
+
 def test_the_threads_suite_compares_settings_of_one_contender():
     """bench/threads.py's results, converted: the goal is fluxon 2 threads ÷ 1 thread per
     video; a flagged peer is never the best exact one."""
