@@ -135,9 +135,9 @@ bench-lerobot: build $(BENCH_STAMP)
 bench-lerobot-train: build $(BENCH_STAMP)
 	$(PY) bench/lerobot_train.py $(BENCH_ARGS)
 
-# Image cameras and language annotations (~1 min): LeRobot writes a dataset with both and
-# reads every row; fluxon_video.lerobot's items must equal its, value for value; writes
-# bench/results/lerobot-parity.json.
+# Image and depth cameras and language annotations (~1 min): LeRobot writes a dataset with
+# them and reads every row; fluxon_video.lerobot's items must equal its, value for value;
+# writes bench/results/lerobot-parity.json.
 bench-lerobot-parity: build $(BENCH_STAMP)
 	$(PY) bench/lerobot_parity.py $(BENCH_ARGS)
 

@@ -1,14 +1,16 @@
-"""Items of a dataset with image cameras and language annotations: LeRobot's against
-fluxon_video.lerobot's, value for value.
+"""Items of a dataset with image and depth cameras and language annotations: LeRobot's
+against fluxon_video.lerobot's, value for value.
 
 LeRobot 0.6.1 (its own virtualenv, Python 3.12) writes a small dataset with
 ``LeRobotDataset.create``: two image cameras (dtype "image": each row's PNG in the data
-table), one video camera, state and action; its language columns (``language_persistent``,
-``language_events``, with JSON ``tool_calls``) are then added in LeRobot's own Arrow types.
-LeRobot's ``LeRobotDataset`` reads every row, without and with ``delta_timestamps``; this
-project's reads the same rows (``return_uint8`` off and on). Every key must be there on
-both sides with the same dtype, shape and bytes (uint8 video frames compared as LeRobot's
-``/ 255``).
+table), an RGB video camera, a depth camera (uint16 millimetres, which LeRobot quantizes
+to 12-bit codes in a lossless gray12le HEVC video), state and action; its language columns
+(``language_persistent``, ``language_events``, with JSON ``tool_calls``) are then added in
+LeRobot's own Arrow types. LeRobot's ``LeRobotDataset`` reads every row, without and with
+``delta_timestamps``, with depth in millimetres and in metres; this project's reads the
+same rows (``return_uint8`` off and on). Every key must be there on both sides with the
+same dtype, shape and bytes (uint8 video frames compared as LeRobot's ``/ 255``), and so
+must the depth camera's statistics.
 
     python bench/lerobot_parity.py            # ~1 min once LeRobot is installed
     python bench/lerobot_parity.py --out /tmp/x
@@ -35,12 +37,14 @@ BENCH = Path(__file__).resolve().parent
 FPS = 30
 IMAGES = {"observation.images.top": (48, 64), "observation.images.side": (36, 52)}
 VIDEO = ("observation.images.front", (48, 64))
+DEPTH = ("observation.images.depth", (40, 56))
 EPISODES = (7, 5, 9)
 WINDOWS: dict[str, dict[str, list[float]] | None] = {
     "plain": None,
     "windows": {"observation.images.top": [-2 / FPS, 0.0, 1 / FPS],
                 "observation.images.side": [0.0], "observation.images.front": [-1 / FPS, 0.0],
-                "action": [0.0, 1 / FPS]}}
+                DEPTH[0]: [-1 / FPS, 0.0, 2 / FPS], "action": [0.0, 1 / FPS]}}
+UNITS = ("mm", "m")
 
 
 def write_and_read_with_lerobot(root: Path, out: Path) -> None:
@@ -55,6 +59,8 @@ def write_and_read_with_lerobot(root: Path, out: Path) -> None:
     features: dict[str, Any] = {
         **{cam: {"dtype": "image", "shape": (h, w, 3), **shape} for cam, (h, w) in IMAGES.items()},
         VIDEO[0]: {"dtype": "video", "shape": (*VIDEO[1], 3), **shape},
+        DEPTH[0]: {"dtype": "video", "shape": (*DEPTH[1], 1), **shape,
+                   "info": {"is_depth_map": True}},
         "observation.state": {"dtype": "float32", "shape": (2,), "names": None},
         "action": {"dtype": "float32", "shape": (2,), "names": None}}
     ds = LeRobotDataset.create("fluxon/parity", FPS, features, root=root, robot_type="bench")
@@ -63,6 +69,7 @@ def write_and_read_with_lerobot(root: Path, out: Path) -> None:
         for k in range(n):
             frame: dict[str, Any] = {cam: rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
                                      for cam, (h, w) in [*IMAGES.items(), VIDEO]}
+            frame[DEPTH[0]] = rng.integers(20, 9500, (*DEPTH[1], 1), dtype=np.uint16)  # mm
             frame.update({"observation.state": np.full(2, e + k / 100, np.float32),
                           "action": np.full(2, -e - k / 50, np.float32), "task": f"task {e}"})
             ds.add_frame(frame)
@@ -82,11 +89,14 @@ def write_and_read_with_lerobot(root: Path, out: Path) -> None:
     info = json.loads((root / "meta" / "info.json").read_text())
     info["features"].update(language.language_feature_info())
     (root / "meta" / "info.json").write_text(json.dumps(info, indent=4))
-    items: dict[str, list[dict[str, Any]]] = {}
-    for name, delta in WINDOWS.items():
-        read = LeRobotDataset("fluxon/parity", root=root, delta_timestamps=delta)
-        items[name] = [{k: v.numpy() if hasattr(v, "numpy") else v for k, v in read[i].items()}
-                       for i in range(len(read))]
+    items: dict[str, Any] = {}
+    for unit in UNITS:
+        for name, delta in WINDOWS.items():
+            read = LeRobotDataset("fluxon/parity", root=root, delta_timestamps=delta,
+                                  depth_output_unit=unit)
+            items[f"{name} {unit}"] = [{k: v.numpy() if hasattr(v, "numpy") else v
+                                        for k, v in read[i].items()} for i in range(len(read))]
+        items[f"stats {unit}"] = dict(read.meta.stats[DEPTH[0]])
     out.write_bytes(pickle.dumps(items))
 
 
@@ -106,18 +116,26 @@ def compare(root: Path, lerobot_items: dict[str, list[dict[str, Any]]]) -> dict[
     from fluxon_video.lerobot import LeRobotDataset
 
     checked, differ = 0, []
-    for name, delta in WINDOWS.items():
-        for uint8 in (False, True):
-            with LeRobotDataset("fluxon/parity", root=root, delta_timestamps=delta,
-                                return_uint8=uint8) as ds:
-                ours = ds.__getitems__(list(range(len(ds))))
-            for row, (got, want) in enumerate(zip(ours, lerobot_items[name])):
-                if set(got) != set(want):
-                    differ.append(f"{name} row {row}: keys {sorted(set(got) ^ set(want))}")
-                for key in set(got) & set(want):
-                    checked += 1
-                    if not same(got[key], want[key], uint8 and key == VIDEO[0]):
-                        differ.append(f"{name} uint8={uint8} row {row}: {key}")
+    for unit in UNITS:
+        for name, delta in WINDOWS.items():
+            for uint8 in (False, True):
+                with LeRobotDataset("fluxon/parity", root=root, delta_timestamps=delta,
+                                    return_uint8=uint8, depth_output_unit=unit) as ds:
+                    ours = ds.__getitems__(list(range(len(ds))))
+                    stats = ds.meta.stats[DEPTH[0]]
+                for row, (got, want) in enumerate(zip(ours, lerobot_items[f"{name} {unit}"])):
+                    if set(got) != set(want):
+                        differ.append(f"{name} row {row}: keys {sorted(set(got) ^ set(want))}")
+                    for key in set(got) & set(want):
+                        checked += 1
+                        if not same(got[key], want[key], uint8 and key == VIDEO[0]):
+                            differ.append(f"{name} {unit} uint8={uint8} row {row}: {key}")
+        want_stats = lerobot_items[f"stats {unit}"]
+        for stat in set(stats) | set(want_stats):
+            checked += 1
+            if stat not in stats or stat not in want_stats \
+                    or not np.array_equal(stats[stat], want_stats[stat]):
+                differ.append(f"depth stats {unit}: {stat}")
     return {"values_checked": checked, "values_differ": len(differ), "differ": differ[:20],
             "rows": sum(EPISODES), "episodes": len(EPISODES)}
 

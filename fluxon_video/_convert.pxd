@@ -33,6 +33,14 @@ cdef enum:
     FX_RESIZE_LETTERBOX = 2
 
 
+# What a converted pixel holds: RGB24 (3 bytes, the ffmpeg CLI's rgb24 output),
+# or GRAY16 (2 bytes, little-endian: the sample of a 9- to 16-bit gray frame as
+# coded, copied at the frame's size; depth maps are stored this way).
+cdef enum:
+    FX_SAMPLES_RGB24 = 0
+    FX_SAMPLES_GRAY16 = 1
+
+
 # A cached SwsContext and the inputs it was built for; a change rebuilds it.
 # dst_w x dst_h is the size it scales to (the output's, or with crop or
 # letterbox the intermediate size the CLI's scale filter computes).
@@ -47,9 +55,10 @@ cdef struct fx_converter:
     int scratch_stride
     int orient             # FX_ORIENT_* bits; 0: the coded orientation
     AVFrame *oriented      # the frame turned upright, before conversion
+    int samples            # FX_SAMPLES_* the output holds (the decoder's owner sets it)
 
 
-# Where decoded target frames go: slot i of an NHWC uint8 buffer.
+# Where decoded target frames go: slot i of an NHWC buffer (frame_bytes a slot).
 cdef struct FrameSink:
     fx_converter *converter  # NULL: decode only, convert nothing (the decode floor)
     uint8_t *out
@@ -61,5 +70,5 @@ cdef struct FrameSink:
 cdef int fx_convert(fx_converter *c, AVFrame *f, uint8_t *dst, int height, int width) noexcept nogil
 cdef void fx_converter_free(fx_converter *c) noexcept nogil
 cdef void fx_sink_init(FrameSink *sink, fx_converter *converter, uint8_t *out, int height,
-                       int width) noexcept nogil
+                       int width, int pixel_bytes) noexcept nogil
 cdef int fx_sink_put(FrameSink *sink, AVFrame *f, int64_t slot, DecodeProgress *p) noexcept nogil

@@ -1,6 +1,7 @@
 # cython: language_level=3
 """Frame conversion: orientation, then swscale into RGB24 rows, with the ffmpeg
-CLI's colour policy.
+CLI's colour policy; or, for gray16 reads (depth maps), orientation, then the
+gray samples copied as coded.
 
 fx_converter owns one SwsContext, the frame properties it was built for, a
 scratch buffer of padded rows and a frame for the oriented picture (the CLI
@@ -25,7 +26,8 @@ from libc.string cimport memcmp, memcpy, memset
 from fluxon_video._errors cimport FX_ERROR_OUT_OF_MEMORY
 from fluxon_video.libav.avutil cimport (
     AVCOL_RANGE_JPEG, AVCOL_RANGE_UNSPECIFIED, AVCOL_SPC_BT470BG, AVERROR, AVPixFmtDescriptor,
-    AV_PIX_FMT_FLAG_BITSTREAM, AV_PIX_FMT_FLAG_HWACCEL, AV_PIX_FMT_FLAG_PAL, AV_PIX_FMT_RGB24,
+    AV_PIX_FMT_FLAG_BE, AV_PIX_FMT_FLAG_BITSTREAM, AV_PIX_FMT_FLAG_FLOAT, AV_PIX_FMT_FLAG_HWACCEL,
+    AV_PIX_FMT_FLAG_PAL, AV_PIX_FMT_RGB24,
     av_frame_alloc, av_frame_copy_props, av_frame_free, av_frame_get_buffer, av_frame_unref,
     av_free, av_malloc,
     av_pix_fmt_desc_get, av_rescale,
@@ -242,9 +244,29 @@ cdef void _place(fx_converter *c, uint8_t *dst, int height, int width, int scale
            <size_t> (height - py - copy_h) * row_bytes)
 
 
+cdef int _copy_gray16(AVFrame *f, uint8_t *dst, int height, int width) noexcept nogil:
+    """f's gray samples as coded, little-endian 16-bit, into rows of stride width*2
+    at dst: only for a 9- to 16-bit gray frame of exactly height x width (nothing
+    is scaled: a depth code is a measurement, not a colour to interpolate)."""
+    cdef const AVPixFmtDescriptor *desc = av_pix_fmt_desc_get(f.format)
+    cdef int y
+    if (desc == NULL or desc.nb_components != 1 or desc.comp[0].plane != 0
+            or desc.comp[0].step != 2 or desc.comp[0].shift != 0 or desc.comp[0].depth <= 8
+            or desc.flags & (AV_PIX_FMT_FLAG_BE | AV_PIX_FMT_FLAG_FLOAT | AV_PIX_FMT_FLAG_PAL
+                             | AV_PIX_FMT_FLAG_BITSTREAM | AV_PIX_FMT_FLAG_HWACCEL)):
+        return AVERROR(ENOSYS)
+    if f.width != width or f.height != height:
+        return AVERROR(EINVAL)
+    for y in range(height):
+        memcpy(dst + <int64_t> y * width * 2, f.data[0] + <int64_t> y * f.linesize[0],
+               <size_t> width * 2)
+    return 0
+
+
 cdef int fx_convert(fx_converter *c, AVFrame *f, uint8_t *dst, int height, int width) noexcept nogil:
     """Orient (if asked), scale and convert f to RGB24 rows of stride width*3 at
-    dst, filling them as c.resize says."""
+    dst, filling them as c.resize says (c.samples GRAY16: orient, then the gray
+    samples as coded, rows of stride width*2)."""
     cdef uint8_t *dst_planes[4]
     cdef int dst_strides[4]
     cdef int ret, scaled_h = 0, scaled_w = 0
@@ -253,6 +275,8 @@ cdef int fx_convert(fx_converter *c, AVFrame *f, uint8_t *dst, int height, int w
         if ret < 0:
             return ret
         f = c.oriented
+    if c.samples == FX_SAMPLES_GRAY16:
+        return _copy_gray16(f, dst, height, width)
     ret = _scaled_size(c.resize, f.width, f.height, height, width, &scaled_h, &scaled_w)
     if ret < 0:
         return ret
@@ -287,12 +311,12 @@ cdef int fx_convert(fx_converter *c, AVFrame *f, uint8_t *dst, int height, int w
 
 
 cdef void fx_sink_init(FrameSink *sink, fx_converter *converter, uint8_t *out, int height,
-                       int width) noexcept nogil:
+                       int width, int pixel_bytes) noexcept nogil:
     sink.converter = converter
     sink.out = out
     sink.height = height
     sink.width = width
-    sink.frame_bytes = <int64_t> height * width * 3
+    sink.frame_bytes = <int64_t> height * width * pixel_bytes
 
 
 cdef int fx_sink_put(FrameSink *sink, AVFrame *f, int64_t slot, DecodeProgress *p) noexcept nogil:
@@ -300,7 +324,10 @@ cdef int fx_sink_put(FrameSink *sink, AVFrame *f, int64_t slot, DecodeProgress *
     cdef int ret
     if sink.converter == NULL:
         return 0
-    p.failed_call = "sws_scale"
+    if sink.converter.samples == FX_SAMPLES_GRAY16:
+        p.failed_call = "copying the gray samples"
+    else:
+        p.failed_call = "sws_scale"
     ret = fx_convert(sink.converter, f, sink.out + slot * sink.frame_bytes, sink.height,
                      sink.width)
     if ret < 0:

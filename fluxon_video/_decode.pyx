@@ -23,7 +23,9 @@ from libc.string cimport memset
 
 from fluxon_video._avio cimport ByteSource
 from fluxon_video._pagecache cimport fx_cursor
-from fluxon_video._convert cimport FrameSink, fx_converter, fx_converter_free, fx_sink_init
+from fluxon_video._convert cimport (
+    FX_SAMPLES_GRAY16, FX_SAMPLES_RGB24, FrameSink, fx_converter, fx_converter_free, fx_sink_init,
+)
 from fluxon_video._decode_paths cimport (
     FX_DAMAGED, FX_FALLBACK, IndexedPlan, Survey, decode_indexed, decode_sequential, make_plan,
     survey_damage,
@@ -146,31 +148,41 @@ cdef class VideoDecoder:
     def __exit__(self, *exc):
         self.close()
 
-    def decode(self, indices, height, width, out=None):
+    def decode(self, indices, height, width, out=None, samples="rgb24"):
         """Frames at indices as uint8 (N, height, width, 3) RGB, and this call's DecodeStats.
 
         Negative indices count from the end (they need the frame index's
         count). ``out``, if given, is filled in place and returned. Uses
         self.index when it is trusted, else (and on any disagreement with it)
         the sequential path. Damage is handled as self.on_damage says (see
-        damage.py).
+        damage.py). ``samples="gray16"``: the frames of a 9- to 16-bit gray
+        video (depth maps) as coded, uint16 (N, height, width) at the video's
+        size, nothing converted (no ``out``).
         """
         self._assert_open()
         height, width = check_output_size(height, width)
+        if samples not in ("rgb24", "gray16"):
+            raise ValueError(f"samples must be 'rgb24' or 'gray16', got {samples!r}")
+        gray = samples == "gray16"
+        if gray and out is not None:
+            raise ValueError("decode(samples='gray16') allocates its output (no out)")
         index = self.index
         conceal = self.on_damage == "conceal"
         if conceal and index is not None:
             self.survey()
         requested = resolve_frame_indices(frame_indices(indices), self.frame_count(), self.name)
-        shape = (requested.shape[0], height, width, 3)
+        # gray16 frames go through the same NHWC byte buffer, 2 bytes a pixel
+        shape = (requested.shape[0], height, width, 2 if gray else 3)
         if out is None:
             output_fits(self.name, f"{shape[0]} frames of {height}x{width}",
-                        shape[0] * height * width * 3)
+                        shape[0] * height * width * shape[3])
             out = np.empty(shape, dtype=np.uint8)
         else:
             out = output_array(out, shape, self.name)
+        self.converter.samples = FX_SAMPLES_GRAY16 if gray else FX_SAMPLES_RGB24
+        frames = out.view("<u2")[..., 0] if gray else out
         if requested.shape[0] == 0:
-            return out, DecodeStats()
+            return frames, DecodeStats()
         # Decode each distinct frame once, into its first slot; copy duplicates after.
         targets, first_slot, inverse = np.unique(requested, return_index=True,
                                                  return_inverse=True)
@@ -197,7 +209,7 @@ cdef class VideoDecoder:
         duplicates = np.nonzero(first_slot[inverse] != np.arange(requested.shape[0]))[0]
         if duplicates.size:
             out[duplicates] = out[first_slot[inverse[duplicates]]]
-        return out, self._stats(&p, path, fallback, io_before, cache_before)
+        return frames, self._stats(&p, path, fallback, io_before, cache_before)
 
     def guest_pipeline(self, bint probe):
         """The main pipeline, open, for an audio decoder that shares its demuxer
@@ -466,7 +478,8 @@ cdef class VideoDecoder:
             pipe.release()  # the sequential path starts from the first packet
         self._prepare(pipe, index)
         pipe.open(p)
-        fx_sink_init(&sink, &self.converter, &out_view[0, 0, 0, 0], out.shape[1], out.shape[2])
+        fx_sink_init(&sink, &self.converter, &out_view[0, 0, 0, 0], out.shape[1], out.shape[2],
+                     out.shape[3])
         keep = None  # the arrays the plan points into, alive until the call returns
         if index is not None:
             if pipe.stream_index != index.stream_index:

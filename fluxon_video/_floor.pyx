@@ -45,7 +45,7 @@ def decode_floor(ByteSource source, indices, num_threads=1, str name=None, index
     try:
         pipe.open(&p)
         keep = make_plan(&plan, index, targets, np.zeros_like(targets), False)
-        fx_sink_init(&sink, NULL, NULL, 0, 0)  # decode only
+        fx_sink_init(&sink, NULL, NULL, 0, 0, 0)  # decode only
         p.targets_left = targets.shape[0]
         with nogil:
             t0 = now_ms()

@@ -50,6 +50,8 @@ from fluxon_video.validation import output_fits
 log = get_logger("reader")
 # Frames one step of iteration decodes: a forward decode, a bounded array.
 ITER_CHUNK = 16
+# The pixel formats read_gray16_numpy reads: one little-endian sample of 9-16 bits.
+GRAY16_FORMATS = frozenset({"gray9le", "gray10le", "gray12le", "gray14le", "gray16le"})
 Method = TypeVar("Method", bound=Callable[..., Any])
 
 
@@ -454,6 +456,38 @@ class FluxonFsVideoReader:
                 frames, native = self._split.decode(self._decoder, wanted, *halves,
                                                     self.height, self.width)
             self._report(self._meter.read(native, len(frames), time.perf_counter() - t0,
+                                          page_cache=self._byte_source.stats()))
+            return frames
+
+    @_located
+    def read_gray16_numpy(self, indices: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Frames of a 9- to 16-bit gray video (a depth map) at ``indices`` as
+        uint16 ``(len(indices), H, W)``: each sample as coded (LeRobot's depth
+        cameras: 12-bit codes), at the video's own size (turned upright with
+        ``autorotate``), nothing scaled or converted. Negative indices count
+        from the end. A video in another pixel format is refused
+        (FluxonFsDecodeError), and so is a reader opened at another size
+        (FluxonFsConfigError): a depth code is a measurement, not a colour to
+        interpolate."""
+        with self._lock:
+            self._check_open()
+            t0 = time.perf_counter()
+            self._range_source.check_current()  # the version rule: fs/file_metadata.py
+            metadata = self.metadata  # raises for a file without an index
+            native = output_size(metadata, None, None, self.autorotate)
+            if (self.height, self.width) != native:
+                raise FluxonFsConfigError(
+                    f"{self.name}: read_gray16_numpy reads at the video's size "
+                    f"{native[1]}x{native[0]}; this reader outputs {self.width}x{self.height} "
+                    "(open it without height and width)")
+            if metadata.pix_fmt and metadata.pix_fmt not in GRAY16_FORMATS:
+                raise FluxonFsDecodeError(
+                    f"{self.name}: a {metadata.pix_fmt} video; read_gray16_numpy reads 9- to "
+                    "16-bit gray videos (gray10le, gray12le, ...: depth maps)")
+            frames: np.ndarray
+            frames, stats = self._decoder.decode(indices, self.height, self.width, None,
+                                                 samples="gray16")
+            self._report(self._meter.read(stats, len(frames), time.perf_counter() - t0,
                                           page_cache=self._byte_source.stats()))
             return frames
 

@@ -25,6 +25,13 @@ FPS = 30
 CAMERAS = {"observation.images.front": (96, 128), "observation.images.wrist": (64, 64)}
 # image cameras: each row's frame a PNG in the data table (LeRobot's dtype "image")
 IMAGE_CAMERAS = {"observation.images.top": (40, 56)}
+# depth cameras (Layout.depth): 12-bit codes, a lossless gray12le HEVC as LeRobot encodes
+# them, with LeRobot's default quantizer but linear (written into the feature's info)
+DEPTH_CAMERAS = {"observation.images.depth": (24, 40)}
+DEPTH_QUANTIZER = {"video.depth_min": 0.2, "video.depth_max": 6.0, "video.shift": 3.5,
+                   "video.use_log": False}
+DEPTH_CODEC = ["-c:v", "libx265", "-x265-params", "lossless=1:keyint=2:log-level=error",
+               "-pix_fmt", "gray12le"]
 CODECS = {
     # LeRobot's default: AV1 (libsvtav1), a keyframe every 2 frames
     "av1": ["-c:v", "libsvtav1", "-preset", "12", "-g", "2", "-pix_fmt", "yuv420p"],
@@ -44,6 +51,8 @@ class Layout:
     video_files: tuple[tuple[int, ...], ...] = ((0, 0, 0, 1, 1), (0, 0, 0, 0, 0))
     # LeRobot's language annotation columns (language_of gives each row's)
     language: bool = False
+    # depth cameras, their episodes in the first camera's video files
+    depth: bool = False
 
 
 def language_of(index: int) -> dict[str, list]:
@@ -121,8 +130,10 @@ def write_dataset(root: Path, codec: str, layout: Layout = Layout()) -> Path:
         "dataset_from_index": starts[:-1].tolist(), "dataset_to_index": starts[1:].tolist(),
         "stats/action/mean": [[0.5, 0.5]] * n_eps,
     }
-    for cam_no, (camera, (h, w)) in enumerate(CAMERAS.items()):
-        files = layout.video_files[cam_no]
+    cameras = [*CAMERAS.items(), *(DEPTH_CAMERAS.items() if layout.depth else ())]
+    for cam_no, (camera, (h, w)) in enumerate(cameras):
+        depth = camera in DEPTH_CAMERAS
+        files = layout.video_files[0 if depth else cam_no]
         from_ts, to_ts = [], []
         for shard in sorted(set(files)):
             members = [e for e in range(n_eps) if files[e] == shard]
@@ -131,10 +142,14 @@ def write_dataset(root: Path, codec: str, layout: Layout = Layout()) -> Path:
                 part = work / f"{cam_no}_{e}.mp4"
                 source = (f"testsrc2=size={w}x{h}:rate={FPS},trim=start_frame={7 * e + cam_no}:"
                           f"end_frame={7 * e + cam_no + layout.lengths[e]},setpts=PTS-STARTPTS")
+                if depth:  # every code different per pixel and per frame
+                    source = (f"nullsrc=s={w}x{h}:r={FPS},trim=end_frame={layout.lengths[e]},"
+                              f"format=gray12le,geq=lum='mod(X*37+Y*101+(N+{9 * e})*53\\,4096)'")
                 # a movie timescale of the track's: the concat demuxer places the next
                 # episode at this file's duration, which the default (ms) would round
                 subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-y", "-f", "lavfi", "-i",
-                                source, *CODECS[codec], "-r", str(FPS), "-video_track_timescale",
+                                source, *(DEPTH_CODEC if depth else CODECS[codec]), "-r", str(FPS),
+                                "-video_track_timescale",
                                 "15360", "-movie_timescale", "15360", str(part)],
                                check=True, capture_output=True)
                 parts.append((e, part))
@@ -194,6 +209,10 @@ def write_dataset(root: Path, codec: str, layout: Layout = Layout()) -> Path:
            for cam, (h, w) in CAMERAS.items()},
         **{cam: {"dtype": "image", "shape": [h, w, 3], "names": ["height", "width", "channels"]}
            for cam, (h, w) in IMAGE_CAMERAS.items()},
+        **{cam: {"dtype": "video", "shape": [h, w, 1], "names": ["height", "width", "channels"],
+                 "info": {"is_depth_map": True, "depth_unit": "mm", "video.codec": "hevc",
+                          "video.pix_fmt": "gray12le", **DEPTH_QUANTIZER}}
+           for cam, (h, w) in (DEPTH_CAMERAS.items() if layout.depth else ())},
         **{k: {"dtype": "int64", "shape": [1], "names": None}
            for k in ("frame_index", "episode_index", "index", "task_index")},
         "timestamp": {"dtype": "float32", "shape": [1], "names": None},

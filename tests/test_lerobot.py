@@ -32,7 +32,8 @@ from fluxon_video.testing import AgentProcess  # noqa: E402
 from fluxon_video.fs.config import FluxonFsExport  # noqa: E402
 from tests.helpers import IDENTITIES, agent_config_text, check_rank_shards  # noqa: E402
 from tests.lerobot_data import (  # noqa: E402
-    CAMERAS, FPS, IMAGE_CAMERAS, TASKS, Layout, language_of, write_dataset)  # noqa: E402
+    CAMERAS, DEPTH_CAMERAS, DEPTH_QUANTIZER, FPS, IMAGE_CAMERAS, TASKS, Layout, language_of,
+    write_dataset)  # noqa: E402
 from tests.media import reference_frames  # noqa: E402
 
 
@@ -273,6 +274,97 @@ def test_language_columns_as_lerobot_gives_them(tmp_path_factory):
             assert {k: item[k] for k in want} == want
 
 
+@pytest.fixture(scope="module")
+def depth_root(tmp_path_factory) -> Path:
+    """A dataset with a depth camera over two video files (tests/lerobot_data.py)."""
+    layout = Layout(lengths=(6, 5, 7), data_files=(0, 0, 1),
+                    video_files=((0, 1, 1), (0, 0, 0)), depth=True)
+    return write_dataset(tmp_path_factory.mktemp("lerobot_depth") / "ds", "h264", layout)
+
+
+@lru_cache(maxsize=None)
+def cli_depth_codes(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(every frame's 12-bit codes by the ffmpeg CLI, each frame's time by ffprobe)."""
+    h, w = next(iter(DEPTH_CAMERAS.values()))
+    raw = subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-i", str(path), "-fps_mode",
+                          "passthrough", "-f", "rawvideo", "-pix_fmt", "gray12le", "-"],
+                         check=True, capture_output=True).stdout
+    frames = json.loads(subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "frame=pts_time",
+         "-of", "json", str(path)], check=True, capture_output=True, text=True).stdout)["frames"]
+    return (np.frombuffer(raw, "<u2").reshape(-1, h, w),
+            np.array([float(f["pts_time"]) for f in frames]))
+
+
+def distances(codes: np.ndarray, unit: str, use_log: bool) -> np.ndarray:
+    """LeRobot's dequantize_depth, written out in numpy float32 from its docs: the
+    code scaled onto [depth_min, depth_max] (log: onto the logs of the distances
+    plus shift), clamped, metres or whole millimetres."""
+    lo, hi, shift = (DEPTH_QUANTIZER[f"video.{k}"] for k in ("depth_min", "depth_max", "shift"))
+    if use_log:
+        scale, offset = (np.log(hi + shift) - np.log(lo + shift)) / 4095, np.log(lo + shift)
+    else:
+        scale, offset = (hi - lo) / 4095, lo
+    out = codes.astype(np.float32) * np.float32(scale) + np.float32(offset)
+    if use_log:
+        out = np.exp(out) - np.float32(shift)
+    out = np.clip(out, np.float32(lo), np.float32(hi))[:, None]
+    return np.clip(np.rint(out * np.float32(1000)), 0, 65535) if unit == "mm" else out
+
+
+@pytest.mark.parametrize("unit", ["mm", "m"])
+def test_depth_cameras_are_distances_as_lerobot_gives_them(depth_root, unit):
+    """A depth camera's frames are its 12-bit codes (the CLI's decode, the frame
+    nearest each row's time) turned into distances by LeRobot's quantizer:
+    float32 (1, H, W), or (T, 1, H, W) over a window, in mm or m; its stats are
+    rescaled into that unit; image transforms leave it alone; RGB cameras
+    beside it are as before."""
+    import shutil
+
+    depth = next(iter(DEPTH_CAMERAS))
+    stats = {depth: {"mean": [1500.0], "count": [30]}}
+    (depth_root / "meta" / "stats.json").write_text(json.dumps(stats))
+    rows, eps = tables_of(depth_root)
+    delta = {depth: [-1 / 30, 0.0, 2 / 30]}
+    with LeRobotDataset("test/depth", root=depth_root, delta_timestamps=delta,
+                        depth_output_unit=unit, image_transforms=lambda t: t * 0) as ds:
+        assert ds.meta.depth_keys == [depth]
+        assert float(ds.meta.stats[depth]["mean"][0]) == (1500.0 if unit == "mm" else 1.5)
+        assert int(ds.meta.stats[depth]["count"][0]) == 30
+        items = ds.__getitems__(list(range(len(ds))))
+    for idx, item in enumerate(items):
+        e = rows["episode_index"][idx]
+        start, stop = eps["dataset_from_index"][e], eps["dataset_to_index"][e]
+        video = depth_root / "videos" / depth / "chunk-000" / \
+            f"file-{eps[f'videos/{depth}/file_index'][e]:03d}.mp4"
+        codes, pts = cli_depth_codes(video)
+        at = [min(max(idx + round(d * FPS), start), stop - 1) for d in delta[depth]]
+        times = [eps[f"videos/{depth}/from_timestamp"][e] + float(np.float32(rows["timestamp"][q]))
+                 for q in at]
+        want = distances(codes[[int(np.argmin(np.abs(pts - t))) for t in times]], unit, False)
+        got = item[depth]
+        assert got.dtype == torch.float32 and got.shape == (3, 1, *DEPTH_CAMERAS[depth])
+        assert np.array_equal(got.numpy(), want), idx
+        assert item[f"{depth}_is_pad"].tolist() == [not start <= idx + round(d * FPS) < stop
+                                                     for d in delta[depth]]
+        assert item["observation.images.front"].abs().sum() == 0  # transformed; depth not
+    # LeRobot's default quantizer is logarithmic: the same codes, another curve
+    copy = depth_root.parent / f"log-{unit}"
+    shutil.copytree(depth_root, copy, dirs_exist_ok=True)
+    info = json.loads((copy / "meta" / "info.json").read_text())
+    info["features"][depth]["info"]["video.use_log"] = True
+    (copy / "meta" / "info.json").write_text(json.dumps(info))
+    with LeRobotDataset("test/depth", root=copy, depth_output_unit=unit) as ds:
+        got = ds[4][depth]
+    assert got.shape == (1, *DEPTH_CAMERAS[depth])
+    codes, pts = cli_depth_codes(copy / "videos" / depth / "chunk-000" / "file-000.mp4")
+    t = eps[f"videos/{depth}/from_timestamp"][0] + float(np.float32(rows["timestamp"][4]))
+    want = distances(codes[[int(np.argmin(np.abs(pts - t)))]], unit, True)[0]
+    assert np.allclose(got.numpy(), want, rtol=1e-6, atol=1.0 if unit == "mm" else 0)
+    with pytest.raises(fv.FluxonFsConfigError, match="depth_output_unit"):
+        LeRobotDataset("test/depth", root=depth_root, depth_output_unit="cm")
+
+
 def test_a_dataloader_batches_by_shard(dataset_root):
     """Spawned DataLoader workers (the dataset pickles without its readers):
     batches equal the items read one by one."""
@@ -346,7 +438,8 @@ def test_bad_datasets_and_arguments(dataset_root, tmp_path):
 
 
 def test_stats_and_unsupported_features(dataset_root, tmp_path):
-    """meta/stats.json as numpy arrays; depth-map cameras are refused by name."""
+    """meta/stats.json as numpy arrays; depth maps stored as images are refused by
+    name, and a depth camera whose video is not gray fails its reads."""
     import json as _json
     import shutil
 
@@ -357,12 +450,19 @@ def test_stats_and_unsupported_features(dataset_root, tmp_path):
     with LeRobotDataset("x", root=copy) as ds:
         assert np.array_equal(ds.meta.stats["action"]["std"], [1.0, 2.0])
     info = _json.loads((copy / "meta" / "info.json").read_text())
-    for camera in ("observation.images.wrist", "observation.images.top"):
-        features = _json.loads(_json.dumps(info))
-        features["features"][camera].setdefault("info", {})["is_depth_map"] = True
-        (copy / "meta" / "info.json").write_text(_json.dumps(features))
-        with pytest.raises(fv.FluxonFsConfigError, match=f"{camera} are depth maps"):
-            LeRobotDataset("x", root=copy)
+    features = _json.loads(_json.dumps(info))
+    features["features"]["observation.images.top"]["info"] = {"is_depth_map": True}
+    (copy / "meta" / "info.json").write_text(_json.dumps(features))
+    with pytest.raises(fv.FluxonFsConfigError,
+                       match="observation.images.top are depth maps stored as images"):
+        LeRobotDataset("x", root=copy)
+    # a depth camera whose video is not gray (here an RGB one): its reads say so
+    features = _json.loads(_json.dumps(info))
+    features["features"]["observation.images.wrist"]["info"]["is_depth_map"] = True
+    (copy / "meta" / "info.json").write_text(_json.dumps(features))
+    with LeRobotDataset("x", root=copy) as ds, \
+            pytest.raises(fv.FluxonFsDecodeError, match="file-000.mp4: a yuv420p video"):
+        ds[0]
 
 
 def test_a_bad_image_names_its_file_row_and_camera(dataset_root, tmp_path):

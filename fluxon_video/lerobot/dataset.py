@@ -29,6 +29,7 @@ from fluxon_video._layout import frames_to_planes
 from fluxon_video.batch_plan import BatchPlan, PlannedSampler
 from fluxon_video.errors import FluxonFsConfigError, FluxonFsFrameIndexError
 from fluxon_video.lerobot.buffers import BufferPool
+from fluxon_video.lerobot.depth import DEFAULT_UNIT, DepthQuantizer, depth_unit, rescale_stats
 from fluxon_video.lerobot.frames import ShardReaders
 from fluxon_video.lerobot.images import decode_images
 from fluxon_video.lerobot.meta import Episode, LeRobotDatasetMetadata, default_root
@@ -76,11 +77,12 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
     (``s3://bucket/lerobot/pusht``) or an absolute path under an export's
     root, read through the agent and the shared cache.
     ``num_threads``: decoder threads per video file; ``max_readers``: video
-    files a process keeps open. LeRobot's download and encoding arguments
-    (``revision``, ``force_cache_sync``, ``download_videos``, ``video_backend``,
-    ``depth_output_unit``) are accepted and ignored; a dataset with depth maps
-    is refused at construction. Image cameras (frames stored in the tables)
-    are decoded with Pillow and come as float, as LeRobot's do."""
+    files a process keeps open. LeRobot's download and backend arguments
+    (``revision``, ``force_cache_sync``, ``download_videos``, ``video_backend``)
+    are accepted and ignored. Image cameras (frames stored in the tables) are
+    decoded with Pillow and come as float, as LeRobot's do; depth cameras as
+    float32 (1, H, W) distances in ``depth_output_unit`` ("mm", LeRobot's
+    default, or "m"). Depth maps stored as images are refused at construction."""
 
     def __init__(self, repo_id: str, root: str | os.PathLike[str] | None = None,
                  episodes: Sequence[int] | None = None,
@@ -89,11 +91,10 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
                  tolerance_s: float = TIME_TOLERANCE_S, revision: str | None = None,
                  force_cache_sync: bool = False, download_videos: bool = True,
                  video_backend: str | None = None, return_uint8: bool = False,
-                 depth_output_unit: str | None = None, *,
+                 depth_output_unit: str = DEFAULT_UNIT, *,
                  patcher: FluxonFsPatcher | None = None, num_threads: int = 1,
                  max_readers: int = 64) -> None:
-        # LeRobot's hub and backend options; depth maps are refused by the metadata
-        del revision, force_cache_sync, download_videos, video_backend, depth_output_unit
+        del revision, force_cache_sync, download_videos, video_backend  # hub and backend options
         if image_transforms is not None and not callable(image_transforms):
             raise TypeError("image_transforms must be callable or None")
         self.repo_id = repo_id
@@ -103,7 +104,12 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
         self.return_uint8 = bool(return_uint8)
         self.num_threads = thread_count(num_threads)
         self.max_readers = positive_int("max_readers", max_readers)
+        self.depth_output_unit = depth_unit(depth_output_unit)
         self.meta = LeRobotDatasetMetadata(repo_id, self.root, patcher=patcher)
+        self._depth = {key: DepthQuantizer.of_feature(key, self.meta.features[key])
+                       for key in self.meta.depth_keys}
+        rescale_stats(self.meta.stats, self.meta.features, self.meta.depth_keys,
+                      self.depth_output_unit)
         self.episodes = self._selected(episodes)
         self.delta_timestamps = delta_timestamps
         self.delta_indices = None if delta_timestamps is None else delta_indices(
@@ -199,7 +205,9 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
             list(indices), on_change=shards.cancel_prefetch)
         frames = shards.read({relpath: np.concatenate([w for _, _, w in asks])
                               for relpath, asks in wanted.items()},
-                             ahead=self._times_of(upcoming) if upcoming else None)
+                             ahead=self._times_of(upcoming) if upcoming else None,
+                             gray={relpath for relpath, asks in wanted.items()
+                                   if asks[0][1] in self._depth})
         if self._buffers is None:
             self._buffers = BufferPool()
         places: list[tuple[int, str]] = []
@@ -209,8 +217,9 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
             start = 0
             for item_no, key, when in asks:
                 places.append((item_no, key))
-                tasks.append((self._video_tensor, decoded, rows[start:start + len(when)],
-                              self._buffers))
+                picked = rows[start:start + len(when)]
+                tasks.append((self._depth_tensor, key, decoded, picked) if key in self._depth
+                             else (self._video_tensor, decoded, picked, self._buffers))
                 start += len(when)
         for item_no, (p, window) in enumerate(zip(positions, windows)):
             for key in self.meta.image_keys:
@@ -293,6 +302,11 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
         W), no T for one frame; uint8 with ``return_uint8``."""
         return self._planes(decoded, rows, buffers, self.return_uint8).squeeze(0)
 
+    def _depth_tensor(self, key: str, codes: np.ndarray, rows: np.ndarray) -> Any:
+        """A depth camera's frames (``codes[rows]``) as LeRobot gives them: distances,
+        float32 (T, 1, H, W) in ``depth_output_unit``, no T for one frame."""
+        return self._depth[key].distances(codes[rows], self.depth_output_unit).squeeze(0)
+
     def _image_tensor(self, key: str, p: int, window: list[int] | None,
                       buffers: BufferPool) -> Any:
         """An image camera's frames for the item at position ``p`` as LeRobot gives
@@ -325,9 +339,9 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
         return torch.from_numpy(picked)
 
     def _finish(self, item: dict[str, Any]) -> None:
-        if self.image_transforms is not None:
+        if self.image_transforms is not None:  # not on distances, as in LeRobot
             for key in self.meta.camera_keys:
-                if key in item:
+                if key in item and key not in self._depth:
                     item[key] = self.image_transforms(item[key])
         if "task_index" in item and self.meta.tasks:
             item["task"] = self.meta.tasks[int(item["task_index"])]

@@ -128,18 +128,21 @@ class ShardReaders:
             old.close()
         return entry
 
-    def read(self, wanted: dict[str, np.ndarray], ahead: dict[str, np.ndarray] | None = None
-             ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    def read(self, wanted: dict[str, np.ndarray], ahead: dict[str, np.ndarray] | None = None,
+             gray: Collection[str] = ()) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """For each video file, its times' frames: (frames of the distinct
         indices, in order; each time's row in them). ``ahead``: the next read's
-        times, fetched meanwhile (``prefetch``); the files both read last."""
+        times, fetched meanwhile (``prefetch``); the files both read last.
+        ``gray``: files of depth cameras, read as their gray samples
+        (``read_gray16_numpy``) instead of RGB."""
         self._check_fork()
         if ahead:
             self.prefetch(ahead, last=wanted.keys())
         if len(wanted) <= 1 or self.parallel <= 1:
-            return {relpath: self._read_one(relpath, times) for relpath, times in wanted.items()}
+            return {relpath: self._read_one(relpath, times, relpath in gray)
+                    for relpath, times in wanted.items()}
         executor = self._threads()
-        futures = {relpath: executor.submit(self._read_one, relpath, times)
+        futures = {relpath: executor.submit(self._read_one, relpath, times, relpath in gray)
                    for relpath, times in wanted.items()}
         return {relpath: future.result() for relpath, future in futures.items()}
 
@@ -158,12 +161,15 @@ class ShardReaders:
                                                     thread_name_prefix="fluxon-lerobot")
             return self._executor
 
-    def _read_one(self, relpath: str, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _read_one(self, relpath: str, times: np.ndarray, gray: bool
+                  ) -> tuple[np.ndarray, np.ndarray]:
         reader, lock = self._reader(relpath)
         with lock:
             indices = nearest_frames(reader, times, self.tolerance_s, self.files.name(relpath))
             distinct, rows = np.unique(indices, return_inverse=True)
-            return reader.read_frames_numpy(distinct), rows.reshape(-1)
+            frames = reader.read_gray16_numpy(distinct) if gray \
+                else reader.read_frames_numpy(distinct)
+            return frames, rows.reshape(-1)
 
     def close(self) -> None:
         """Close the readers and stop the threads (idempotent)."""

@@ -78,8 +78,9 @@ def default_root(repo_id: str) -> Path:
 
 class LeRobotDatasetMetadata:
     """The metadata of one dataset (LeRobot's class of the same name, reading
-    side): ``info``, ``fps``, ``features``, ``video_keys``, ``image_keys``, ``camera_keys``,
-    ``episodes``, ``tasks``, ``stats``, ``total_episodes``, ``total_frames``.
+    side): ``info``, ``fps``, ``features``, ``video_keys``, ``image_keys``,
+    ``depth_keys``, ``camera_keys``, ``episodes``, ``tasks``, ``stats``,
+    ``total_episodes``, ``total_frames``.
     Constructed as LeRobot's, ``root`` and ``patcher`` as for
     ``LeRobotDataset``; the hub arguments are accepted and ignored."""
 
@@ -95,11 +96,13 @@ class LeRobotDatasetMetadata:
         self.info: dict[str, Any] = self._info()
         self.fps: int = int(self.info["fps"])
         self.features: dict[str, dict[str, Any]] = self.info["features"]
-        if self.depth_keys:
+        stored_as_images = [k for k in self.depth_keys if k in self.image_keys]
+        if stored_as_images:
             raise FluxonFsConfigError(
-                f"{self.files.name(INFO_PATH)}: {', '.join(self.depth_keys)} are depth maps, "
-                "which fluxon_video.lerobot does not read yet (RGB video and image cameras "
-                "only); LeRobot's own dataset reads them")
+                f"{self.files.name(INFO_PATH)}: {', '.join(stored_as_images)} are depth maps "
+                "stored as images in the tables, which fluxon_video.lerobot does not read yet "
+                "(depth videos, RGB videos and image cameras it does); LeRobot's own dataset "
+                "reads them")
         self.episodes: EpisodeTable = self._episodes()
         self.tasks: list[str] = self._tasks()
         self.stats: dict[str, dict[str, np.ndarray]] = self._stats()
@@ -183,9 +186,13 @@ class LeRobotDatasetMetadata:
 
     @property
     def depth_keys(self) -> list[str]:
+        """Cameras that are depth maps (LeRobot's rule: ``is_depth_map`` in the
+        feature's ``info``, or the older ``video.is_depth_map`` there or in
+        ``video_info``)."""
         return [k for k, f in self.features.items()
                 if (f.get("info") or {}).get("is_depth_map")
-                or (f.get("info") or {}).get("video.is_depth_map")]
+                or (f.get("info") or {}).get("video.is_depth_map")
+                or (f.get("video_info") or {}).get("video.is_depth_map")]
 
     @property
     def image_keys(self) -> list[str]:

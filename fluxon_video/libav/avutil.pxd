@@ -59,10 +59,13 @@ cdef extern from "libavutil/pixdesc.h" nogil:
     int AV_PIX_FMT_FLAG_PAL
     int AV_PIX_FMT_FLAG_BITSTREAM
     int AV_PIX_FMT_FLAG_HWACCEL
+    int AV_PIX_FMT_FLAG_BE
+    int AV_PIX_FMT_FLAG_FLOAT
 
     ctypedef struct AVComponentDescriptor:
         int plane
         int step
+        int shift
         int depth
 
     ctypedef struct AVPixFmtDescriptor:
