@@ -4,13 +4,14 @@ against fluxon_video.lerobot's, value for value.
 LeRobot 0.6.1 (its own virtualenv, Python 3.12) writes a small dataset with
 ``LeRobotDataset.create``: two image cameras (dtype "image": each row's PNG in the data
 table), an RGB video camera, a depth camera (uint16 millimetres, which LeRobot quantizes
-to 12-bit codes in a lossless gray12le HEVC video), state and action; its language columns
+to 12-bit codes in a lossless gray12le HEVC video), two depth maps stored as images
+(TIFFs in the table: uint16 millimetres, float32 metres), state and action; its language columns
 (``language_persistent``, ``language_events``, with JSON ``tool_calls``) are then added in
 LeRobot's own Arrow types. LeRobot's ``LeRobotDataset`` reads every row, without and with
 ``delta_timestamps``, with depth in millimetres and in metres; this project's reads the
 same rows (``return_uint8`` off and on). Every key must be there on both sides with the
 same dtype, shape and bytes (uint8 video frames compared as LeRobot's ``/ 255``), and so
-must the depth camera's statistics.
+must the depth cameras' statistics.
 
     python bench/lerobot_parity.py            # ~1 min once LeRobot is installed
     python bench/lerobot_parity.py --out /tmp/x
@@ -38,12 +39,15 @@ FPS = 30
 IMAGES = {"observation.images.top": (48, 64), "observation.images.side": (36, 52)}
 VIDEO = ("observation.images.front", (48, 64))
 DEPTH = ("observation.images.depth", (40, 56))
+# depth maps stored as images (LeRobot writes TIFFs): uint16 millimetres, float32 metres
+DEPTH_IMAGES = {"observation.depth_mm": np.uint16, "observation.depth_m": np.float32}
 EPISODES = (7, 5, 9)
 WINDOWS: dict[str, dict[str, list[float]] | None] = {
     "plain": None,
     "windows": {"observation.images.top": [-2 / FPS, 0.0, 1 / FPS],
                 "observation.images.side": [0.0], "observation.images.front": [-1 / FPS, 0.0],
-                DEPTH[0]: [-1 / FPS, 0.0, 2 / FPS], "action": [0.0, 1 / FPS]}}
+                DEPTH[0]: [-1 / FPS, 0.0, 2 / FPS], "observation.depth_m": [0.0, 1 / FPS],
+                "action": [0.0, 1 / FPS]}}
 UNITS = ("mm", "m")
 
 
@@ -61,6 +65,8 @@ def write_and_read_with_lerobot(root: Path, out: Path) -> None:
         VIDEO[0]: {"dtype": "video", "shape": (*VIDEO[1], 3), **shape},
         DEPTH[0]: {"dtype": "video", "shape": (*DEPTH[1], 1), **shape,
                    "info": {"is_depth_map": True}},
+        **{key: {"dtype": "image", "shape": (*DEPTH[1], 1), **shape,
+                 "info": {"is_depth_map": True}} for key in DEPTH_IMAGES},
         "observation.state": {"dtype": "float32", "shape": (2,), "names": None},
         "action": {"dtype": "float32", "shape": (2,), "names": None}}
     ds = LeRobotDataset.create("fluxon/parity", FPS, features, root=root, robot_type="bench")
@@ -70,6 +76,10 @@ def write_and_read_with_lerobot(root: Path, out: Path) -> None:
             frame: dict[str, Any] = {cam: rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
                                      for cam, (h, w) in [*IMAGES.items(), VIDEO]}
             frame[DEPTH[0]] = rng.integers(20, 9500, (*DEPTH[1], 1), dtype=np.uint16)  # mm
+            frame["observation.depth_mm"] = rng.integers(20, 9500, (*DEPTH[1], 1),
+                                                         dtype=np.uint16)
+            frame["observation.depth_m"] = rng.uniform(0.02, 9.5, (*DEPTH[1], 1)
+                                                       ).astype(np.float32)
             frame.update({"observation.state": np.full(2, e + k / 100, np.float32),
                           "action": np.full(2, -e - k / 50, np.float32), "task": f"task {e}"})
             ds.add_frame(frame)
@@ -96,7 +106,8 @@ def write_and_read_with_lerobot(root: Path, out: Path) -> None:
                                   depth_output_unit=unit)
             items[f"{name} {unit}"] = [{k: v.numpy() if hasattr(v, "numpy") else v
                                         for k, v in read[i].items()} for i in range(len(read))]
-        items[f"stats {unit}"] = dict(read.meta.stats[DEPTH[0]])
+        items[f"stats {unit}"] = {f"{key} {stat}": value for key in (DEPTH[0], *DEPTH_IMAGES)
+                                  for stat, value in read.meta.stats[key].items()}
     out.write_bytes(pickle.dumps(items))
 
 
@@ -122,7 +133,8 @@ def compare(root: Path, lerobot_items: dict[str, list[dict[str, Any]]]) -> dict[
                 with LeRobotDataset("fluxon/parity", root=root, delta_timestamps=delta,
                                     return_uint8=uint8, depth_output_unit=unit) as ds:
                     ours = ds.__getitems__(list(range(len(ds))))
-                    stats = ds.meta.stats[DEPTH[0]]
+                    stats = {f"{key} {stat}": value for key in (DEPTH[0], *DEPTH_IMAGES)
+                             for stat, value in ds.meta.stats[key].items()}
                 for row, (got, want) in enumerate(zip(ours, lerobot_items[f"{name} {unit}"])):
                     if set(got) != set(want):
                         differ.append(f"{name} row {row}: keys {sorted(set(got) ^ set(want))}")

@@ -365,6 +365,61 @@ def test_depth_cameras_are_distances_as_lerobot_gives_them(depth_root, unit):
         LeRobotDataset("test/depth", root=depth_root, depth_output_unit="cm")
 
 
+def depth_image(index: int, kind: str) -> np.ndarray:
+    """Row ``index``'s depth map as recorded: uint16 mm or float32 m."""
+    rng = np.random.default_rng(index)
+    if kind == "u16":
+        return rng.integers(100, 9000, (12, 20), dtype=np.uint16)
+    return rng.uniform(0.1, 9.0, (12, 20)).astype(np.float32)
+
+
+def test_depth_images_as_lerobot_gives_them(dataset_root, tmp_path):
+    """Depth maps stored as images (LeRobot writes them as TIFF: uint16 millimetres,
+    float32 metres) come as their values, float32 (1, H, W) or (T, 1, H, W), in
+    depth_output_unit; the oracle is the arrays the TIFFs were made from."""
+    import io
+    import shutil
+
+    import pyarrow as pa
+    from PIL import Image
+
+    copy = tmp_path / "ds"
+    shutil.copytree(dataset_root, copy)
+    for data in sorted((copy / "data").rglob("*.parquet")):
+        table = pq.read_table(data)
+        for kind in ("u16", "f32"):
+            cells = []
+            for index in table.column("index").to_pylist():
+                out = io.BytesIO()
+                Image.fromarray(depth_image(index, kind)).save(out, format="TIFF")
+                cells.append({"bytes": out.getvalue(), "path": f"frame-{index:06d}.tiff"})
+            table = table.append_column(f"observation.depth_{kind}", pa.array(
+                cells, pa.struct([("bytes", pa.binary()), ("path", pa.string())])))
+        pq.write_table(table, data)
+    info = json.loads((copy / "meta" / "info.json").read_text())
+    for kind, unit in (("u16", "mm"), ("f32", "m")):
+        info["features"][f"observation.depth_{kind}"] = {
+            "dtype": "image", "shape": [12, 20, 1], "names": ["height", "width", "channels"],
+            "info": {"is_depth_map": True, "depth_unit": unit}}
+    (copy / "meta" / "info.json").write_text(json.dumps(info))
+    delta = {"observation.depth_f32": [-1 / 30, 0.0]}
+    for unit in ("mm", "m"):
+        with LeRobotDataset("x", root=copy, depth_output_unit=unit, delta_timestamps=delta,
+                            image_transforms=lambda t: t * 0) as ds:
+            assert set(ds.meta.depth_keys) == {"observation.depth_u16", "observation.depth_f32"}
+            for idx, item in zip([0, 14, 30], ds.__getitems__([0, 14, 30])):
+                u16 = depth_image(idx, "u16").astype(np.float32)[None]
+                want = u16 if unit == "mm" else u16 / np.float32(1000)
+                assert item["observation.depth_u16"].dtype == torch.float32
+                assert np.array_equal(item["observation.depth_u16"].numpy(), want), idx
+                e = int(item["episode_index"])
+                first = tables_of(dataset_root)[1]["dataset_from_index"][e]
+                f32 = np.stack([depth_image(max(idx - 1, first), "f32"), depth_image(idx, "f32")])
+                want = f32[:, None] if unit == "m" else f32[:, None] * np.float32(1000)
+                assert np.array_equal(item["observation.depth_f32"].numpy(), want), idx
+                assert item["observation.depth_f32_is_pad"].tolist() == [idx == first, False]
+
+
 def test_a_dataloader_batches_by_shard(dataset_root):
     """Spawned DataLoader workers (the dataset pickles without its readers):
     batches equal the items read one by one."""
@@ -438,8 +493,8 @@ def test_bad_datasets_and_arguments(dataset_root, tmp_path):
 
 
 def test_stats_and_unsupported_features(dataset_root, tmp_path):
-    """meta/stats.json as numpy arrays; depth maps stored as images are refused by
-    name, and a depth camera whose video is not gray fails its reads."""
+    """meta/stats.json as numpy arrays; a camera said to be a depth map that is
+    not one (an RGB image, an RGB video) fails its reads, saying so."""
     import json as _json
     import shutil
 
@@ -453,9 +508,10 @@ def test_stats_and_unsupported_features(dataset_root, tmp_path):
     features = _json.loads(_json.dumps(info))
     features["features"]["observation.images.top"]["info"] = {"is_depth_map": True}
     (copy / "meta" / "info.json").write_text(_json.dumps(features))
-    with pytest.raises(fv.FluxonFsConfigError,
-                       match="observation.images.top are depth maps stored as images"):
-        LeRobotDataset("x", root=copy)
+    with LeRobotDataset("x", root=copy) as ds, pytest.raises(
+            fv.FluxonFsDecodeError, match="index 0, observation.images.top: a RGB image where "
+                                          "a depth map"):
+        ds[0]
     # a depth camera whose video is not gray (here an RGB one): its reads say so
     features = _json.loads(_json.dumps(info))
     features["features"]["observation.images.wrist"]["info"]["is_depth_map"] = True

@@ -29,9 +29,10 @@ from fluxon_video._layout import frames_to_planes
 from fluxon_video.batch_plan import BatchPlan, PlannedSampler
 from fluxon_video.errors import FluxonFsConfigError, FluxonFsFrameIndexError
 from fluxon_video.lerobot.buffers import BufferPool
-from fluxon_video.lerobot.depth import DEFAULT_UNIT, DepthQuantizer, depth_unit, rescale_stats
+from fluxon_video.lerobot.depth import (
+    DEFAULT_UNIT, MM_PER_METRE, DepthQuantizer, depth_unit, rescale_stats)
 from fluxon_video.lerobot.frames import ShardReaders
-from fluxon_video.lerobot.images import decode_images
+from fluxon_video.lerobot.images import decode_depth_images, decode_images
 from fluxon_video.lerobot.meta import Episode, LeRobotDatasetMetadata, default_root
 from fluxon_video.lerobot.tables import concat, read_parquet
 from fluxon_video.validation import positive_int, thread_count, time_tolerance
@@ -82,7 +83,7 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
     are accepted and ignored. Image cameras (frames stored in the tables) are
     decoded with Pillow and come as float, as LeRobot's do; depth cameras as
     float32 (1, H, W) distances in ``depth_output_unit`` ("mm", LeRobot's
-    default, or "m"). Depth maps stored as images are refused at construction."""
+    default, or "m"); depth maps stored as images too."""
 
     def __init__(self, repo_id: str, root: str | os.PathLike[str] | None = None,
                  episodes: Sequence[int] | None = None,
@@ -106,8 +107,11 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
         self.max_readers = positive_int("max_readers", max_readers)
         self.depth_output_unit = depth_unit(depth_output_unit)
         self.meta = LeRobotDatasetMetadata(repo_id, self.root, patcher=patcher)
+        # depth videos: their quantizers; depth images: the unit they were recorded in
         self._depth = {key: DepthQuantizer.of_feature(key, self.meta.features[key])
-                       for key in self.meta.depth_keys}
+                       for key in self.meta.depth_keys if key in self.meta.video_keys}
+        self._depth_images = {key: (self.meta.features[key].get("info") or {}).get("depth_unit")
+                              for key in self.meta.depth_keys if key in self.meta.image_keys}
         rescale_stats(self.meta.stats, self.meta.features, self.meta.depth_keys,
                       self.depth_output_unit)
         self.episodes = self._selected(episodes)
@@ -310,15 +314,31 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
     def _image_tensor(self, key: str, p: int, window: list[int] | None,
                       buffers: BufferPool) -> Any:
         """An image camera's frames for the item at position ``p`` as LeRobot gives
-        them (its ``ToTensor``: float whatever ``return_uint8`` says): (C, H, W), or
-        (T, C, H, W) over the ``delta_timestamps`` window."""
+        them (its ``ToTensor``: float whatever ``return_uint8`` says; a depth map's
+        values in ``depth_output_unit``): (C, H, W), or (T, C, H, W) over the
+        ``delta_timestamps`` window."""
         at = [p] if window is None else list(self._positions_of(window))
         rows = self._rows
         names = [f"{self.meta.files.name(self._data_file(q))}: index {int(rows['index'][q])}, "
                  f"{key}" for q in at]
-        pixels = decode_images([rows[key][q] for q in at], names)
-        frames = self._planes(pixels, np.arange(len(at)), buffers, uint8=False)
+        if key in self._depth_images:
+            frames = self._depth_image_tensor(key, decode_depth_images(
+                [rows[key][q] for q in at], names))
+        else:
+            pixels = decode_images([rows[key][q] for q in at], names)
+            frames = self._planes(pixels, np.arange(len(at)), buffers, uint8=False)
         return frames if window is not None else frames[0]
+
+    def _depth_image_tensor(self, key: str, values: np.ndarray) -> Any:
+        """Depth images' values (N, H, W) as LeRobot gives them: float32 (N, 1, H, W),
+        from the unit they were recorded in into ``depth_output_unit``."""
+        import torch
+
+        frames = torch.from_numpy(values[:, None])
+        stored = self._depth_images[key]
+        if stored is None or stored == self.depth_output_unit:
+            return frames
+        return frames * MM_PER_METRE if stored == "m" else frames / MM_PER_METRE
 
     def _data_file(self, p: int) -> str:
         return self.meta.episodes[int(self._rows["episode_index"][p])].data_file
@@ -341,7 +361,7 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
     def _finish(self, item: dict[str, Any]) -> None:
         if self.image_transforms is not None:  # not on distances, as in LeRobot
             for key in self.meta.camera_keys:
-                if key in item and key not in self._depth:
+                if key in item and key not in self.meta.depth_keys:
                     item[key] = self.image_transforms(item[key])
         if "task_index" in item and self.meta.tasks:
             item["task"] = self.meta.tasks[int(item["task_index"])]

@@ -1,9 +1,11 @@
 """Image cameras: frames stored in the data tables, one encoded image per row.
 
 LeRobot keeps a camera of ``dtype`` ``"image"`` as each row's image file (PNG
-as LeRobot writes them) inside the parquet, and decodes it with Pillow
-through torchvision's ``ToTensor``. They are decoded the same way here, with
-Pillow (the ``lerobot`` extra), so the pixels are the ones LeRobot gives.
+as LeRobot writes them; TIFF for depth maps, uint16 millimetres or float32
+metres) inside the parquet, and decodes it with Pillow through torchvision's
+``ToTensor`` (its own ``pil_to_chw_tensor`` for 16-bit ones). They are
+decoded the same way here, with Pillow (the ``lerobot`` extra), so the
+values are the ones LeRobot gives.
 """
 
 from __future__ import annotations
@@ -27,6 +29,42 @@ def _pillow() -> Any:
     return Image
 
 
+# Pillow's modes of a depth map LeRobot writes: 16-bit integers (its uint16 PIL
+# modes) and 32-bit floats; both become float32 as they are
+DEPTH_MODES = frozenset({"I;16", "I;16B", "I;16L", "F"})
+
+
+def _open(image_module: Any, data: bytes | None, name: str) -> tuple[str, np.ndarray]:
+    if data is None:
+        raise FluxonFsDecodeError(f"{name}: the row has no image")
+    try:
+        with image_module.open(io.BytesIO(data)) as image:
+            return image.mode, np.asarray(image)
+    except (OSError, ValueError, SyntaxError) as exc:  # what Pillow raises on bad bytes
+        raise FluxonFsDecodeError(f"{name}: not a readable image ({exc})") from exc
+
+
+def _stacked(pixels: list[np.ndarray], names: Sequence[str]) -> np.ndarray:
+    if len({p.shape for p in pixels}) > 1:
+        raise FluxonFsDecodeError(f"{names[0]}: the window's images differ in size "
+                                  f"({', '.join(str(p.shape) for p in pixels)})")
+    return np.stack(pixels)
+
+
+def decode_depth_images(encoded: Sequence[bytes | None], names: Sequence[str]) -> np.ndarray:
+    """Each depth image's values, (N, H, W) float32, in the unit it was recorded in
+    (what LeRobot's ``pil_to_chw_tensor`` gives, before its unit conversion)."""
+    image_module = _pillow()
+    values = []
+    for data, name in zip(encoded, names):
+        mode, array = _open(image_module, data, name)
+        if mode not in DEPTH_MODES or array.ndim != 2:
+            raise FluxonFsDecodeError(f"{name}: a {mode} image where a depth map (16-bit or "
+                                      "float, one band) was expected")
+        values.append(array.astype(np.float32))
+    return _stacked(values, names)
+
+
 def decode_images(encoded: Sequence[bytes | None], names: Sequence[str]) -> np.ndarray:
     """Each image's pixels, (N, H, W, C) uint8 as ``ToTensor`` reads them before it
     divides (a one-band image: C = 1; a 1-bit one: 0 or 255). ``names[k]`` says
@@ -34,14 +72,7 @@ def decode_images(encoded: Sequence[bytes | None], names: Sequence[str]) -> np.n
     image_module = _pillow()
     pixels = []
     for data, name in zip(encoded, names):
-        if data is None:
-            raise FluxonFsDecodeError(f"{name}: the row has no image")
-        try:
-            with image_module.open(io.BytesIO(data)) as image:
-                mode = image.mode
-                array = np.asarray(image)
-        except (OSError, ValueError, SyntaxError) as exc:  # what Pillow raises on bad bytes
-            raise FluxonFsDecodeError(f"{name}: not a readable image ({exc})") from exc
+        mode, array = _open(image_module, data, name)
         if mode == "1":
             array = array.astype(np.uint8) * np.uint8(255)
         if array.dtype != np.uint8:
@@ -49,7 +80,4 @@ def decode_images(encoded: Sequence[bytes | None], names: Sequence[str]) -> np.n
                 f"{name}: a {mode} image ({array.dtype} samples, a depth map?); "
                 "fluxon_video.lerobot reads 8-bit image cameras")
         pixels.append(array if array.ndim == 3 else array[:, :, None])
-    if len({p.shape for p in pixels}) > 1:
-        raise FluxonFsDecodeError(f"{names[0]}: the window's images differ in size "
-                                  f"({', '.join(str(p.shape) for p in pixels)})")
-    return np.stack(pixels)
+    return _stacked(pixels, names)

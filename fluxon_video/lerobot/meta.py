@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fluxon_video.errors import FluxonFsConfigError, FluxonFsDecodeError
+from fluxon_video.errors import FluxonFsDecodeError
 from fluxon_video.lerobot.files import DatasetFiles
 from fluxon_video.lerobot.tables import concat, read_parquet
 
@@ -96,13 +96,6 @@ class LeRobotDatasetMetadata:
         self.info: dict[str, Any] = self._info()
         self.fps: int = int(self.info["fps"])
         self.features: dict[str, dict[str, Any]] = self.info["features"]
-        stored_as_images = [k for k in self.depth_keys if k in self.image_keys]
-        if stored_as_images:
-            raise FluxonFsConfigError(
-                f"{self.files.name(INFO_PATH)}: {', '.join(stored_as_images)} are depth maps "
-                "stored as images in the tables, which fluxon_video.lerobot does not read yet "
-                "(depth videos, RGB videos and image cameras it does); LeRobot's own dataset "
-                "reads them")
         self.episodes: EpisodeTable = self._episodes()
         self.tasks: list[str] = self._tasks()
         self.stats: dict[str, dict[str, np.ndarray]] = self._stats()
