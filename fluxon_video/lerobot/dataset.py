@@ -4,8 +4,9 @@ through fluxon_video (locally or through FluxonFS).
 An item is what ``lerobot.datasets.lerobot_dataset.LeRobotDataset[i]`` returns:
 the row's columns as tensors, each camera's frame (float32 CHW in [0, 1], or
 uint8 with ``return_uint8=True`` for video cameras; image cameras, stored in
-the tables, are always float as in LeRobot), ``task``, and with ``delta_timestamps`` the
-windows of frames and columns around the row, clamped to the episode, with
+the tables, are always float as in LeRobot; depth cameras are float32
+distances, depth.py), ``task``, and with ``delta_timestamps`` the windows of
+frames and columns around the row, clamped to the episode, with
 ``<key>_is_pad`` masks. Frames are the ones nearest each row's time within
 ``tolerance_s`` (bit-exact with the ffmpeg CLI's decode).
 
