@@ -11,7 +11,7 @@ LeRobot's own Arrow types. LeRobot's ``LeRobotDataset`` reads every row, without
 ``delta_timestamps``, with depth in millimetres and in metres; this project's reads the
 same rows (``return_uint8`` off and on). Every key must be there on both sides with the
 same dtype, shape and bytes (uint8 video frames compared as LeRobot's ``/ 255``), and so
-must the depth cameras' statistics.
+must the depth cameras' statistics and what ``dataset.meta`` says besides (``metadata``).
 
     python bench/lerobot_parity.py            # ~1 min once LeRobot is installed
     python bench/lerobot_parity.py --out /tmp/x
@@ -106,9 +106,24 @@ def write_and_read_with_lerobot(root: Path, out: Path) -> None:
                                   depth_output_unit=unit)
             items[f"{name} {unit}"] = [{k: v.numpy() if hasattr(v, "numpy") else v
                                         for k, v in read[i].items()} for i in range(len(read))]
+        items["meta"] = metadata(read.meta)
         items[f"stats {unit}"] = {f"{key} {stat}": value for key in (DEPTH[0], *DEPTH_IMAGES)
                                   for stat, value in read.meta.stats[key].items()}
     out.write_bytes(pickle.dumps(items))
+
+
+def metadata(meta: Any) -> dict[str, Any]:
+    """What a training script reads off ``dataset.meta`` besides items, comparable."""
+    fields = ("fps", "robot_type", "total_episodes", "total_frames", "total_tasks",
+              "chunks_size", "data_files_size_in_mb", "video_files_size_in_mb", "data_path",
+              "video_path", "names", "shapes", "camera_keys", "video_keys", "image_keys",
+              "depth_keys")
+    out: dict[str, Any] = {name: getattr(meta, name) for name in fields}
+    out["get_task_index"] = [meta.get_task_index(t) for t in ("task 1", "task 2", "no task")]
+    out["get_data_file_path"] = [str(meta.get_data_file_path(e)) for e in range(len(EPISODES))]
+    out["get_video_file_path"] = [str(meta.get_video_file_path(e, key))
+                                  for e in range(len(EPISODES)) for key in meta.video_keys]
+    return out
 
 
 def annotations(row: int, column: str) -> list[dict[str, Any]]:
@@ -135,6 +150,7 @@ def compare(root: Path, lerobot_items: dict[str, list[dict[str, Any]]]) -> dict[
                     ours = ds.__getitems__(list(range(len(ds))))
                     stats = {f"{key} {stat}": value for key in (DEPTH[0], *DEPTH_IMAGES)
                              for stat, value in ds.meta.stats[key].items()}
+                    ours_meta = metadata(ds.meta)
                 for row, (got, want) in enumerate(zip(ours, lerobot_items[f"{name} {unit}"])):
                     if set(got) != set(want):
                         differ.append(f"{name} row {row}: keys {sorted(set(got) ^ set(want))}")
@@ -142,6 +158,10 @@ def compare(root: Path, lerobot_items: dict[str, list[dict[str, Any]]]) -> dict[
                         checked += 1
                         if not same(got[key], want[key], uint8 and key == VIDEO[0]):
                             differ.append(f"{name} {unit} uint8={uint8} row {row}: {key}")
+        for name, value in lerobot_items["meta"].items():
+            checked += 1
+            if ours_meta.get(name) != value:
+                differ.append(f"meta.{name}: {ours_meta.get(name)!r} != LeRobot's {value!r}")
         want_stats = lerobot_items[f"stats {unit}"]
         for stat in set(stats) | set(want_stats):
             checked += 1

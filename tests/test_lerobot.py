@@ -233,7 +233,8 @@ def test_episodes_subset(dataset_root):
 def test_the_names_lerobots_training_script_reads(dataset_root):
     """What lerobot-train reads off the dataset it makes, as LeRobot's dataset
     has them: the episodes table by column (its sampler's episode bounds), the
-    row positions of an episode subset, and whether rows carry language."""
+    row positions of an episode subset, whether rows carry language; and the
+    metadata's other names."""
     _, eps = tables_of(dataset_root)
     with LeRobotDataset("test/pusht", root=dataset_root, episodes=[3, 1]) as ds:
         for column in ("dataset_from_index", "dataset_to_index", "episode_index",
@@ -253,6 +254,18 @@ def test_the_names_lerobots_training_script_reads(dataset_root):
     # the script builds the metadata first, as LeRobot's class is built
     meta = LeRobotDatasetMetadata("test/pusht", dataset_root, "v3.0", repo_type="dataset")
     assert (meta.fps, meta.features) == (FPS, ds.meta.features) and meta.root == dataset_root
+    # info.json's other fields and the path helpers, by LeRobot's names
+    assert (meta.robot_type, meta.total_tasks, meta.chunks_size) == ("test", len(TASKS), 1000)
+    assert meta.shapes["observation.images.front"] == (*CAMERAS["observation.images.front"], 3)
+    assert meta.names["action"] == ["x", "y"]
+    assert [meta.get_task_index(t) for t in (TASKS[1], "no such task")] == [1, None]
+    assert meta.get_data_file_path(3) == Path("data/chunk-000/file-001.parquet")
+    assert meta.get_video_file_path(3, "observation.images.front") == \
+        Path("videos/observation.images.front/chunk-000/file-001.mp4")
+    with pytest.raises(IndexError, match="Episode index 5 out of range"):
+        meta.get_data_file_path(5)
+    with pytest.raises(KeyError, match="not a video camera"):
+        meta.get_video_file_path(0, "observation.images.top")
 
 
 def test_language_columns_as_lerobot_gives_them(tmp_path_factory):

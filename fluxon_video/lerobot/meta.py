@@ -80,7 +80,10 @@ class LeRobotDatasetMetadata:
     """The metadata of one dataset (LeRobot's class of the same name, reading
     side): ``info``, ``fps``, ``features``, ``video_keys``, ``image_keys``,
     ``depth_keys``, ``camera_keys``, ``episodes``, ``tasks``, ``stats``,
-    ``total_episodes``, ``total_frames``.
+    ``total_episodes``, ``total_frames`` and info.json's other fields by
+    LeRobot's names (``robot_type``, ``total_tasks``, ``names``, ``shapes``,
+    ``data_path``, ...), ``get_task_index``, ``get_data_file_path``,
+    ``get_video_file_path``.
     Constructed as LeRobot's, ``root`` and ``patcher`` as for
     ``LeRobotDataset``; the hub arguments are accepted and ignored."""
 
@@ -212,6 +215,67 @@ class LeRobotDatasetMetadata:
     @property
     def total_frames(self) -> int:
         return sum(e.length for e in self.episodes)
+
+    # info.json's other fields, as LeRobot's metadata names them
+
+    @property
+    def robot_type(self) -> str | None:
+        return self.info.get("robot_type")
+
+    @property
+    def total_tasks(self) -> int:
+        return int(self.info.get("total_tasks", len(self.tasks)))
+
+    @property
+    def chunks_size(self) -> int | None:
+        return self.info.get("chunks_size")
+
+    @property
+    def data_files_size_in_mb(self) -> int | None:
+        return self.info.get("data_files_size_in_mb")
+
+    @property
+    def video_files_size_in_mb(self) -> int | None:
+        return self.info.get("video_files_size_in_mb")
+
+    @property
+    def data_path(self) -> str:
+        return str(self.info["data_path"])
+
+    @property
+    def video_path(self) -> str | None:
+        return self.info.get("video_path")
+
+    @property
+    def names(self) -> dict[str, Any]:
+        """Each feature's ``names`` (the dimensions of vector features)."""
+        return {key: f.get("names") for key, f in self.features.items()}
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {key: tuple(f["shape"]) for key, f in self.features.items()}
+
+    def get_task_index(self, task: str) -> int | None:
+        """The ``task_index`` of a task string; None for a task not in the dataset."""
+        return self.tasks.index(task) if task in self.tasks else None
+
+    def get_data_file_path(self, ep_index: int) -> Path:
+        """The episode's data file, relative to the dataset's root."""
+        return Path(self._episode(ep_index).data_file)
+
+    def get_video_file_path(self, ep_index: int, vid_key: str) -> Path:
+        """The episode's video file of camera ``vid_key``, relative to the root."""
+        episode = self._episode(ep_index)
+        if vid_key not in episode.videos:
+            raise KeyError(f"{vid_key!r} is not a video camera of the dataset "
+                           f"({', '.join(self.video_keys)})")
+        return Path(episode.videos[vid_key][0])
+
+    def _episode(self, ep_index: int) -> Episode:
+        if not 0 <= ep_index < len(self.episodes):
+            raise IndexError(f"Episode index {ep_index} out of range. Episodes: "
+                             f"{len(self.episodes)}")
+        return self.episodes[ep_index]
 
     def __repr__(self) -> str:
         return (f"LeRobotDatasetMetadata({self.repo_id or self.files!r}: {self.total_episodes} "
