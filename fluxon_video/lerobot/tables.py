@@ -51,8 +51,9 @@ def _column(column: Any) -> Any:
         return flat.flatten().to_numpy(zero_copy_only=False).reshape(len(flat), kind.list_size)
     if _numeric(pa, kind) and column.null_count == 0:
         return column.to_numpy()
-    if pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0 \
-            and pa.types.is_binary(kind.field("bytes").type):
+    if pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0 and (
+            pa.types.is_binary(kind.field("bytes").type)
+            or pa.types.is_large_binary(kind.field("bytes").type)):
         # an image per row: its file's bytes, as Python bytes (None: no image)
         images = column.combine_chunks()
         encoded = np.empty(len(images), dtype=object)
@@ -65,11 +66,15 @@ def _column(column: Any) -> Any:
     return values
 
 
+def _is_list(pa: Any, kind: Any) -> bool:
+    return bool(pa.types.is_list(kind) or pa.types.is_large_list(kind)
+                or pa.types.is_fixed_size_list(kind))
+
+
 def _holds_json(pa: Any, kind: Any) -> bool:
     if getattr(kind, "extension_name", None) == "arrow.json":
         return True
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) \
-            or pa.types.is_fixed_size_list(kind):
+    if _is_list(pa, kind):
         return _holds_json(pa, kind.value_type)
     if pa.types.is_struct(kind):
         return any(_holds_json(pa, kind.field(i).type) for i in range(kind.num_fields))
@@ -85,8 +90,7 @@ def _parse_json(pa: Any, kind: Any, value: Any) -> Any:
     if pa.types.is_struct(kind):
         return {field.name: _parse_json(pa, field.type, value[field.name])
                 for field in (kind.field(i) for i in range(kind.num_fields))}
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind) \
-            or pa.types.is_fixed_size_list(kind):
+    if _is_list(pa, kind):
         return [_parse_json(pa, kind.value_type, v) for v in value]
     return value
 
