@@ -315,6 +315,19 @@ class FluxonFsVideoReaderPool:
             num_threads=num_threads, indices=indices, stream_index=stream_index,
             resize=resize, interpolation=interpolation), layout)
 
+    def read_gray16_numpy(self, *, export_name: str, relpath: str, num_threads: Threads,
+                          indices: Sequence[int], stream_index: int | None = None
+                          ) -> np.ndarray:
+        """Frames of a 9- to 16-bit gray video (a depth map) as uint16
+        ``(len(indices), H, W)``, each sample as coded, on a pooled reader of
+        the video's own size (``FluxonFsVideoReader.read_gray16_numpy``)."""
+        request = FluxonFsVideoReadRequest(export_name, relpath, None, None, num_threads,
+                                           tuple(indices), stream_index)
+        with self._lease(self._key(request)) as (reader, _):
+            frames = reader.read_gray16_numpy(request.indices)
+            self._count_native_call()
+        return frames
+
     def read_frames_numpy_with_stats(self, *, export_name: str, relpath: str,
                                      height: int | None, width: int | None, num_threads: Threads,
                                      indices: Sequence[int], out: np.ndarray | None = None,

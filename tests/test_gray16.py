@@ -106,3 +106,19 @@ def test_through_an_agent(gray_video, tmp_path):
             assert patcher.stats().remote_bytes > 0
         finally:
             patcher.close()
+
+
+def test_a_reader_pool_reads_them(gray_video):
+    """FluxonFsVideoReaderPool.read_gray16_numpy: the samples on a pooled reader
+    of the video's own size, reused by the next read of the file."""
+    from tests.helpers import make_patcher
+
+    path, codes = gray_video
+    with make_patcher(None, path.parent) as patcher:
+        pool = patcher.open_video_reader_pool()
+        for order in ([5, 1, 5], [-1, 0]):
+            frames = pool.read_gray16_numpy(export_name="train", relpath=path.name,
+                                            num_threads=1, indices=order)
+            assert np.array_equal(frames, codes[order])
+        assert (pool.counters().readers_opened, pool.counters().leases_reused) == (1, 1)
+        pool.close()
