@@ -77,7 +77,8 @@ def decode_images(encoded: Sequence[bytes | None], names: Sequence[str]) -> np.n
             array = array.astype(np.uint8) * np.uint8(255)
         if array.dtype != np.uint8:
             raise FluxonFsDecodeError(
-                f"{name}: a {mode} image ({array.dtype} samples, a depth map?); "
-                "fluxon_video.lerobot reads 8-bit image cameras")
+                f"{name}: a {mode} image ({array.dtype} samples) in a camera that is not a "
+                "depth map; image cameras are 8-bit, and a depth map's feature says "
+                "is_depth_map in its info")
         pixels.append(array if array.ndim == 3 else array[:, :, None])
     return _stacked(pixels, names)
