@@ -153,6 +153,12 @@ class FrameIndex:
                 else np.asarray(values, bool))
 
     @property
+    def confirm_packets(self) -> int:
+        """Packets a read decodes past the last one its frames need (CONFIRM_PACKETS
+        for a codec that reorders, else none): a read's plan fetches them too."""
+        return CONFIRM_PACKETS if self.header.get("reorders", True) else 0
+
+    @property
     def damaged_before(self) -> np.ndarray:
         """Known damaged packets before each decode position (n_packets + 1 entries)."""
         return np.concatenate([[0], np.cumsum(self.pkt_damaged)])
@@ -376,7 +382,7 @@ class FrameIndex:
         end = self.pkt_pos + self.pkt_size
         # A reordering codec's cluster also decodes until one frame after its
         # targets comes out (_decode_paths.pyx confirm_order): fetch those packets with it.
-        more = CONFIRM_PACKETS if self.header.get("reorders", True) else 0
+        more = self.confirm_packets
         c_end = np.asarray([end[k:r + 1 + more].max() for k, r in zip(c_key, c_reach)], np.int64)
         return {
             "bounds": bounds,

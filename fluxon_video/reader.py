@@ -504,7 +504,8 @@ class FluxonFsVideoReader:
     def prefetch_frames(self, indices: Sequence[int] | np.ndarray) -> int:
         """Start fetching the bytes a read of ``indices`` will read, and return at
         once: the pages of every packet from each frame's start keyframe to the
-        frame, through the same piece path (page cache, KV, agent or store),
+        frame (and, for a codec that reorders, the few packets after it that the
+        read decodes too), through the same piece path (page cache, KV, agent or store),
         queued for the fetch workers. Never more than the page cache holds;
         nothing a read of them would not read. Bytes queued (0: nothing to
         plan by, e.g. no trusted index or an index out of range; the read
@@ -521,7 +522,11 @@ class FluxonFsVideoReader:
             spans = _frame_spans(index, indices)
             if spans is None:
                 return 0
-            packets = decode_span_packets(*spans)
+            # the read decodes a reordering codec's next few packets too (its plan
+            # fetches them: FrameIndex.plan), so they are the read's bytes as well
+            starts, ends = spans
+            ends = np.minimum(ends + index.confirm_packets, index.pkt_pos.size - 1)
+            packets = decode_span_packets(starts, ends)
             page: int = source.page_size
             first = index.pkt_pos[packets] // page
             last = (index.pkt_pos[packets] + np.maximum(index.pkt_size[packets], 1) - 1) // page
