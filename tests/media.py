@@ -321,6 +321,24 @@ def reference_frames(path: Path, height: int, width: int, threads: int | None = 
     return np.frombuffer(raw, np.uint8).reshape(-1, height, width, 3)
 
 
+def reference_gray_samples(path: Path, pix_fmt: str, height: int, width: int) -> np.ndarray:
+    """Every frame of a gray video by the ffmpeg CLI, its samples as coded: uint16
+    (N, height, width) in ``pix_fmt`` (a little-endian gray format, the video's own)."""
+    raw = subprocess.run(
+        ["ffmpeg", "-nostdin", "-loglevel", "error", "-i", str(path), "-map", "0:v:0",
+         "-fps_mode", "passthrough", "-f", "rawvideo", "-pix_fmt", pix_fmt, "-"],
+        check=True, capture_output=True).stdout
+    return np.frombuffer(raw, "<u2").reshape(-1, height, width)
+
+
+def ffprobe_frame_times(path: Path) -> np.ndarray:
+    """Each frame's pts_time (seconds) of the first video stream, by ffprobe."""
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "frame=pts_time",
+         "-of", "json", str(path)], check=True, capture_output=True, text=True).stdout
+    return np.array([float(f["pts_time"]) for f in json.loads(out)["frames"]])
+
+
 def ffprobe_frame_count(path: Path) -> int:
     out = subprocess.run(
         ["ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames",

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import fluxon_video as fv
-from tests.media import reference_frames
+from tests.media import reference_frames, reference_gray_samples
 
 HEIGHT, WIDTH, FRAMES = 34, 50, 45
 # codes that differ per pixel and per frame, over the format's whole range
@@ -35,10 +35,7 @@ def gray_video(request, tmp_path_factory) -> tuple[Path, np.ndarray]:
     subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-f", "lavfi", "-i",
                     SOURCE.format(w=WIDTH, h=HEIGHT, n=FRAMES, fmt=fmt, top=top), *codec,
                     "-pix_fmt", fmt, str(path)], check=True, capture_output=True)
-    raw = subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-i", str(path), "-fps_mode",
-                          "passthrough", "-f", "rawvideo", "-pix_fmt", fmt, "-"],
-                         check=True, capture_output=True).stdout
-    codes = np.frombuffer(raw, "<u2").reshape(-1, HEIGHT, WIDTH)
+    codes = reference_gray_samples(path, fmt, HEIGHT, WIDTH)
     assert len(codes) == FRAMES and len(np.unique(codes)) > 1000
     return path, codes
 

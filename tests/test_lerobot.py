@@ -34,7 +34,8 @@ from tests.helpers import IDENTITIES, agent_config_text, check_rank_shards  # no
 from tests.lerobot_data import (  # noqa: E402
     CAMERAS, DEPTH_CAMERAS, DEPTH_QUANTIZER, FPS, IMAGE_CAMERAS, TASKS, Layout, language_of,
     write_dataset)  # noqa: E402
-from tests.media import reference_frames  # noqa: E402
+from tests.media import (  # noqa: E402
+    ffprobe_frame_times, reference_frames, reference_gray_samples)
 
 
 @pytest.fixture(scope="module", params=["av1", "h264"])
@@ -50,10 +51,7 @@ def cli_frames(path: Path) -> tuple[np.ndarray, np.ndarray]:
                            "stream=width,height", "-of", "csv=p=0", str(path)],
                           check=True, capture_output=True, text=True).stdout.split(",")
     width, height = int(size[0]), int(size[1])
-    frames = json.loads(subprocess.run(
-        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "frame=pts_time",
-         "-of", "json", str(path)], check=True, capture_output=True, text=True).stdout)["frames"]
-    return reference_frames(path, height, width), np.array([float(f["pts_time"]) for f in frames])
+    return reference_frames(path, height, width), ffprobe_frame_times(path)
 
 
 def table(path: Path) -> dict:
@@ -299,14 +297,7 @@ def depth_root(tmp_path_factory) -> Path:
 def cli_depth_codes(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(every frame's 12-bit codes by the ffmpeg CLI, each frame's time by ffprobe)."""
     h, w = next(iter(DEPTH_CAMERAS.values()))
-    raw = subprocess.run(["ffmpeg", "-nostdin", "-v", "error", "-i", str(path), "-fps_mode",
-                          "passthrough", "-f", "rawvideo", "-pix_fmt", "gray12le", "-"],
-                         check=True, capture_output=True).stdout
-    frames = json.loads(subprocess.run(
-        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "frame=pts_time",
-         "-of", "json", str(path)], check=True, capture_output=True, text=True).stdout)["frames"]
-    return (np.frombuffer(raw, "<u2").reshape(-1, h, w),
-            np.array([float(f["pts_time"]) for f in frames]))
+    return reference_gray_samples(path, "gray12le", h, w), ffprobe_frame_times(path)
 
 
 def distances(codes: np.ndarray, unit: str, use_log: bool) -> np.ndarray:
