@@ -18,7 +18,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCHCODEC_SPEC ?= torchcodec==0.13.*
 PYTEST_ARGS ?=
 
-.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot bench-lerobot-train bench-lerobot-parity bench-threads bench-stages bench-remote-long clean
+.PHONY: build system-deps test demo bench bench-local bench-remote bench-remote-s3 bench-loader bench-multinode bench-av bench-lerobot bench-lerobot-train bench-lerobot-parity bench-lerobot-images bench-threads bench-stages bench-remote-long clean
 
 build: $(STAMP)
 
@@ -140,6 +140,12 @@ bench-lerobot-train: build $(BENCH_STAMP)
 # writes bench/results/lerobot-parity.json.
 bench-lerobot-parity: build $(BENCH_STAMP)
 	$(PY) bench/lerobot_parity.py $(BENCH_ARGS)
+
+# An image-camera dataset (~6 min): LeRobot writes 1,200 rows of 480x640 PNGs; LeRobot and
+# fluxon_video.lerobot read the same batches with 0 and 2 workers, peak RSS and items/s;
+# writes bench/results/lerobot-images.json.
+bench-lerobot-images: build $(BENCH_STAMP)
+	$(PY) bench/lerobot_images.py $(BENCH_ARGS)
 
 # Decoder threads (~10 min; --quick ~1 min): random clips of 1080p H.264 and HEVC at
 # 224x224 with 1, 2 and auto threads, fluxon vs PyAV, torchcodec, decord and SPDL at the

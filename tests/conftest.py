@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,16 @@ from tests.helpers import agent_config_text
 from tests.media import MediaLibrary
 
 EXPORT_FILES = ["h264_faststart.mp4", "h264_moov_end.mp4", "hevc.mp4", "vp9.webm", "audio_only.m4a"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def own_cache_dir(tmp_path_factory) -> Iterator[Path]:
+    """Node-local caches (fluxon_video.lerobot's image columns) in the session's
+    temporary folder, not the user's ~/.cache."""
+    folder = tmp_path_factory.mktemp("fluxon-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FLUXON_VIDEO_CACHE", str(folder))
+        yield folder
 
 
 @pytest.fixture(scope="session")

@@ -658,3 +658,55 @@ def test_the_seeded_batch_sampler_shards_across_ranks_like_distributed_sampler(d
         SeededBatchSampler(10, 2, num_replicas=2, rank=2)
     with pytest.raises(fv.FluxonFsConfigError, match="both num_replicas and rank"):
         SeededBatchSampler(10, 2, rank=1)
+
+
+def test_image_columns_are_cached_once_on_disk_and_mapped(dataset_root, tmp_path):
+    """An image camera's PNGs stay out of the process: each data file's image
+    column is copied once into image_cache_dir (the user's alone) and memory-mapped,
+    so a pickled dataset (what a spawned worker gets) carries none of them; a second
+    dataset reuses the copies, a rewritten data file gets a new one, and a damaged
+    copy fails the reads that need it, saying how to rebuild it."""
+    import shutil
+
+    import pyarrow as pa
+
+    cam = next(iter(IMAGE_CAMERAS))
+    copy, cache = tmp_path / "ds", tmp_path / "cache"
+    shutil.copytree(dataset_root, copy)
+    data_files = sorted((copy / "data").rglob("*.parquet"))
+    png_bytes = sum(len(c["bytes"]) for f in data_files
+                    for c in pq.read_table(f).column(cam).to_pylist())
+
+    def copies() -> dict[str, int]:
+        return {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+
+    with LeRobotDataset("x", root=copy, image_cache_dir=cache) as ds:
+        written = copies()
+        assert len(written) == len(data_files)
+        assert cache.stat().st_mode & 0o777 == 0o700
+        assert len(pickle.dumps(ds)) < png_bytes
+        for idx in (0, 21, len(ds) - 1):
+            check_item(ds[idx], expected_item(dataset_root, idx))
+    with LeRobotDataset("x", root=copy, image_cache_dir=cache) as again:
+        check_item(again[7], expected_item(dataset_root, 7))
+    assert copies() == written  # nothing rewritten
+
+    first = data_files[0]  # its rows come first in the dataset
+    rows = pq.read_table(first)
+    column = rows.schema.get_field_index(cam)
+    cells = rows.column(cam).to_pylist()[::-1]
+    time.sleep(0.01)  # a new mtime even on a coarse clock
+    pq.write_table(rows.set_column(column, cam, pa.array(cells, rows.schema.field(column).type)),
+                   first)
+    with LeRobotDataset("x", root=copy, image_cache_dir=cache) as changed:
+        assert len(copies()) == len(data_files) + 1
+        want = cli_images(dataset_root, cam)
+        assert np.array_equal(as_uint8_hwc(changed[0][cam]), want[len(cells) - 1])
+        check_item(changed[len(cells)], expected_item(dataset_root, len(cells)))
+
+    for path in cache.iterdir():
+        path.write_bytes(path.read_bytes()[:100])
+    with LeRobotDataset("x", root=copy, image_cache_dir=cache) as damaged, pytest.raises(
+            fv.FluxonFsDecodeError, match=r"\.arrow: a cache of .*file-00.\.parquet's images "
+                                          r"that cannot be read .*delete it to rebuild it"):
+        damaged[0]

@@ -33,6 +33,7 @@ from fluxon_video.lerobot.buffers import BufferPool
 from fluxon_video.lerobot.depth import (
     DEFAULT_UNIT, MM_PER_METRE, DepthQuantizer, depth_unit, rescale_stats)
 from fluxon_video.lerobot.frames import ShardReaders
+from fluxon_video.lerobot.image_store import ImageStore, cell
 from fluxon_video.lerobot.images import decode_depth_images, decode_images
 from fluxon_video.lerobot.meta import Episode, LeRobotDatasetMetadata, default_root
 from fluxon_video.lerobot.tables import concat, read_parquet
@@ -84,7 +85,10 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
     are accepted and ignored. Image cameras (frames stored in the tables) are
     decoded with Pillow and come as float, as LeRobot's do; depth cameras as
     float32 (1, H, W) distances in ``depth_output_unit`` ("mm", LeRobot's
-    default, or "m"); depth maps stored as images too."""
+    default, or "m"); depth maps stored as images too. Image cameras' files
+    are copied once into memory-mapped files under ``image_cache_dir``
+    (default ``~/.cache/fluxon_video/lerobot-images``, image_store.py), as
+    Hugging Face's cache does for LeRobot."""
 
     def __init__(self, repo_id: str, root: str | os.PathLike[str] | None = None,
                  episodes: Sequence[int] | None = None,
@@ -95,7 +99,8 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
                  video_backend: str | None = None, return_uint8: bool = False,
                  depth_output_unit: str = DEFAULT_UNIT, *,
                  patcher: FluxonFsPatcher | None = None, num_threads: int = 1,
-                 max_readers: int = 64) -> None:
+                 max_readers: int = 64,
+                 image_cache_dir: str | os.PathLike[str] | None = None) -> None:
         del revision, force_cache_sync, download_videos, video_backend  # hub and backend options
         if image_transforms is not None and not callable(image_transforms):
             raise TypeError("image_transforms must be callable or None")
@@ -119,7 +124,11 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
         self.delta_timestamps = delta_timestamps
         self.delta_indices = None if delta_timestamps is None else delta_indices(
             delta_timestamps, self.meta.fps, self.tolerance_s, self.meta.features)
-        self._rows = self._load_rows()
+        files = self._data_files()
+        self._rows = self._load_rows(files)
+        images = self.meta.image_keys  # their files' bytes stay on disk, memory-mapped
+        self._images = ImageStore(self.meta.files, files, images, image_cache_dir) \
+            if images else None
         self._shards: ShardReaders | None = None
         self._buffers: BufferPool | None = None
         self._plan: BatchPlan | None = None
@@ -145,17 +154,32 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
                                       f"(0..{self.meta.total_episodes - 1})")
         return chosen
 
-    def _load_rows(self) -> dict[str, Any]:
-        """The data rows of the selected episodes, ordered by ``index``."""
-        eps = [self.meta.episodes[e] for e in self.episodes] if self.episodes is not None \
-            else self.meta.episodes
-        files = list(dict.fromkeys(e.data_file for e in eps))
+    def _selected_episodes(self) -> list[Episode]:
+        return [self.meta.episodes[e] for e in self.episodes] if self.episodes is not None \
+            else list(self.meta.episodes)
+
+    def _data_files(self) -> list[str]:
+        """The data files holding the selected episodes' rows."""
+        return list(dict.fromkeys(e.data_file for e in self._selected_episodes()))
+
+    def _load_rows(self, files: list[str]) -> dict[str, Any]:
+        """The data rows of the selected episodes, ordered by ``index``; an image
+        column's values are the rows' cells in the image store over ``files``."""
         m = self.meta.files
-        rows = concat([read_parquet(m.read_bytes(f), m.name(f)) for f in files])
+        images = self.meta.image_keys
+        parts = []
+        for file_no, relpath in enumerate(files):
+            with m.open_binary(relpath) as source:
+                part = read_parquet(source, m.name(relpath), image_rows=bool(images))
+            for key in images:
+                if key in part:
+                    part[key] = cell(file_no, part[key])
+            parts.append(part)
+        rows = concat(parts)
         for column in ("index", "episode_index", "timestamp"):
             if column not in rows:
                 raise FluxonFsConfigError(f"{m.name(files[0])}: no {column!r} column")
-        keep = np.isin(rows["episode_index"], [e.index for e in eps])
+        keep = np.isin(rows["episode_index"], [e.index for e in self._selected_episodes()])
         order = np.argsort(np.asarray(rows["index"]), kind="stable")
         order = order[keep[order]]
         return {k: (v[order] if isinstance(v, np.ndarray) else [v[i] for i in order])
@@ -322,11 +346,12 @@ class LeRobotDataset(_Base):  # type: ignore[misc]
         rows = self._rows
         names = [f"{self.meta.files.name(self._data_file(q))}: index {int(rows['index'][q])}, "
                  f"{key}" for q in at]
+        assert self._images is not None
+        encoded = self._images.encoded(key, [rows[key][q] for q in at])
         if key in self._depth_images:
-            frames = self._depth_image_tensor(key, decode_depth_images(
-                [rows[key][q] for q in at], names))
+            frames = self._depth_image_tensor(key, decode_depth_images(encoded, names))
         else:
-            pixels = decode_images([rows[key][q] for q in at], names)
+            pixels = decode_images(encoded, names)
             frames = self._planes(pixels, np.arange(len(at)), buffers, uint8=False)
         return frames if window is not None else frames[0]
 

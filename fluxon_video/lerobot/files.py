@@ -8,11 +8,12 @@ this is the one place that turns such a path into bytes or a video reader.
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
-from fluxon_video.errors import FluxonFsConfigError, FluxonFsNotFoundError
+from fluxon_video.errors import FluxonFsConfigError, FluxonFsDecodeError, FluxonFsNotFoundError
 from fluxon_video.fs.uris import is_uri
 from fluxon_video.opening import open_video
 from fluxon_video.reader import FluxonFsVideoReader
@@ -74,6 +75,33 @@ class DatasetFiles:
         size = self.patcher.file_version(self.export, remote).size
         return self.patcher.read_range(self.export, remote, 0, size) if size else b""
 
+    def open_binary(self, relpath: str) -> BinaryIO:
+        """The file for ranged reads (a parquet reader's: its footer, then the
+        column chunks it needs), seekable; a FluxonFS file reads its version of
+        now, and a read after it changed fails."""
+        if self.local is not None:
+            try:
+                return open(self.local / relpath, "rb")
+            except FileNotFoundError:
+                raise FluxonFsNotFoundError(f"{self.name(relpath)}: no such file") from None
+        return io.BufferedReader(_RemoteFile(self, relpath), buffer_size=64 << 10)
+
+    def version(self, relpath: str) -> str:
+        """What names this version of the file: a node-local cache derived from
+        it is keyed by it (a local file: its path, size, mtime and inode; a
+        FluxonFS file: the export, its path, the version an authorised stat
+        gives and the identity asking)."""
+        if self.local is not None:
+            path = (self.local / relpath).resolve()
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                raise FluxonFsNotFoundError(f"{self.name(relpath)}: no such file") from None
+            return f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+        assert self.patcher is not None
+        version = self.patcher.file_version(self.export, self._remote(relpath))
+        return f"{self.name(relpath)}|{version!r}|{self.patcher.identity!r}"
+
     def list(self, folder: str, suffix: str) -> list[str]:
         """Relpaths (from the root) of the files under ``folder`` ending in
         ``suffix``, sorted."""
@@ -98,3 +126,50 @@ class DatasetFiles:
     def __repr__(self) -> str:
         where = self.local if self.local is not None else f"{self.export}:{self.prefix}"
         return f"DatasetFiles({where})"
+
+
+class _RemoteFile(io.RawIOBase):
+    """A FluxonFS file as a seekable binary stream, each read a ranged read
+    through the shared cache, all of one version (the one at open)."""
+
+    def __init__(self, files: DatasetFiles, relpath: str) -> None:
+        assert files.patcher is not None
+        self._files, self._relpath = files, relpath
+        self._export, self._remote = files.export, files._remote(relpath)
+        self._version = files.patcher.file_version(self._export, self._remote)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._version.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"{self._files.name(self._relpath)}: seek before the start")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        patcher = self._files.patcher
+        assert patcher is not None
+        length = max(0, min(len(buffer), self._version.size - self._pos))
+        if length == 0:
+            return 0
+        self._check_version()
+        data = patcher.read_range(self._export, self._remote, self._pos, length)
+        self._check_version()  # the read was of the current version: still the one opened
+        buffer[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def _check_version(self) -> None:
+        assert self._files.patcher is not None
+        if self._files.patcher.file_version(self._export, self._remote) != self._version:
+            raise FluxonFsDecodeError(f"{self._files.name(self._relpath)}: the file changed "
+                                      "while it was being read")

@@ -2,8 +2,9 @@
 
 LeRobot writes its rows, episodes and tasks as parquet; a column here is a
 numpy array (a fixed-size list column: a 2-D array; an image column, Hugging
-Face's ``struct<bytes, path>``: an object array of each row's encoded image)
-or, for anything else (strings, nested values), a Python list; JSON values
+Face's ``struct<bytes, path>``, left in the file: its rows' numbers there,
+image_store.py reads the images) or, for anything else (strings, nested
+values), a Python list; JSON values
 (Arrow's ``arrow.json``, as in LeRobot's language annotations) parsed, as
 Hugging Face's ``datasets.Json`` gives them to LeRobot.
 """
@@ -11,14 +12,14 @@ Hugging Face's ``datasets.Json`` gives them to LeRobot.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from fluxon_video.errors import FluxonFsConfigError, FluxonFsDecodeError
 
 
-def _pyarrow() -> tuple[Any, Any]:
+def pyarrow() -> tuple[Any, Any]:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -29,37 +30,41 @@ def _pyarrow() -> tuple[Any, Any]:
     return pa, pq
 
 
-def read_parquet(data: bytes, name: str, skip_prefix: str | None = None) -> dict[str, Any]:
-    """The columns of one parquet file, by name (but those whose name starts
-    with ``skip_prefix``: LeRobot's per-episode statistics, never read here)."""
-    pa, pq = _pyarrow()
+def read_parquet(source: bytes | BinaryIO, name: str, skip_prefix: str | None = None, *,
+                 image_rows: bool = False) -> dict[str, Any]:
+    """The columns of one parquet file (its bytes, or the file open for ranged
+    reads: only the columns kept are read), by name, but those whose name
+    starts with ``skip_prefix`` (LeRobot's per-episode statistics, never read
+    here). ``image_rows``: an image column is not read; its values are the
+    rows' numbers in the file (``ImageStore`` serves the images)."""
+    pa, pq = pyarrow()
     try:
-        source = pa.BufferReader(data)
-        names = pq.read_schema(source).names
-        keep = [n for n in names if not (skip_prefix and n.startswith(skip_prefix))]
-        table = pq.read_table(pa.BufferReader(data), columns=keep)
+        parquet = pq.ParquetFile(pa.BufferReader(source) if isinstance(source, bytes) else source)
+        schema = parquet.schema_arrow
+        keep = [n for n in schema.names if not (skip_prefix and n.startswith(skip_prefix))]
+        images = {n for n in keep if image_rows and is_image(pa, schema.field(n).type)}
+        table = parquet.read(columns=[n for n in keep if n not in images], use_threads=False)
     except (pa.ArrowException, OSError) as exc:
         raise FluxonFsDecodeError(f"{name}: not a readable parquet file ({exc})") from exc
-    return {field: _column(table.column(field)) for field in table.column_names}
+    rows = np.arange(parquet.metadata.num_rows, dtype=np.int64)
+    return {field: rows if field in images else _column(table.column(field)) for field in keep}
+
+
+def is_image(pa: Any, kind: Any) -> bool:
+    """Hugging Face's image type: ``struct<bytes: binary, path: string>``."""
+    return bool(pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0 and (
+        pa.types.is_binary(kind.field("bytes").type)
+        or pa.types.is_large_binary(kind.field("bytes").type)))
 
 
 def _column(column: Any) -> Any:
-    pa, _ = _pyarrow()
+    pa, _ = pyarrow()
     kind = column.type
     if pa.types.is_fixed_size_list(kind) and _numeric(pa, kind.value_type):
         flat = column.combine_chunks()
         return flat.flatten().to_numpy(zero_copy_only=False).reshape(len(flat), kind.list_size)
     if _numeric(pa, kind) and column.null_count == 0:
         return column.to_numpy()
-    if pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0 and (
-            pa.types.is_binary(kind.field("bytes").type)
-            or pa.types.is_large_binary(kind.field("bytes").type)):
-        # an image per row: its file's bytes, as Python bytes (None: no image)
-        images = column.combine_chunks()
-        encoded = np.empty(len(images), dtype=object)
-        encoded[:] = images.field("bytes").to_pylist()
-        encoded[~images.is_valid().to_numpy(zero_copy_only=False)] = None
-        return encoded
     values = column.to_pylist()
     if _holds_json(pa, kind):
         return [_parse_json(pa, kind, v) for v in values]

@@ -1,0 +1,158 @@
+"""Image cameras' encoded frames, kept out of each process's memory.
+
+LeRobot keeps a camera of ``dtype`` ``"image"`` as each row's image file
+inside the data parquet, one row group per episode. Loaded whole, a
+dataset's images would sit in every process (a GB of PNGs per DataLoader
+worker, pickled to spawned ones), and a parquet row group cannot be read a
+row at a time. So, as Hugging Face's ``datasets`` does for LeRobot, each
+data file's image columns are copied once into an Arrow IPC file in a
+node-local cache folder and memory-mapped: a node's processes share its
+pages through the page cache, an item reads its own images' bytes only, and
+a pickled dataset carries file names.
+
+A cache file is named by the data file's version (``DatasetFiles.version``:
+a changed file is a new name) and written under a temporary name, then
+renamed, so a reader never sees half of one; the folder is the user's alone
+(mode 0700). Nothing removes old files: delete the folder to reclaim them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from fluxon_video.errors import FluxonFsDecodeError
+from fluxon_video.lerobot.files import DatasetFiles
+from fluxon_video.lerobot.tables import pyarrow
+
+# Bumped when what a cache file holds changes, so old ones are not read.
+FORMAT = "fluxon-lerobot-images-1"
+ROW_BITS = 32  # a cell: file number << ROW_BITS | row in the file
+
+
+def default_cache_dir() -> Path:
+    """``$FLUXON_VIDEO_CACHE/lerobot-images``, else ``$XDG_CACHE_HOME`` (or
+    ``~/.cache``) ``/fluxon_video/lerobot-images``."""
+    own = os.environ.get("FLUXON_VIDEO_CACHE")
+    base = Path(own) if own else Path(
+        os.environ.get("XDG_CACHE_HOME") or "~/.cache").expanduser() / "fluxon_video"
+    return base / "lerobot-images"
+
+
+def cell(file_no: int, row: int) -> int:
+    """Where an image is: the data file's number in the store and its row there."""
+    return file_no << ROW_BITS | row
+
+
+class ImageStore:
+    """The image columns ``keys`` of ``data_files`` (relpaths of ``files``):
+    each file's written to ``cache_dir`` on construction unless it is there
+    (a progress bar on a terminal), memory-mapped by each process at its first
+    read."""
+
+    def __init__(self, files: DatasetFiles, data_files: Sequence[str], keys: Sequence[str],
+                 cache_dir: str | os.PathLike[str] | None = None) -> None:
+        from tqdm import tqdm
+
+        self.files, self.keys = files, list(keys)
+        self.data_files = list(data_files)
+        folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.paths = [folder / self._name(relpath) for relpath in self.data_files]
+        missing = [k for k, path in enumerate(self.paths) if not path.exists()]
+        if missing:
+            with tqdm(total=len(missing), unit="file", disable=None,
+                      desc=f"fluxon_video: caching the image columns of {files}") as bar:
+                for k in missing:
+                    self._write(self.data_files[k], self.paths[k])
+                    bar.update(1)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid, self._lock = os.getpid(), threading.Lock()
+        self._tables: dict[int, Any] = {}
+
+    # ---- the cache files ----
+
+    def _name(self, relpath: str) -> str:
+        key = "\n".join([FORMAT, self.files.version(relpath), *self.keys])
+        return f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.arrow"
+
+    def _write(self, relpath: str, path: Path) -> None:
+        pa, pq = pyarrow()
+        name = self.files.name(relpath)
+        schema = pa.schema([pa.field(k, pa.large_binary()) for k in self.keys])
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            with self.files.open_binary(relpath) as source, pa.OSFile(tmp, "wb") as sink, \
+                    pa.ipc.new_file(sink, schema) as writer:
+                parquet = pq.ParquetFile(source)
+                for group in range(parquet.num_row_groups):
+                    table = parquet.read_row_group(group, columns=self.keys, use_threads=False)
+                    batch = pa.record_batch([_encoded(pa, table.column(k)) for k in self.keys],
+                                            schema=schema)
+                    writer.write_batch(batch)
+            os.replace(tmp, path)
+        except (pa.ArrowException, OSError, KeyError) as exc:
+            raise FluxonFsDecodeError(f"{name}: its image columns could not be read "
+                                      f"({exc})") from exc
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def _table(self, file_no: int) -> Any:
+        if self._pid != os.getpid():
+            self._reset()  # a parent's maps: this process maps its own
+        table = self._tables.get(file_no)
+        if table is None:
+            pa, _ = pyarrow()
+            with self._lock:
+                table = self._tables.get(file_no)
+                if table is None:
+                    path = self.paths[file_no]
+                    try:
+                        table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+                    except (pa.ArrowException, OSError) as exc:
+                        raise FluxonFsDecodeError(
+                            f"{path}: a cache of {self.files.name(self.data_files[file_no])}'s "
+                            f"images that cannot be read ({exc}); delete it to rebuild "
+                            "it") from exc
+                    self._tables[file_no] = table
+        return table
+
+    # ---- reads ----
+
+    def encoded(self, key: str, cells: Sequence[int]) -> list[bytes | None]:
+        """The encoded image of each cell of column ``key`` (None: the row has none)."""
+        out = []
+        for c in cells:
+            file_no, row = int(c) >> ROW_BITS, int(c) & ((1 << ROW_BITS) - 1)
+            value = self._table(file_no).column(key)[row]
+            out.append(value.as_py() if value.is_valid else None)
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_tables"], state["_lock"] = {}, None  # maps and locks: per process
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
+
+
+def _encoded(pa: Any, column: Any) -> Any:
+    """A chunked image column as its images' bytes (null where the row has none)."""
+    images = column.combine_chunks()
+    data = images.field("bytes").cast(pa.large_binary())
+    if images.null_count:  # a null struct: its field's value is not the row's
+        import pyarrow.compute as pc
+
+        data = pc.if_else(images.is_valid(), data, pa.nulls(len(data), pa.large_binary()))
+    return data
