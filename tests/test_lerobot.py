@@ -664,8 +664,9 @@ def test_image_columns_are_cached_once_on_disk_and_mapped(dataset_root, tmp_path
     """An image camera's PNGs stay out of the process: each data file's image
     column is copied once into image_cache_dir (the user's alone) and memory-mapped,
     so a pickled dataset (what a spawned worker gets) carries none of them; a second
-    dataset reuses the copies, a rewritten data file gets a new one, and a damaged
-    copy fails the reads that need it, saying how to rebuild it."""
+    dataset reuses the copies, a rewritten data file gets a new one, a folder that
+    cannot be made is a clear error, and a damaged copy fails the reads that need
+    it, saying how to rebuild it."""
     import shutil
 
     import pyarrow as pa
@@ -703,6 +704,12 @@ def test_image_columns_are_cached_once_on_disk_and_mapped(dataset_root, tmp_path
         want = cli_images(dataset_root, cam)
         assert np.array_equal(as_uint8_hwc(changed[0][cam]), want[len(cells) - 1])
         check_item(changed[len(cells)], expected_item(dataset_root, len(cells)))
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    with pytest.raises(fv.FluxonFsConfigError, match="a-file/cache: the image cache folder "
+                                                     "cannot be made .*image_cache_dir="):
+        LeRobotDataset("x", root=copy, image_cache_dir=blocked / "cache")
 
     for path in cache.iterdir():
         path.write_bytes(path.read_bytes()[:100])

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fluxon_video.errors import FluxonFsDecodeError
+from fluxon_video.errors import FluxonFsConfigError, FluxonFsDecodeError
 from fluxon_video.lerobot.files import DatasetFiles
 from fluxon_video.lerobot.tables import pyarrow
 
@@ -62,7 +62,12 @@ class ImageStore:
         self.files, self.keys = files, list(keys)
         self.data_files = list(data_files)
         folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise FluxonFsConfigError(
+                f"{folder}: the image cache folder cannot be made ({exc}); choose another with "
+                "image_cache_dir= or $FLUXON_VIDEO_CACHE") from exc
         self.paths = [folder / self._name(relpath) for relpath in self.data_files]
         missing = [k for k, path in enumerate(self.paths) if not path.exists()]
         if missing:
@@ -100,8 +105,8 @@ class ImageStore:
                     writer.write_batch(batch)
             os.replace(tmp, path)
         except (pa.ArrowException, OSError, KeyError) as exc:
-            raise FluxonFsDecodeError(f"{name}: its image columns could not be read "
-                                      f"({exc})") from exc
+            raise FluxonFsDecodeError(f"{name}: its image columns could not be copied into "
+                                      f"{path.parent} ({exc})") from exc
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
