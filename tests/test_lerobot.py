@@ -679,7 +679,7 @@ def test_image_columns_are_cached_once_on_disk_and_mapped(dataset_root, tmp_path
                     for c in pq.read_table(f).column(cam).to_pylist())
 
     def copies() -> dict[str, int]:
-        return {p.name: p.stat().st_mtime_ns for p in cache.iterdir()}
+        return {p.name: p.stat().st_mtime_ns for p in cache.glob("*.arrow")}
 
     with LeRobotDataset("x", root=copy, image_cache_dir=cache) as ds:
         written = copies()
@@ -711,9 +711,44 @@ def test_image_columns_are_cached_once_on_disk_and_mapped(dataset_root, tmp_path
                                                      "cannot be made .*image_cache_dir="):
         LeRobotDataset("x", root=copy, image_cache_dir=blocked / "cache")
 
-    for path in cache.iterdir():
+    for path in cache.glob("*.arrow"):
         path.write_bytes(path.read_bytes()[:100])
     with LeRobotDataset("x", root=copy, image_cache_dir=cache) as damaged, pytest.raises(
             fv.FluxonFsDecodeError, match=r"\.arrow: a cache of .*file-00.\.parquet's images "
                                           r"that cannot be read .*delete it to rebuild it"):
         damaged[0]
+
+
+def test_processes_building_one_image_cache_take_turns(dataset_root, tmp_path):
+    """The ranks of a job on one node build the same image cache at once: each
+    copy is written by the first to take its lock, and one that waited finds it
+    written and reads it as it is."""
+    import fcntl
+    import shutil
+    import threading
+
+    cache, saved = tmp_path / "cache", tmp_path / "saved"
+    LeRobotDataset("x", root=dataset_root, image_cache_dir=cache).close()
+    shutil.copytree(cache, saved)
+    for path in cache.glob("*.arrow"):
+        path.unlink()
+    locks = [open(path, "a") for path in sorted(cache.glob("*.lock"))]
+    for lock in locks:  # another builder at work on every copy
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    built: list[LeRobotDataset] = []
+    waiter = threading.Thread(target=lambda: built.append(
+        LeRobotDataset("x", root=dataset_root, image_cache_dir=cache)))
+    waiter.start()
+    waiter.join(0.5)
+    assert waiter.is_alive() and not list(cache.glob("*.arrow"))  # it waits its turn
+    for path in saved.glob("*.arrow"):  # the other builder's copies land
+        shutil.copy2(path, cache / path.name)
+    for lock in locks:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        lock.close()
+    waiter.join(60)
+    assert built, "the waiting construction failed"
+    for path in saved.glob("*.arrow"):  # taken as they were, not written again
+        assert (cache / path.name).stat().st_mtime_ns == path.stat().st_mtime_ns
+    with built[0] as ds:
+        check_item(ds[9], expected_item(dataset_root, 9))

@@ -12,17 +12,21 @@ a pickled dataset carries file names.
 
 A cache file is named by the data file's version (``DatasetFiles.version``:
 a changed file is a new name) and written under a temporary name, then
-renamed, so a reader never sees half of one; the folder is the user's alone
-(mode 0700). Nothing removes old files: delete the folder to reclaim them.
+renamed, so a reader never sees half of one; the processes that need the
+same one at once take turns on its lock file, so it is written once. The
+folder is the user's alone (mode 0700). Nothing removes old files: delete
+the folder to reclaim them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +78,9 @@ class ImageStore:
             with tqdm(total=len(missing), unit="file", disable=None,
                       desc=f"fluxon_video: caching the image columns of {files}") as bar:
                 for k in missing:
-                    self._write(self.data_files[k], self.paths[k])
+                    with _exclusive(self.paths[k]):  # another process may be writing it
+                        if not self.paths[k].exists():
+                            self._write(self.data_files[k], self.paths[k])
                     bar.update(1)
         self._reset()
 
@@ -150,6 +156,19 @@ class ImageStore:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._reset()
+
+
+@contextlib.contextmanager
+def _exclusive(path: Path) -> Iterator[None]:
+    """Hold ``path``'s lock file: the processes of a node that build one copy at
+    once (a DDP job's ranks) take turns, and the ones after the first find it
+    written."""
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _encoded(pa: Any, column: Any) -> Any:
