@@ -690,6 +690,12 @@ def test_image_columns_are_cached_once_on_disk_and_mapped(dataset_root, tmp_path
             check_item(ds[idx], expected_item(dataset_root, idx))
     with LeRobotDataset("x", root=copy, image_cache_dir=cache) as again:
         check_item(again[7], expected_item(dataset_root, 7))
+    with pytest.MonkeyPatch.context() as patch:  # a relative folder: the one it meant
+        patch.chdir(tmp_path)
+        relative = LeRobotDataset("x", root=copy, image_cache_dir="cache")
+        patch.chdir(copy)
+        check_item(pickle.loads(pickle.dumps(relative))[8], expected_item(dataset_root, 8))
+        relative.close()
     assert copies() == written  # nothing rewritten
 
     first = data_files[0]  # its rows come first in the dataset

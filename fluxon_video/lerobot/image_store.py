@@ -65,7 +65,8 @@ class ImageStore:
 
         self.files, self.keys = files, list(keys)
         self.data_files = list(data_files)
-        folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        folder = (Path(cache_dir).expanduser() if cache_dir is not None
+                  else default_cache_dir()).absolute()  # workers may start elsewhere
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
