@@ -27,6 +27,7 @@ from fluxon_video.fs.file_ref import VersionedFile
 from fluxon_video.fs.kv import PieceStore
 from fluxon_video.fs.listing import FluxonFsFileEntry
 from fluxon_video.fs.origin import FileStat
+from fluxon_video.fs.range_source import FluxonFsRangeSource
 from fluxon_video.fs.uris import is_uri
 from fluxon_video.fs.warming import WarmResult
 from fluxon_video.identity import IdentityContext
@@ -284,6 +285,15 @@ class FluxonFsPatcher:
         the KV and the agent as a reader reads them."""
         return self.client.pieces.read_range(self._current(export_name, relpath, identity),
                                              offset, length, ReadCounters())
+
+    @_about_a_file
+    def open_range_source(self, export_name: str | None, relpath: str, *,
+                          identity: RequestIdentity | str | None = None) -> FluxonFsRangeSource:
+        """The file's current version, held: its ``read_range(offset, length)``
+        reads that version through the KV and the agent as a reader does, and
+        its ``check_current()`` raises FluxonFsFileChangedError once the file
+        has changed (for a reader of your own, e.g. a parquet file's columns)."""
+        return FluxonFsRangeSource(self.client, self._current(export_name, relpath, identity))
 
     @_about_a_file
     def warm_file(self, export_name: str | None, relpath: str, *,

@@ -287,6 +287,29 @@ def test_a_rewritten_file_fails_reads_and_never_mixes_versions(agent, export_roo
             assert fresh.read_frames_numpy([0]).shape == (1, 16, 16, 3)
 
 
+def test_a_held_range_source_reads_its_version_and_fails_once_the_file_changed(
+        agent, export_root, redis_url):
+    """patcher.open_range_source: the bytes of the version it was opened at, and a
+    check_current that fails once the file is rewritten (fluxon_video.lerobot reads
+    its tables through it)."""
+    relpath = "bucket/videos/rewritten_held.mp4"
+    path = export_root / relpath
+    shutil.copy(export_root / VIDEO, path)
+    want = path.read_bytes()
+    with make_patcher(agent.url, export_root, redis_url, metadata_cache_ttl_ms=0,
+                      piece_size=16 << 10) as patcher:
+        source = patcher.open_range_source("train", relpath)
+        assert source.size == len(want)
+        assert source.read_range(1000, 5000) == want[1000:6000]
+        source.check_current()
+        with open(path, "ab") as f:
+            f.write(b"\0" * 100)
+        with pytest.raises(errors.FluxonFsFileChangedError, match="changed"):
+            source.check_current()
+        with pytest.raises(errors.FluxonFsNotFoundError):
+            patcher.open_range_source("train", "bucket/videos/nope.mp4")
+
+
 def test_agent_refuses_stale_versions_even_with_a_long_metadata_ttl(agent, export_root):
     relpath = "bucket/videos/rewritten_ttl.mp4"
     path = export_root / relpath

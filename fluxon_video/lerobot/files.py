@@ -13,10 +13,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from fluxon_video.errors import FluxonFsConfigError, FluxonFsDecodeError, FluxonFsNotFoundError
+from fluxon_video.errors import FluxonFsConfigError, FluxonFsNotFoundError
 from fluxon_video.fs.uris import is_uri
 from fluxon_video.opening import open_video
 from fluxon_video.reader import FluxonFsVideoReader
+from fluxon_video.sources import RangeSource
 
 if TYPE_CHECKING:
     from fluxon_video.patcher import FluxonFsPatcher
@@ -78,13 +79,15 @@ class DatasetFiles:
     def open_binary(self, relpath: str) -> BinaryIO:
         """The file for ranged reads (a parquet reader's: its footer, then the
         column chunks it needs), seekable; a FluxonFS file reads its version of
-        now, and a read after it changed fails."""
+        now, and a read after it changed fails (FluxonFsFileChangedError)."""
         if self.local is not None:
             try:
                 return open(self.local / relpath, "rb")
             except FileNotFoundError:
                 raise FluxonFsNotFoundError(f"{self.name(relpath)}: no such file") from None
-        return io.BufferedReader(_RemoteFile(self, relpath), buffer_size=64 << 10)
+        assert self.patcher is not None
+        source = self.patcher.open_range_source(self.export, self._remote(relpath))
+        return io.BufferedReader(_RangeFile(source, self.name(relpath)), buffer_size=64 << 10)
 
     def version(self, relpath: str) -> str:
         """What names this version of the file: a node-local cache derived from
@@ -128,16 +131,12 @@ class DatasetFiles:
         return f"DatasetFiles({where})"
 
 
-class _RemoteFile(io.RawIOBase):
-    """A FluxonFS file as a seekable binary stream, each read a ranged read
-    through the shared cache, all of one version (the one at open)."""
+class _RangeFile(io.RawIOBase):
+    """A range source (one held file version) as a seekable binary stream; each
+    read checks first that the file is still that version."""
 
-    def __init__(self, files: DatasetFiles, relpath: str) -> None:
-        assert files.patcher is not None
-        self._files, self._relpath = files, relpath
-        self._export, self._remote = files.export, files._remote(relpath)
-        self._version = files.patcher.file_version(self._export, self._remote)
-        self._pos = 0
+    def __init__(self, source: RangeSource, name: str) -> None:
+        self._source, self._name, self._pos = source, name, 0
 
     def readable(self) -> bool:
         return True
@@ -149,27 +148,18 @@ class _RemoteFile(io.RawIOBase):
         return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._version.size}[whence]
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._source.size}[whence]
         if base + offset < 0:
-            raise ValueError(f"{self._files.name(self._relpath)}: seek before the start")
+            raise ValueError(f"{self._name}: seek before the start")
         self._pos = base + offset
         return self._pos
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        patcher = self._files.patcher
-        assert patcher is not None
-        length = max(0, min(len(buffer), self._version.size - self._pos))
+        length = max(0, min(len(buffer), self._source.size - self._pos))
         if length == 0:
             return 0
-        self._check_version()
-        data = patcher.read_range(self._export, self._remote, self._pos, length)
-        self._check_version()  # the read was of the current version: still the one opened
+        self._source.check_current()  # the version rule, as a reader's reads
+        data = self._source.read_range(self._pos, length)
         buffer[:len(data)] = data
         self._pos += len(data)
         return len(data)
-
-    def _check_version(self) -> None:
-        assert self._files.patcher is not None
-        if self._files.patcher.file_version(self._export, self._remote) != self._version:
-            raise FluxonFsDecodeError(f"{self._files.name(self._relpath)}: the file changed "
-                                      "while it was being read")
