@@ -121,22 +121,21 @@ class ImageStore:
     def _table(self, file_no: int) -> Any:
         if self._pid != os.getpid():
             self._reset()  # a parent's maps: this process maps its own
-        table = self._tables.get(file_no)
-        if table is None:
-            pa, _ = pyarrow()
-            with self._lock:
-                table = self._tables.get(file_no)
-                if table is None:
-                    path = self.paths[file_no]
-                    try:
-                        table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
-                    except (pa.ArrowException, OSError) as exc:
-                        raise FluxonFsDecodeError(
-                            f"{path}: a cache of {self.files.name(self.data_files[file_no])}'s "
-                            f"images that cannot be read ({exc}); delete it to rebuild "
-                            "it") from exc
-                    self._tables[file_no] = table
+        with self._lock:
+            table = self._tables.get(file_no)
+            if table is None:
+                table = self._tables[file_no] = self._map(file_no)
         return table
+
+    def _map(self, file_no: int) -> Any:
+        pa, _ = pyarrow()
+        path = self.paths[file_no]
+        try:
+            return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+        except (pa.ArrowException, OSError) as exc:
+            raise FluxonFsDecodeError(
+                f"{path}: a cache of {self.files.name(self.data_files[file_no])}'s images "
+                f"that cannot be read ({exc}); delete it to rebuild it") from exc
 
     # ---- reads ----
 
