@@ -240,6 +240,115 @@ def test_concurrent_misses_for_one_piece_are_fetched_once(export_root, monkeypat
     assert counters.remote_reads == 1 and counters.remote_bytes == 65536
 
 
+def _gated_kv_writes(monkeypatch) -> threading.Event:
+    """KV writes that wait until the returned event is set (a slow KV, injected)."""
+    gate = threading.Event()
+    real = EmbeddedPieceStore.put
+
+    def slow_put(self, *args, **kwargs):
+        gate.wait(30)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(EmbeddedPieceStore, "put", slow_put)
+    return gate
+
+
+def test_pieces_on_their_way_into_the_kv_are_read_from_this_process(export_root, monkeypatch):
+    """A second read of a piece whose backfill has not landed (a second reader of
+    the file, a scan) takes it from this process, not from the route again:
+    when the fetch is over, and while it is still in flight. A fetch that
+    fails leaves nothing behind: the next read fetches for itself."""
+    ps = 8 << 10  # the file: 9 pieces
+    export = FluxonFsExport("train", str(export_root), allow=["alice"], piece_size=ps)
+    config = FluxonFsConfig.build([export], {"alice": "token-alice"})
+    client = FluxonFsClient(config)
+    relpath = "bucket/videos/hevc.mp4"
+    data = (export_root / relpath).read_bytes()
+    file = client.files.stat(FileRef("train", relpath, config.identity("alice")))
+    gate = _gated_kv_writes(monkeypatch)
+    real, fail_next = InProcessRoute.read_chunk, []
+
+    def slow_read(self, *args):
+        time.sleep(0.3)
+        if fail_next:
+            fail_next.pop()
+            raise errors.FluxonFsIOError("the route failed (injected)")
+        return real(self, *args)
+
+    monkeypatch.setattr(InProcessRoute, "read_chunk", slow_read)
+    try:
+        first, later = ReadCounters(), ReadCounters()
+        assert client.pieces.read_range(file, 0, 2 * ps, first) == data[:2 * ps]
+        # stored in the background, not yet in the KV: read from this process
+        assert client.pieces.read_range(file, ps + 10, 100, later) == data[ps + 10:ps + 110]
+        assert (first.remote_reads, later.remote_reads, later.kv_hits) == (1, 0, 0)
+        # a fetch in flight: a read of another range inside it waits for it
+        during = ReadCounters()
+        fetch = threading.Thread(target=client.pieces.read_range,
+                                 args=(file, 2 * ps, 2 * ps, ReadCounters()))
+        fetch.start()
+        time.sleep(0.1)
+        assert client.pieces.read_range(file, 3 * ps + 5, 50, during) == data[3 * ps + 5:
+                                                                            3 * ps + 55]
+        fetch.join()
+        assert during.remote_reads == 0
+        # a failed fetch: the reader that waited for it fetches the piece itself
+        fail_next.append(True)
+        after = ReadCounters()
+        failed = []
+
+        def failing_fetch() -> None:
+            try:
+                client.pieces.read_range(file, 4 * ps, ps, ReadCounters())
+            except errors.FluxonFsIOError as exc:
+                failed.append(exc)
+
+        fetch = threading.Thread(target=failing_fetch)
+        fetch.start()
+        time.sleep(0.1)
+        assert client.pieces.read_range(file, 4 * ps, 10, after) == data[4 * ps:4 * ps + 10]
+        fetch.join()
+        assert len(failed) == 1 and after.remote_reads == 1
+        gate.set()
+        assert client.backfill.wait_idle()
+        assert client._checkpid().pending._held == {}  # nothing held once stored
+        stored = ReadCounters()
+        assert client.pieces.read_range(file, 0, 4 * ps, stored) == data[:4 * ps]
+        assert stored.kv_hits == 4 and stored.remote_reads == 0
+    finally:
+        gate.set()
+        client.close()
+
+
+def test_an_index_blob_being_written_is_read_from_this_process(export_root, monkeypatch):
+    """A blob (a frame index) is written to the KV in the background; until the
+    write is over, this process reads it from what it holds, so a second
+    reader of the file does not scan it again."""
+    export = FluxonFsExport("train", str(export_root), allow=["alice"])
+    config = FluxonFsConfig.build([export], {"alice": "token-alice"})
+    client = FluxonFsClient(config)
+    file = client.files.stat(FileRef("train", "bucket/videos/hevc.mp4",
+                                     config.identity("alice")))
+    gate = _gated_kv_writes(monkeypatch)
+    try:
+        client.blobs.store(file, "index", b"the index")
+        counters = ReadCounters()
+        assert client.blobs.load(file, "index", counters) == b"the index"
+        assert counters.kv_round_trips == 0
+        assert client._checkpid().kv.get(client.blobs.key(file.file, "index")) == (True, None)
+        gate.set()
+        client._checkpid().alongside.submit(lambda: None).result()
+        deadline = time.monotonic() + 10
+        while client._checkpid().pending._held and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert client._checkpid().pending._held == {}
+        assert client.blobs.load(file, "index", counters) == b"the index"  # from the KV now
+        assert counters.kv_round_trips == 1
+    finally:
+        gate.set()
+        client.close()
+
+
 def test_a_node_keeps_waiting_for_pieces_whose_holders_are_still_fetching(tmp_path, redis_url):
     """Trainer nodes sharing Redis claim the pieces they fetch. Here another node
     holds the claims on pieces 3 and 4: it gives piece 3 up (its claim goes

@@ -3,12 +3,15 @@
 One entry per (export, relpath, kind), holding the version it belongs to
 in the clear and sealed with the bytes (fs/kv_seal.py): a blob of another
 version reads as absent, and a new version's blob replaces the old one's.
+A blob is written in the background; until the write is over, this process
+reads it from PendingWrites (a second reader of the file does not scan it again).
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 
-from fluxon_video.fs.client_state import ClientService
+from fluxon_video.fs.client_state import ClientService, ClientState
 from fluxon_video.fs.config import FluxonFsExport
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.file_ref import FileRef, VersionedFile
@@ -30,13 +33,20 @@ class VersionBlobs(ClientService):
         if file.size > export.cache_max_bytes:  # the file stays out of the KV entirely
             return None
         key = self.key(file.file, kind)
+        held = self._held(key, file.version)
+        if held is not None:
+            return held
         counters.add(kv_round_trips=1)
         reachable, entry = self._state().kv.get(key)
         return self.from_entry(export, key, file.version, entry if reachable else None)
 
     def from_entry(self, export: FluxonFsExport, key: str, version: FileStat,
                    entry: Fields | None) -> bytes | None:
-        """The blob in a KV entry read for key, if it is this version's and intact."""
+        """The blob in a KV entry read for key, if it is this version's and intact
+        (or the one this process is still writing there)."""
+        held = self._held(key, version)
+        if held is not None:
+            return held
         if entry is UNREACHABLE or not entry:
             return None
         if entry.get("version") != version.key().encode():
@@ -46,6 +56,10 @@ class VersionBlobs(ClientService):
         if data is not None:
             state.refresh_ttl(export, key)  # as for pieces: an index in use does not expire
         return data
+
+    def _held(self, key: str, version: FileStat) -> bytes | None:
+        """The blob this process is writing under key for version, until written."""
+        return self._state().pending.get(_pending_key(key, version), 0)
 
     def store(self, file: VersionedFile, kind: str, data: bytes) -> None:
         """Store this version's blob of kind (replacing any other version's), in the
@@ -60,4 +74,19 @@ class VersionBlobs(ClientService):
         entry = {**state.seal.seal(export.name, key, data, export.cache_bytes_field_key,
                                    bound=f"@{version}"),
                  "version": version.encode()}
-        state.alongside.submit(state.kv.put, key, entry, export.cache_ttl_s)
+        pending = _pending_key(key, file.version)
+        held = state.pending.hold(pending, data)
+        state.alongside.submit(_put_then_release, state, key, entry, export.cache_ttl_s,
+                               pending, held)
+
+
+def _pending_key(key: str, version: FileStat) -> str:
+    return f"{key}@{version.key()}"
+
+
+def _put_then_release(state: ClientState, key: str, entry: Fields, ttl_s: int | None,
+                      pending: str, held: Future[bytes]) -> None:
+    try:
+        state.kv.put(key, entry, ttl_s)
+    finally:
+        state.pending.release(pending, held)

@@ -19,7 +19,7 @@ import cachetools
 
 from fluxon_video import errors
 from fluxon_video.fs import tokens
-from fluxon_video.fs.concurrency import Backfiller, SingleFlight
+from fluxon_video.fs.concurrency import Backfiller, PendingWrites, SingleFlight
 from fluxon_video.fs.config import FluxonFsConfig, FluxonFsExport
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.file_ref import VersionedFile
@@ -159,6 +159,8 @@ class ClientState:
     lock: threading.Lock
     flights: SingleFlight
     backfill: Backfiller
+    # What the backfill and the blob writes hold until the KV has it.
+    pending: PendingWrites
     # KV reads while the agent answers a stat (open_file), and the writes
     # nobody waits for (a shared stat, an index blob); close() waits for them.
     alongside: concurrent.futures.ThreadPoolExecutor
@@ -186,6 +188,7 @@ class ClientState:
             lock=threading.Lock(),
             flights=SingleFlight(),
             backfill=Backfiller(settings.backfill_workers, settings.backfill_queue_size),
+            pending=PendingWrites(),
             alongside=concurrent.futures.ThreadPoolExecutor(
                 max_workers=2, thread_name_prefix="fluxon-alongside"),
             heads=concurrent.futures.ThreadPoolExecutor(

@@ -85,6 +85,55 @@ class SingleFlight:
                 del self._calls[key]
 
 
+class PendingWrites:
+    """Bytes on their way into the KV, held in this process from the fetch that
+    brings them until the write that stores them is over.
+
+    The write is in the background (a backfill, an index blob), so a reader
+    of the same piece in the meantime (a second reader of the file: a split
+    read, a scan racing the first reader's backfill) would miss in the KV and
+    fetch it again; it takes the bytes here instead, waiting for a fetch
+    still in flight. Held no longer than the write's queue holds its job.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, concurrent.futures.Future[bytes]] = {}
+
+    def expect(self, keys: list[str]) -> dict[str, concurrent.futures.Future[bytes]]:
+        """Futures for the keys nobody holds yet (the caller fetches them: it
+        sets each one, or fails it, and releases it once stored)."""
+        with self._lock:
+            made = {key: concurrent.futures.Future() for key in keys if key not in self._held}
+            self._held.update(made)
+        return made
+
+    def hold(self, key: str, data: bytes) -> concurrent.futures.Future[bytes]:
+        """Hold data under key now, in place of anything held there."""
+        future: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+        future.set_result(data)
+        with self._lock:
+            self._held[key] = future
+        return future
+
+    def get(self, key: str, timeout: float) -> bytes | None:
+        """The bytes held for key, once fetched; None if none are (or the fetch failed)."""
+        with self._lock:
+            future = self._held.get(key)
+        if future is None:
+            return None
+        try:
+            return future.result(timeout)
+        except Exception:  # noqa: BLE001 - its fetcher raises it; this reader fetches again
+            return None
+
+    def release(self, key: str, future: concurrent.futures.Future[bytes]) -> None:
+        """Stop holding future (if it is still what key holds)."""
+        with self._lock:
+            if self._held.get(key) is future:
+                del self._held[key]
+
+
 class Backfiller:
     """Bounded, deduplicated background work; drops jobs when the queue is full."""
 

@@ -6,20 +6,24 @@
            StageToKvThenRead  fetch the whole piece, store it, serve from it
       -> route: the agent over HTTP, or the export in-process
 
-Concurrent misses for one piece are fetched once per process (SingleFlight).
-Backfill is bounded and deduplicated and drops work when full; no read waits
-for it. The version was checked by whoever holds the VersionedFile
-(fs/file_metadata.py says when): a read only requires its grant.
+Concurrent misses for one piece are fetched once per process (SingleFlight;
+PendingWrites for reads of other ranges that cover it), and a piece fetched
+whole is served from this process until its backfill stores it. Backfill is
+bounded and deduplicated and drops work when full; no read waits for it.
+The version was checked by whoever holds the VersionedFile (fs/file_metadata.py
+says when): a read only requires its grant.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from functools import partial
 
 from fluxon_video import errors
 from fluxon_video.fs import shared_fetch
 from fluxon_video.fs.client_state import ClientService
+from fluxon_video.fs.concurrency import PendingWrites
 from fluxon_video.fs.config import FluxonFsExport, MissPolicy
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.file_ref import VersionedFile
@@ -47,8 +51,11 @@ class PieceReads(ClientService):
             return self._state().remote_read(file, offset, length, counters)
         ps = export.piece_size
         indices = list(range(offset // ps, (offset + length - 1) // ps + 1))
-        # Every piece of the range in one KV round trip (per node on a cluster).
+        # Every piece of the range in one KV round trip (per node on a cluster),
+        # then what this process fetched and has not stored there yet.
         pieces = self._from_kv(export, file, indices, counters)
+        pieces = [piece if piece is not None else self._pending(export, file, index)
+                  for index, piece in zip(indices, pieces)]
         parts = []
         k = 0
         while k < len(indices):
@@ -98,6 +105,11 @@ class PieceReads(ClientService):
             out.append(data)
         return out
 
+    def _pending(self, export: FluxonFsExport, file: VersionedFile, index: int) -> bytes | None:
+        """A piece this process is fetching or storing (PendingWrites), once it is here."""
+        return self._state().pending.get(key_of(export, file, index),
+                                         self.config.client.agent_timeout_s)
+
     def _stage(self, export: FluxonFsExport, file: VersionedFile, index: int,
                counters: ReadCounters) -> bytes:
         """The whole piece, fetched once per process however many ask, and stored."""
@@ -120,22 +132,37 @@ class PieceReads(ClientService):
         state = self._state()
         if export.claims_fetches and state.kv.shared:
             return shared_fetch.read_run(state, export, file, indices, lo, hi, counters)
+        ps = export.piece_size
+        whole = {key_of(export, file, index): (index * ps - lo, index * ps - lo
+                                                + piece_len(file, ps, index))
+                 for index in indices if lo <= index * ps
+                 and index * ps + piece_len(file, ps, index) <= hi}
+        # The whole pieces are held for other readers from now until stored.
+        held = state.pending.expect(list(whole)) if export.async_backfill_enabled else {}
         first = key_of(export, file, indices[0])
-        data, _ = state.flights.do((first, lo, hi), lambda: state.remote_read(
-            file, lo, hi - lo, counters))
+        try:
+            data, _ = state.flights.do((first, lo, hi), lambda: state.remote_read(
+                file, lo, hi - lo, counters))
+        except BaseException as exc:
+            for key, future in held.items():
+                future.set_exception(exc)
+                state.pending.release(key, future)
+            raise
         if not export.async_backfill_enabled:
             return data
-        ps = export.piece_size
         for index in indices:
-            start, end = index * ps, index * ps + piece_len(file, ps, index)
             key = key_of(export, file, index)
-            if lo <= start and end <= hi:  # we hold the whole piece: store it, no second fetch
-                job = partial(state.put_verified, export, key, data[start - lo:end - lo])
+            if key in whole:  # we hold the whole piece: store it, no second fetch
+                start, end = whole[key]
+                piece = data[start:end]
+                if key in held:
+                    held[key].set_result(piece)
+                job = partial(state.put_verified, export, key, piece)
             elif not stage_partial:
                 continue
             else:
                 job = partial(self._stage, export, file, index, ReadCounters())
-            self._backfill(key, job, counters)
+            self._backfill(key, job, counters, held.get(key))
         return data
 
     def backfill_head(self, file: VersionedFile, head: bytes, counters: ReadCounters) -> None:
@@ -146,11 +173,30 @@ class PieceReads(ClientService):
                 or len(head) != piece_len(file, export.piece_size, 0)):
             return
         key = key_of(export, file, 0)
-        self._backfill(key, partial(self._state().put_verified, export, key, head), counters)
+        state = self._state()
+        self._backfill(key, partial(state.put_verified, export, key, head), counters,
+                       state.pending.hold(key, head))
 
-    def _backfill(self, key: str, job: Callable[[], None], counters: ReadCounters) -> None:
-        queued = self._state().backfill.submit(key, job)
+    def _backfill(self, key: str, job: Callable[[], object], counters: ReadCounters,
+                  held: Future[bytes] | None = None) -> None:
+        """Queue job (it stores key in the KV); ``held``: the bytes PendingWrites
+        holds for key, released when the job is over, or now if it is not queued."""
+        state = self._state()
+        if held is not None:
+            job = partial(_then_release, job, state.pending, key, held)
+        queued = state.backfill.submit(key, job)
         if queued:
             counters.add(backfills_queued=1)
-        elif queued is False:
+            return
+        if queued is False:
             counters.add(backfills_dropped=1)
+        if held is not None:  # nothing of ours will store it
+            state.pending.release(key, held)
+
+
+def _then_release(job: Callable[[], object], pending: PendingWrites, key: str,
+                  held: Future[bytes]) -> None:
+    try:
+        job()
+    finally:
+        pending.release(key, held)
