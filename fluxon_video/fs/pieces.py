@@ -150,14 +150,13 @@ class PieceReads(ClientService):
             raise
         if not export.async_backfill_enabled:
             return data
+        pieces = {key: data[start:end] for key, (start, end) in whole.items()}
+        for key, future in held.items():  # the readers waiting for them go on now
+            future.set_result(pieces[key])
         for index in indices:
             key = key_of(export, file, index)
-            if key in whole:  # we hold the whole piece: store it, no second fetch
-                start, end = whole[key]
-                piece = data[start:end]
-                if key in held:
-                    held[key].set_result(piece)
-                job = partial(state.put_verified, export, key, piece)
+            if key in pieces:  # we hold the whole piece: store it, no second fetch
+                job = partial(state.put_verified, export, key, pieces[key])
             elif not stage_partial:
                 continue
             else:
