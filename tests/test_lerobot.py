@@ -443,6 +443,41 @@ def test_a_dataloader_batches_by_shard(dataset_root):
     ds.close()
 
 
+class _ThreadsProbe(torch.utils.data.Dataset):
+    """What ShardReaders would size its threads to, in the process that reads."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, i: int) -> list[int]:
+        from fluxon_video.lerobot.frames import _parallel
+
+        return [_parallel(1), _parallel(3)]
+
+
+def test_the_main_process_decodes_on_every_core_and_a_worker_per_camera(dataset_root):
+    """num_workers=0 (or ds[i]): a batch's files and images are shared out over a
+    thread per core (nothing else decodes meanwhile); in a DataLoader worker,
+    a thread per camera (the loader's processes share the cores out)."""
+    from fluxon_video.lerobot.frames import MAIN_PROCESS_THREADS
+    from fluxon_video.validation import thread_count
+
+    cores = min(thread_count("auto"), MAIN_PROCESS_THREADS)
+    ds = LeRobotDataset("test/pusht", root=dataset_root)
+    ds[0]
+    cameras = len(ds.meta.camera_keys)
+    assert ds._shards.parallel == max(cameras, cores)
+    assert _ThreadsProbe()[0] == [max(1, cores), max(3, cores)]
+    worker = DataLoader(_ThreadsProbe(), batch_size=None, num_workers=1,
+                        multiprocessing_context="fork")
+    assert [list(v) for v in worker] == [[1, 3]]
+    # a forked worker of a dataset the main process read: its own count
+    loader = DataLoader(ds, batch_size=2, num_workers=1, multiprocessing_context="fork",
+                        collate_fn=lambda items: ds._shards.parallel)
+    assert next(iter(loader)) == cameras
+    ds.close()
+
+
 def test_through_an_agent(dataset_root, tmp_path):
     """The dataset in an export, read through a real agent: EXPORT:PREFIX and an
     absolute path under the export's root give the same items as the local folder."""

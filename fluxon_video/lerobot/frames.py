@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from fluxon_video.errors import FluxonFsError, FluxonFsFrameIndexError
+from fluxon_video.validation import thread_count
 from fluxon_video.lerobot.files import DatasetFiles
 from fluxon_video.logs import get_logger
 from fluxon_video.reader import FluxonFsVideoReader
@@ -44,15 +45,37 @@ def nearest_frames(reader: FluxonFsVideoReader, times: np.ndarray, tolerance_s: 
     return indices
 
 
+# Threads of a main process's ShardReaders at most, however many cores it has.
+MAIN_PROCESS_THREADS = 4
+
+
+def _parallel(cameras: int) -> int:
+    """ShardReaders' threads in this process (see ShardReaders)."""
+    try:
+        from torch.utils.data import get_worker_info
+    except ImportError:  # no torch: no DataLoader worker either
+        get_worker_info = None
+    if get_worker_info is not None and get_worker_info() is not None:
+        return max(1, cameras)
+    return max(1, cameras, min(thread_count("auto"), MAIN_PROCESS_THREADS))
+
+
 class ShardReaders:
     """The readers of one process, a reader per video file (kept open: a
     worker reads the same few shards all epoch), and the threads that decode
-    a batch's files side by side. Fork-safe: a child starts empty."""
+    a batch's files side by side. Fork-safe: a child starts empty.
+
+    The threads: one per camera in a DataLoader worker (the loader's processes
+    already share the cores out); outside one (``num_workers=0``, a plain
+    ``ds[i]``), at least one per core this process may run on (at most
+    MAIN_PROCESS_THREADS), since nothing else decodes the batch's other files
+    and images meanwhile."""
 
     def __init__(self, files: DatasetFiles, tolerance_s: float, num_threads: int,
-                 max_readers: int, parallel: int) -> None:
+                 max_readers: int, cameras: int) -> None:
         self.files, self.tolerance_s = files, tolerance_s
-        self.num_threads, self.max_readers, self.parallel = num_threads, max_readers, parallel
+        self.num_threads, self.max_readers, self.cameras = num_threads, max_readers, cameras
+        self.parallel = _parallel(cameras)
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._readers: OrderedDict[str, tuple[FluxonFsVideoReader, threading.Lock]] = OrderedDict()
@@ -63,6 +86,7 @@ class ShardReaders:
         if self._pid != os.getpid():  # the parent's readers and threads are not ours
             self._pid, self._readers, self._executor = os.getpid(), OrderedDict(), None
             self._lock, self._ahead = threading.Lock(), None
+            self.parallel = _parallel(self.cameras)  # a DataLoader worker's, now
 
     def prefetch(self, wanted: dict[str, np.ndarray], last: Collection[str] = ()) -> None:
         """Start fetching what ``read(wanted)`` will read, on a thread of its own
