@@ -560,6 +560,26 @@ def test_stats_and_unsupported_features(dataset_root, tmp_path):
         ds[0]
 
 
+@pytest.mark.parametrize("env, kept", [({}, 8), ({"PILLOW_BLOCKS_MAX": "0"}, 0)])
+def test_image_decodes_reuse_pillows_blocks_unless_the_user_says(dataset_root, env, kept):
+    """Decoding an image camera keeps Pillow's freed image blocks for reuse (its
+    default keeps none, and each image was then memory faulted in afresh), unless
+    $PILLOW_BLOCKS_MAX is set: the user's setting stands."""
+    import os
+    import sys
+
+    code = ("from PIL import Image\n"
+            "from fluxon_video.lerobot import LeRobotDataset\n"
+            "before = Image.core.get_blocks_max()\n"
+            f"ds = LeRobotDataset('test/pusht', root={str(dataset_root)!r})\n"
+            "ds[0]\n"
+            "print(before, Image.core.get_blocks_max())\n")
+    environ = {k: v for k, v in os.environ.items() if k != "PILLOW_BLOCKS_MAX"}
+    out = subprocess.run([sys.executable, "-c", code], env={**environ, **env}, check=True,
+                         capture_output=True, text=True).stdout.split()
+    assert out == ["0", str(kept)]
+
+
 def test_a_bad_image_names_its_file_row_and_camera(dataset_root, tmp_path):
     """An image cell that is not an image, is missing, or is 16-bit (a depth map
     stored as an image) fails the item that reads it, naming the data file, the
