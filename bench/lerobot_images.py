@@ -11,9 +11,10 @@ process and of its largest worker (bench/lerobot_client.py's sampler, psutil eve
 local disk, memory-mapped: LeRobot in Hugging Face's datasets cache, fluxon in its
 image cache (docs/lerobot.md); the first round starts with both caches empty, so its
 build writes them. Every batch's images are hashed and must be equal, bit for bit, on
-both sides.
+both sides; the clock stops while a batch is hashed, and with workers the timed pass
+hashes nothing and a second, untimed one does.
 
-    python bench/lerobot_images.py                 # ~6 min once LeRobot is installed
+    python bench/lerobot_images.py                 # ~6 min the first time, ~1 min after
     python bench/lerobot_images.py --episodes 2 --rows 60 --batches 5 --out /tmp/x
 
 Prints and writes ``<out>/lerobot-images.json`` (default bench/results).
