@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 import numpy as np
 
 from fluxon_video.errors import FluxonFsError, FluxonFsFrameIndexError
-from fluxon_video.validation import thread_count
 from fluxon_video.lerobot.files import DatasetFiles
 from fluxon_video.logs import get_logger
 from fluxon_video.reader import FluxonFsVideoReader
+from fluxon_video.validation import thread_count
 
 log = get_logger("lerobot")
 T = TypeVar("T")
