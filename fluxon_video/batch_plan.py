@@ -33,14 +33,20 @@ class PlannedSampler(Protocol):
     def plan_version(self) -> Hashable: ...
 
 
-def _readers_of_batches() -> int:
-    """How many processes the batches are dealt to: the DataLoader's workers,
-    or 1 outside a worker."""
+def dataloader_worker() -> Any | None:
+    """This process's DataLoader worker (torch's ``get_worker_info()``), None
+    outside one (or without torch, an extra)."""
     try:
         from torch.utils.data import get_worker_info
     except ImportError:  # pragma: no cover - torch is an extra
-        return 1
-    info = get_worker_info()
+        return None
+    return get_worker_info()
+
+
+def _readers_of_batches() -> int:
+    """How many processes the batches are dealt to: the DataLoader's workers,
+    or 1 outside a worker."""
+    info = dataloader_worker()
     return 1 if info is None else info.num_workers
 
 

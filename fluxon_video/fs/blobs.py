@@ -9,9 +9,9 @@ reads it from PendingWrites (a second reader of the file does not scan it again)
 
 from __future__ import annotations
 
-from concurrent.futures import Future
+from functools import partial
 
-from fluxon_video.fs.client_state import ClientService, ClientState
+from fluxon_video.fs.client_state import ClientService
 from fluxon_video.fs.config import FluxonFsExport
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.file_ref import FileRef, VersionedFile
@@ -38,15 +38,18 @@ class VersionBlobs(ClientService):
             return held
         counters.add(kv_round_trips=1)
         reachable, entry = self._state().kv.get(key)
-        return self.from_entry(export, key, file.version, entry if reachable else None)
+        return self._opened(export, key, file.version, entry if reachable else None)
 
     def from_entry(self, export: FluxonFsExport, key: str, version: FileStat,
                    entry: Fields | None) -> bytes | None:
         """The blob in a KV entry read for key, if it is this version's and intact
         (or the one this process is still writing there)."""
         held = self._held(key, version)
-        if held is not None:
-            return held
+        return held if held is not None else self._opened(export, key, version, entry)
+
+    def _opened(self, export: FluxonFsExport, key: str, version: FileStat,
+                entry: Fields | None) -> bytes | None:
+        """The blob in a KV entry read for key, if it is this version's and intact."""
         if entry is UNREACHABLE or not entry:
             return None
         if entry.get("version") != version.key().encode():
@@ -76,17 +79,9 @@ class VersionBlobs(ClientService):
                  "version": version.encode()}
         pending = _pending_key(key, file.version)
         held = state.pending.hold(pending, data)
-        state.alongside.submit(_put_then_release, state, key, entry, export.cache_ttl_s,
-                               pending, held)
+        state.alongside.submit(state.pending.write_then_release, pending, held,
+                               partial(state.kv.put, key, entry, export.cache_ttl_s))
 
 
 def _pending_key(key: str, version: FileStat) -> str:
     return f"{key}@{version.key()}"
-
-
-def _put_then_release(state: ClientState, key: str, entry: Fields, ttl_s: int | None,
-                      pending: str, held: Future[bytes]) -> None:
-    try:
-        state.kv.put(key, entry, ttl_s)
-    finally:
-        state.pending.release(pending, held)

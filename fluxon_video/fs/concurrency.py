@@ -133,6 +133,15 @@ class PendingWrites:
             if self._held.get(key) is future:
                 del self._held[key]
 
+    def write_then_release(self, key: str, future: concurrent.futures.Future[bytes],
+                           write: Callable[[], object]) -> None:
+        """``write()`` (it stores key's bytes in the KV), then stop holding future
+        whatever it did: the background job of a write whose bytes are held."""
+        try:
+            write()
+        finally:
+            self.release(key, future)
+
 
 class Backfiller:
     """Bounded, deduplicated background work; drops jobs when the queue is full."""

@@ -23,7 +23,6 @@ from functools import partial
 from fluxon_video import errors
 from fluxon_video.fs import shared_fetch
 from fluxon_video.fs.client_state import ClientService
-from fluxon_video.fs.concurrency import PendingWrites
 from fluxon_video.fs.config import FluxonFsExport, MissPolicy
 from fluxon_video.fs.counters import ReadCounters
 from fluxon_video.fs.file_ref import VersionedFile
@@ -182,7 +181,7 @@ class PieceReads(ClientService):
         holds for key, released when the job is over, or now if it is not queued."""
         state = self._state()
         if held is not None:
-            job = partial(_then_release, job, state.pending, key, held)
+            job = partial(state.pending.write_then_release, key, held, job)
         queued = state.backfill.submit(key, job)
         if queued:
             counters.add(backfills_queued=1)
@@ -191,11 +190,3 @@ class PieceReads(ClientService):
             counters.add(backfills_dropped=1)
         if held is not None:  # nothing of ours will store it
             state.pending.release(key, held)
-
-
-def _then_release(job: Callable[[], object], pending: PendingWrites, key: str,
-                  held: Future[bytes]) -> None:
-    try:
-        job()
-    finally:
-        pending.release(key, held)

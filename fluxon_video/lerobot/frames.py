@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from fluxon_video.batch_plan import dataloader_worker
 from fluxon_video.errors import FluxonFsError, FluxonFsFrameIndexError
 from fluxon_video.lerobot.files import DatasetFiles
 from fluxon_video.logs import get_logger
@@ -51,11 +52,7 @@ MAIN_PROCESS_THREADS = 4
 
 def _parallel(cameras: int) -> int:
     """ShardReaders' threads in this process (see ShardReaders)."""
-    try:
-        from torch.utils.data import get_worker_info
-    except ImportError:  # no torch: no DataLoader worker either
-        get_worker_info = None
-    if get_worker_info is not None and get_worker_info() is not None:
+    if dataloader_worker() is not None:
         return max(1, cameras)
     return max(1, cameras, min(thread_count("auto"), MAIN_PROCESS_THREADS))
 
