@@ -8,6 +8,7 @@
                                      [--audio clip.wav]
     fluxon-video agent --config F --listen H:P serve exports (storage host)
     fluxon-video token new [NAME]              a bearer token and its sha256: form
+    fluxon-video image-cache list | prune      LeRobot image cameras' local copies
     fluxon-video doctor | demo | versions | --version
 
 Where a command takes EXPORT:RELPATH (or EXPORT[:PREFIX]) it also takes a
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(sub)
     _add_agent(sub)
     _add_token(sub)
+    _add_image_cache(sub)
     _add_doctor(sub)
     info = sub.add_parser("versions", help="print the FFmpeg library versions in use")
     info.set_defaults(run=_run_versions)
@@ -274,6 +276,36 @@ def _add_token(sub: Any) -> None:
                     "see in the process list) and print its sha256: form for an agent's "
                     "[identities].")
     hashed.set_defaults(run=_run_token_hash)
+
+
+def _add_image_cache(sub: Any) -> None:
+    """image-cache list / prune: the LeRobot image cameras' copies on this node."""
+    cache = sub.add_parser(
+        "image-cache", help="list or prune the local copies of LeRobot image cameras",
+        description="fluxon_video.lerobot copies each data file's image columns once into a "
+                    "node-local folder and memory-maps them (docs/lerobot.md). Each use of a "
+                    "copy marks it; `prune` removes the copies no job has used for a while. A "
+                    "running job loses nothing: a removed copy stays readable where it is "
+                    "mapped, and a process that needs it again writes it again.")
+    actions = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="each copy: its size and when it was last used")
+    prune = actions.add_parser(
+        "prune", help="remove the copies unused for --unused-days",
+        description="Remove the copies no dataset has used for --unused-days days (and "
+                    "temporary files of writes that never finished); a copy being written is "
+                    "left. Prints what it removed and what is left.")
+    prune.add_argument("--unused-days", type=float, default=30.0, metavar="DAYS",
+                       help="remove copies unused for this long (default: %(default)g; 0 "
+                            "removes every copy not being written)")
+    prune.add_argument("--dry-run", action="store_true",
+                       help="say what would be removed, remove nothing")
+    for action in (listing, prune):
+        action.add_argument("--dir", default=None, metavar="FOLDER",
+                            help="the cache folder (default: $FLUXON_VIDEO_CACHE/lerobot-images, "
+                                 "else ~/.cache/fluxon_video/lerobot-images)")
+        action.add_argument("--json", action="store_true", help="print JSON instead of text")
+    listing.set_defaults(run=_run_image_cache_list)
+    prune.set_defaults(run=_run_image_cache_prune)
 
 
 # ---- client commands ----
@@ -524,6 +556,68 @@ def _run_token_hash(args: argparse.Namespace) -> int:
     # The agent cannot judge a hash: judge the token now, as it would the plain form.
     check_strength(token, "stdin")
     print(hash_token(token))
+    return 0
+
+
+def _copy_row(copy: Any) -> dict[str, Any]:
+    from datetime import datetime, timezone
+
+    from fluxon_video.ops.report import human_bytes
+
+    used = datetime.fromtimestamp(copy.last_used, timezone.utc)
+    return {"path": str(copy.path), "bytes": copy.size, "size": human_bytes(copy.size),
+            "last_used": used.isoformat(timespec="seconds"),
+            "used": used.strftime("%Y-%m-%d %H:%M")}
+
+
+def _image_cache_dir(args: argparse.Namespace) -> Path:
+    from fluxon_video.lerobot.image_store import default_cache_dir
+
+    return Path(args.dir).expanduser() if args.dir else default_cache_dir()
+
+
+def _run_image_cache_list(args: argparse.Namespace) -> int:
+    from fluxon_video.lerobot.image_store import cached_copies
+    from fluxon_video.ops.report import emit, human_bytes
+
+    folder = _image_cache_dir(args)
+    copies = cached_copies(folder)
+    rows = (_copy_row(c) for c in copies)
+    if args.json:
+        rows = ({k: row[k] for k in ("path", "bytes", "last_used")} for row in rows)
+    emit(rows, [("size", "size"), ("used", "last used (UTC)"), ("path", "path")], args.json)
+    if not args.json:
+        print(f"{len(copies)} cop{'y' if len(copies) == 1 else 'ies'}, "
+              f"{human_bytes(sum(c.size for c in copies))}, in {folder}", file=sys.stderr)
+    return 0
+
+
+def _run_image_cache_prune(args: argparse.Namespace) -> int:
+    from fluxon_video.errors import FluxonFsConfigError
+    from fluxon_video.lerobot.image_store import prune
+    from fluxon_video.ops.report import human_bytes
+
+    if args.unused_days < 0:
+        raise FluxonFsConfigError(f"--unused-days must be 0 or more, not {args.unused_days:g}")
+    folder = _image_cache_dir(args)
+    report = prune(folder, args.unused_days * 86400, dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    if args.json:
+        print(json.dumps({"folder": str(folder), "dry_run": args.dry_run, **{
+            name: [{k: row[k] for k in ("path", "bytes", "last_used")}
+                   for row in map(_copy_row, copies)]
+            for name, copies in (("removed", report.removed), ("kept", report.kept),
+                                 ("busy", report.busy))}}))
+        return 0
+    for copy in report.removed:
+        row = _copy_row(copy)
+        print(f"{verb} {row['path']} ({row['size']}, last used {row['used']} UTC)")
+    for copy in report.busy:
+        print(f"left {copy.path}: being written")
+    print(f"{verb} {len(report.removed)} cop{'y' if len(report.removed) == 1 else 'ies'} "
+          f"({human_bytes(sum(c.size for c in report.removed))}); {len(report.kept)} used in "
+          f"the last {args.unused_days:g} days kept "
+          f"({human_bytes(sum(c.size for c in report.kept))}), in {folder}", file=sys.stderr)
     return 0
 
 

@@ -113,12 +113,16 @@ def test_setup_builds_every_native_unit_by_its_file_name():
 
 def test_the_lerobot_client_sits_on_top():
     """fluxon_video.lerobot uses the readers and the patcher; nothing below it
-    knows LeRobot, and it never reaches into fs/ beyond config and URIs."""
+    knows LeRobot (the command line, above everything, tends its image cache),
+    and it never reaches into fs/ beyond config and URIs."""
     graph = _arch_report().import_graph()
     assert "fluxon_video.lerobot.dataset" in graph
     for module, imports in graph.items():
         inside = module.startswith("fluxon_video.lerobot")
-        if not inside:
+        if module == "fluxon_video.cli":
+            assert {i for i in imports if i.startswith("fluxon_video.lerobot")} == {
+                "fluxon_video.lerobot.image_store"}
+        elif not inside:
             assert not any(i.startswith("fluxon_video.lerobot") for i in imports), module
         else:
             assert all(i in {"fluxon_video.fs.uris", "fluxon_video.fs.config"}

@@ -813,3 +813,71 @@ def test_processes_building_one_image_cache_take_turns(dataset_root, tmp_path):
         assert (cache / path.name).stat().st_mtime_ns == path.stat().st_mtime_ns
     with built[0] as ds:
         check_item(ds[9], expected_item(dataset_root, 9))
+
+
+@pytest.mark.parametrize("dataset_root", ["h264"], indirect=True)
+def test_image_copies_no_job_used_for_a_while_are_pruned(dataset_root, tmp_path, capsys):
+    """`fluxon-video image-cache prune` removes the copies no dataset has used for
+    --unused-days (building a dataset on a copy marks it used) and what killed
+    writers left, leaves a copy being written, and removes nothing on a dry run.
+    A job whose copies went reads on: where a copy is mapped it stays readable,
+    and a process that maps one afterwards (a spawned worker) writes it again."""
+    import fcntl
+    import os
+
+    from fluxon_video.cli import main
+
+    cache = tmp_path / "cache"
+    ds = LeRobotDataset("x", root=dataset_root, image_cache_dir=cache)
+    last = len(ds) - 1
+    check_item(ds[0], expected_item(dataset_root, 0))  # this process maps row 0's copy
+    copies = sorted(cache.glob("*.arrow"))
+    assert len(copies) >= 2
+    left_over = [cache / ".gone.0123.tmp", cache / "gone.lock"]  # a write killed midway
+
+    def unused_for(days: float) -> None:
+        then = time.time() - days * 86400
+        for path in [*copies, *(p.with_suffix(".lock") for p in copies), *left_over]:
+            path.touch()
+            os.utime(path, (then, then))
+
+    def prune(*options: str) -> dict:
+        assert main(["image-cache", "prune", "--dir", str(cache), "--json", *options]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    unused_for(40)
+    report = prune("--dry-run")
+    assert len(report["removed"]) == len(copies) and not report["kept"]
+    assert sorted(cache.glob("*.arrow")) == copies and all(p.exists() for p in left_over)
+
+    LeRobotDataset("x", root=dataset_root, image_cache_dir=cache).close()  # used today
+    report = prune("--unused-days", "30")
+    assert not report["removed"] and len(report["kept"]) == len(copies)
+
+    unused_for(40)
+    report = prune("--unused-days", "41")
+    assert not report["removed"] and len(report["kept"]) == len(copies)
+    with open(copies[0].with_suffix(".lock"), "a") as writer:
+        fcntl.flock(writer, fcntl.LOCK_EX)  # another process writing this copy
+        report = prune()
+    assert [r["path"] for r in report["busy"]] == [str(copies[0])]
+    assert sorted(r["path"] for r in report["removed"]) == [str(p) for p in copies[1:]]
+    assert sorted(cache.glob("*.arrow")) == copies[:1]
+    assert not any(p.exists() for p in left_over)
+
+    assert main(["image-cache", "prune", "--dir", str(cache), "--unused-days", "0"]) == 0
+    out = capsys.readouterr()
+    assert f"removed {copies[0]}" in out.out and "removed 1 copy" in out.err
+    assert not list(cache.glob("*.arrow"))
+    check_item(ds[0], expected_item(dataset_root, 0))  # still mapped here
+    worker = pickle.loads(pickle.dumps(ds))  # a spawned worker maps them anew
+    check_item(worker[last], expected_item(dataset_root, last))
+    assert len(list(cache.glob("*.arrow"))) == 1  # the one it read, written again
+    assert main(["image-cache", "list", "--dir", str(cache), "--json"]) == 0
+    listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [Path(row["path"]) for row in listed] == list(cache.glob("*.arrow"))
+    worker.close()
+    ds.close()
+
+    assert main(["image-cache", "prune", "--dir", str(cache), "--unused-days", "-1"]) == 1
+    assert "--unused-days must be 0 or more" in capsys.readouterr().err

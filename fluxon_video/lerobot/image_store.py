@@ -14,8 +14,13 @@ A cache file is named by the data file's version (``DatasetFiles.version``:
 a changed file is a new name) and written under a temporary name, then
 renamed, so a reader never sees half of one; the processes that need the
 same one at once take turns on its lock file, so it is written once. The
-folder is the user's alone (mode 0700). Nothing removes old files: delete
-the folder to reclaim them.
+folder is the user's alone (mode 0700).
+
+Each use of a copy (a dataset built on it, a process mapping it) touches its
+lock file, so ``prune`` (``fluxon-video image-cache prune``) can remove the
+copies no job has used for a while. A copy removed under a running job stays
+readable where it is mapped (the kernel keeps an unlinked file's pages); a
+process that maps it afterwards writes it again.
 """
 
 from __future__ import annotations
@@ -26,7 +31,9 @@ import hashlib
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +86,10 @@ class ImageStore:
             with tqdm(total=len(missing), unit="file", disable=None,
                       desc=f"fluxon_video: caching the image columns of {files}") as bar:
                 for k in missing:
-                    with _exclusive(self.paths[k]):  # another process may be writing it
-                        if not self.paths[k].exists():
-                            self._write(self.data_files[k], self.paths[k])
+                    self._ensure(k)
                     bar.update(1)
+        for path in self.paths:
+            _mark_used(path)
         self._reset()
 
     def _reset(self) -> None:
@@ -94,6 +101,13 @@ class ImageStore:
     def _name(self, relpath: str) -> str:
         key = "\n".join([FORMAT, self.files.version(relpath), *self.keys])
         return f"{hashlib.sha256(key.encode()).hexdigest()[:40]}.arrow"
+
+    def _ensure(self, file_no: int) -> None:
+        """Write copy ``file_no`` unless it is there."""
+        path = self.paths[file_no]
+        with _exclusive(path):  # another process may be writing it
+            if not path.exists():
+                self._write(self.data_files[file_no], path)
 
     def _write(self, relpath: str, path: Path) -> None:
         pa, pq = pyarrow()
@@ -130,6 +144,9 @@ class ImageStore:
     def _map(self, file_no: int) -> Any:
         pa, _ = pyarrow()
         path = self.paths[file_no]
+        if not path.exists():  # pruned since the dataset was built: write it again
+            self._ensure(file_no)
+        _mark_used(path)
         try:
             return pa.ipc.open_file(pa.memory_map(str(path))).read_all()
         except (pa.ArrowException, OSError) as exc:
@@ -158,15 +175,117 @@ class ImageStore:
         self._reset()
 
 
+# ---- the folder's upkeep ----
+
+@dataclass
+class CachedCopy:
+    """One copy in the cache folder: its file, size and when a job last used it."""
+
+    path: Path
+    size: int
+    last_used: float  # seconds since the epoch
+
+
+@dataclass
+class PruneReport:
+    """What ``prune`` removed, and what it kept (``busy``: being written, left)."""
+
+    removed: list[CachedCopy] = field(default_factory=list)
+    kept: list[CachedCopy] = field(default_factory=list)
+    busy: list[CachedCopy] = field(default_factory=list)
+
+
+def cached_copies(folder: str | os.PathLike[str] | None = None) -> list[CachedCopy]:
+    """The copies in ``folder`` (default: ``default_cache_dir()``), least recently
+    used first; none when the folder does not exist."""
+    folder = Path(folder).expanduser() if folder is not None else default_cache_dir()
+    copies = []
+    for path in folder.glob("*.arrow"):
+        try:
+            copies.append(CachedCopy(path, path.stat().st_size, _last_used(path)))
+        except FileNotFoundError:  # removed meanwhile
+            continue
+    return sorted(copies, key=lambda c: c.last_used)
+
+
+def prune(folder: str | os.PathLike[str] | None = None, unused_for_s: float = 30 * 86400,
+          dry_run: bool = False) -> PruneReport:
+    """Remove the copies in ``folder`` that no job has used for ``unused_for_s``
+    seconds, with their lock files, and temporary files left as long ago by
+    writes that never finished. A copy being written (its lock held) is left.
+    ``dry_run``: report what would go, remove nothing.
+
+    A job that uses a copy just as it goes loses nothing: where it is mapped
+    it stays readable, and a process that maps it afterwards writes it again."""
+    folder = Path(folder).expanduser() if folder is not None else default_cache_dir()
+    cutoff = time.time() - unused_for_s
+    report = PruneReport()
+    for copy in cached_copies(folder):
+        if copy.last_used >= cutoff:
+            report.kept.append(copy)
+        elif dry_run:
+            report.removed.append(copy)
+        else:
+            with _exclusive(copy.path, wait=False) as held:
+                if not held:
+                    report.busy.append(copy)
+                    continue
+                copy.path.unlink(missing_ok=True)
+                copy.path.with_suffix(".lock").unlink(missing_ok=True)
+            report.removed.append(copy)
+    if not dry_run:
+        _remove_leftovers(folder, cutoff)
+    return report
+
+
+def _remove_leftovers(folder: Path, cutoff: float) -> None:
+    """Temporary files of writes that never finished and lock files without a
+    copy, untouched since ``cutoff``; a lock held by a writer stays."""
+    for path in folder.glob(".*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+    for lock in folder.glob("*.lock"):
+        copy = lock.with_suffix(".arrow")
+        with contextlib.suppress(FileNotFoundError):
+            if copy.exists() or lock.stat().st_mtime >= cutoff:
+                continue
+            with _exclusive(copy, wait=False) as held:
+                if held:
+                    lock.unlink()
+
+
+def _last_used(path: Path) -> float:
+    """When a job last used copy ``path``: its lock file's mtime (touched on each
+    use), or the copy's own when it has none."""
+    written = path.stat().st_mtime
+    try:
+        return max(written, path.with_suffix(".lock").stat().st_mtime)
+    except FileNotFoundError:
+        return written
+
+
+def _mark_used(path: Path) -> None:
+    """Touch copy ``path``'s lock file: it is in use (``prune`` keeps it)."""
+    try:
+        path.with_suffix(".lock").touch()
+    except OSError:  # a folder this process may read and not write: nothing to mark
+        pass
+
+
 @contextlib.contextmanager
-def _exclusive(path: Path) -> Iterator[None]:
+def _exclusive(path: Path, wait: bool = True) -> Iterator[bool]:
     """Hold ``path``'s lock file: the processes of a node that build one copy at
     once (a DDP job's ranks) take turns, and the ones after the first find it
     written."""
     with open(path.with_suffix(".lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:  # only without wait: another process holds it
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
