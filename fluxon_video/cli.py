@@ -559,53 +559,58 @@ def _run_token_hash(args: argparse.Namespace) -> int:
     return 0
 
 
+def _copy_json(copy: Any) -> dict[str, Any]:
+    """An image-cache copy as --json prints it."""
+    from datetime import datetime, timezone
+
+    used = datetime.fromtimestamp(copy.last_used, timezone.utc)
+    return {"path": str(copy.path), "bytes": copy.size,
+            "last_used": used.isoformat(timespec="seconds")}
+
+
 def _copy_row(copy: Any) -> dict[str, Any]:
+    """An image-cache copy as text shows it: its JSON fields, the size and the
+    last use for people."""
     from datetime import datetime, timezone
 
     from fluxon_video.ops.report import human_bytes
 
     used = datetime.fromtimestamp(copy.last_used, timezone.utc)
-    return {"path": str(copy.path), "bytes": copy.size, "size": human_bytes(copy.size),
-            "last_used": used.isoformat(timespec="seconds"),
+    return {**_copy_json(copy), "size": human_bytes(copy.size),
             "used": used.strftime("%Y-%m-%d %H:%M")}
 
 
-def _image_cache_dir(args: argparse.Namespace) -> Path:
-    from fluxon_video.lerobot.image_store import default_cache_dir
-
-    return Path(args.dir).expanduser() if args.dir else default_cache_dir()
+def _copies(count: int) -> str:
+    return f"{count} cop{'y' if count == 1 else 'ies'}"
 
 
 def _run_image_cache_list(args: argparse.Namespace) -> int:
-    from fluxon_video.lerobot.image_store import cached_copies
+    from fluxon_video.lerobot.image_store import cache_folder, cached_copies
     from fluxon_video.ops.report import emit, human_bytes
 
-    folder = _image_cache_dir(args)
+    folder = cache_folder(args.dir or None)
     copies = cached_copies(folder)
-    rows = (_copy_row(c) for c in copies)
-    if args.json:
-        rows = ({k: row[k] for k in ("path", "bytes", "last_used")} for row in rows)
+    rows = map(_copy_json if args.json else _copy_row, copies)
     emit(rows, [("size", "size"), ("used", "last used (UTC)"), ("path", "path")], args.json)
     if not args.json:
-        print(f"{len(copies)} cop{'y' if len(copies) == 1 else 'ies'}, "
-              f"{human_bytes(sum(c.size for c in copies))}, in {folder}", file=sys.stderr)
+        print(f"{_copies(len(copies))}, {human_bytes(sum(c.size for c in copies))}, "
+              f"in {folder}", file=sys.stderr)
     return 0
 
 
 def _run_image_cache_prune(args: argparse.Namespace) -> int:
     from fluxon_video.errors import FluxonFsConfigError
-    from fluxon_video.lerobot.image_store import prune
+    from fluxon_video.lerobot.image_store import cache_folder, prune
     from fluxon_video.ops.report import human_bytes
 
     if args.unused_days < 0:
         raise FluxonFsConfigError(f"--unused-days must be 0 or more, not {args.unused_days:g}")
-    folder = _image_cache_dir(args)
+    folder = cache_folder(args.dir or None)
     report = prune(folder, args.unused_days * 86400, dry_run=args.dry_run)
     verb = "would remove" if args.dry_run else "removed"
     if args.json:
         print(json.dumps({"folder": str(folder), "dry_run": args.dry_run, **{
-            name: [{k: row[k] for k in ("path", "bytes", "last_used")}
-                   for row in map(_copy_row, copies)]
+            name: list(map(_copy_json, copies))
             for name, copies in (("removed", report.removed), ("kept", report.kept),
                                  ("busy", report.busy))}}))
         return 0
@@ -614,7 +619,7 @@ def _run_image_cache_prune(args: argparse.Namespace) -> int:
         print(f"{verb} {row['path']} ({row['size']}, last used {row['used']} UTC)")
     for copy in report.busy:
         print(f"left {copy.path}: being written")
-    print(f"{verb} {len(report.removed)} cop{'y' if len(report.removed) == 1 else 'ies'} "
+    print(f"{verb} {_copies(len(report.removed))} "
           f"({human_bytes(sum(c.size for c in report.removed))}); {len(report.kept)} used in "
           f"the last {args.unused_days:g} days kept "
           f"({human_bytes(sum(c.size for c in report.kept))}), in {folder}", file=sys.stderr)

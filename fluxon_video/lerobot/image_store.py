@@ -55,6 +55,11 @@ def default_cache_dir() -> Path:
     return base / "lerobot-images"
 
 
+def cache_folder(folder: str | os.PathLike[str] | None = None) -> Path:
+    """``folder`` (``~`` expanded), or ``default_cache_dir()`` when None."""
+    return Path(folder).expanduser() if folder is not None else default_cache_dir()
+
+
 def cell(file_no: int, row: int) -> int:
     """Where an image is: the data file's number in the store and its row there."""
     return file_no << ROW_BITS | row
@@ -72,8 +77,7 @@ class ImageStore:
 
         self.files, self.keys = files, list(keys)
         self.data_files = list(data_files)
-        folder = (Path(cache_dir).expanduser() if cache_dir is not None
-                  else default_cache_dir()).absolute()  # workers may start elsewhere
+        folder = cache_folder(cache_dir).absolute()  # workers may start elsewhere
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
@@ -198,7 +202,7 @@ class PruneReport:
 def cached_copies(folder: str | os.PathLike[str] | None = None) -> list[CachedCopy]:
     """The copies in ``folder`` (default: ``default_cache_dir()``), least recently
     used first; none when the folder does not exist."""
-    folder = Path(folder).expanduser() if folder is not None else default_cache_dir()
+    folder = cache_folder(folder)
     copies = []
     for path in folder.glob("*.arrow"):
         try:
@@ -217,7 +221,7 @@ def prune(folder: str | os.PathLike[str] | None = None, unused_for_s: float = 30
 
     A job that uses a copy just as it goes loses nothing: where it is mapped
     it stays readable, and a process that maps it afterwards writes it again."""
-    folder = Path(folder).expanduser() if folder is not None else default_cache_dir()
+    folder = cache_folder(folder)
     cutoff = time.time() - unused_for_s
     report = PruneReport()
     for copy in cached_copies(folder):
